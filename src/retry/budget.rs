@@ -1,0 +1,450 @@
+//! The retry budget: a token bucket shared by every clone of a layer.
+//!
+//! Backoff spreads *when* retries arrive; a budget bounds *how many* arrive. Every success
+//! deposits a fraction of a token, every retry withdraws a whole one, and a steady refill keeps a
+//! floor of retries per second for clients with little traffic. When the bucket is empty the
+//! request is not retried: its last response or error is returned at once, without sleeping.
+//! During an outage that turns "every request times `max_attempts`" into "every request, plus
+//! 20 %", which is the difference between an endpoint that recovers and one that is held down.
+//!
+//! The bucket is lock-free: a deposit and a withdrawal are one compare-and-swap loop each on an
+//! `AtomicU64` of micro-tokens, and the time-based refill is claimed by whoever advances a second
+//! atomic timestamp.
+
+use super::error::{in_range, InvalidConfig};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// A policy that decides whether a retry may be made.
+///
+/// Implementations are shared by every clone of a [`RetryLayer`](crate::RetryLayer) through an
+/// `Arc` and called from many tasks at once.
+pub trait RetryBudget: Send + Sync + fmt::Debug {
+    /// A request succeeded: earn credit for later retries.
+    fn deposit(&self);
+
+    /// A retry is about to sleep: spend credit for it, or return `false` to forbid it.
+    fn withdraw(&self) -> bool;
+
+    /// A withdrawn retry was abandoned before it was sent (its sleep was aborted or its future
+    /// dropped): give the credit back. The default does nothing.
+    fn refund(&self) {}
+}
+
+impl<T: RetryBudget + ?Sized> RetryBudget for Arc<T> {
+    fn deposit(&self) {
+        (**self).deposit();
+    }
+    fn withdraw(&self) -> bool {
+        (**self).withdraw()
+    }
+    fn refund(&self) {
+        (**self).refund();
+    }
+}
+
+/// tower's budget works here too; it cannot give credit back, so `refund` does nothing.
+impl RetryBudget for tower::retry::budget::TpsBudget {
+    fn deposit(&self) {
+        tower::retry::budget::Budget::deposit(self);
+    }
+    fn withdraw(&self) -> bool {
+        tower::retry::budget::Budget::withdraw(self)
+    }
+}
+
+/// One token, in the fixed-point unit the bucket counts in.
+const MICROS_PER_TOKEN: f64 = 1_000_000.0;
+
+/// A lock-free token-bucket [`RetryBudget`].
+///
+/// ```
+/// use tower_http_retry::retry::{RetryBudget, TokenBucket};
+///
+/// // 2 retries of burst, 0.5 token per success, no time-based refill.
+/// let bucket = TokenBucket::builder()
+///     .capacity(2.0)
+///     .deposit_per_success(0.5)
+///     .refill_per_second(0.0)
+///     .build()
+///     .unwrap();
+/// assert!(bucket.withdraw());
+/// assert!(bucket.withdraw());
+/// assert!(!bucket.withdraw()); // empty: no retry
+/// bucket.deposit();
+/// bucket.deposit();
+/// assert!(bucket.withdraw()); // two successes paid for one retry
+/// ```
+pub struct TokenBucket {
+    /// Micro-tokens available, in `[0, capacity]`.
+    tokens: AtomicU64,
+    /// Nanoseconds after `origin` up to which the time-based refill has been credited.
+    refilled_until: AtomicU64,
+    origin: Instant,
+    capacity: u64,
+    retry_cost: u64,
+    deposit: u64,
+    refill_per_second: u64,
+}
+
+impl TokenBucket {
+    /// A builder starting from the defaults: capacity 100, retry cost 1, 0.2 per success,
+    /// 10 per second.
+    pub fn builder() -> TokenBucketBuilder {
+        TokenBucketBuilder::default()
+    }
+
+    /// Tokens currently available (after crediting the time-based refill).
+    pub fn available(&self) -> f64 {
+        self.refill();
+        self.tokens.load(Ordering::Acquire) as f64 / MICROS_PER_TOKEN
+    }
+
+    /// The most tokens the bucket holds.
+    pub fn capacity(&self) -> f64 {
+        self.capacity as f64 / MICROS_PER_TOKEN
+    }
+
+    fn add(&self, amount: u64) {
+        if amount == 0 {
+            return;
+        }
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tokens| {
+                Some(tokens.saturating_add(amount).min(self.capacity))
+            });
+    }
+
+    /// Credits the refill earned since the last credit. Whoever moves `refilled_until` forward
+    /// adds exactly the tokens for the interval it claimed, so concurrent callers never credit the
+    /// same time twice.
+    fn refill(&self) {
+        if self.refill_per_second == 0 {
+            return;
+        }
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let since = self.refilled_until.load(Ordering::Acquire);
+        if now <= since {
+            return;
+        }
+        let earned = u128::from(now - since) * u128::from(self.refill_per_second) / 1_000_000_000;
+        if earned == 0 {
+            // Leave the interval unclaimed so that short gaps add up instead of rounding to zero.
+            return;
+        }
+        if self
+            .refilled_until
+            .compare_exchange(since, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.add(u64::try_from(earned).unwrap_or(u64::MAX));
+        }
+    }
+}
+
+impl RetryBudget for TokenBucket {
+    fn deposit(&self) {
+        // The success path: one CAS loop, no clock read.
+        self.add(self.deposit);
+    }
+
+    fn withdraw(&self) -> bool {
+        self.refill();
+        self.tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tokens| {
+                tokens.checked_sub(self.retry_cost)
+            })
+            .is_ok()
+    }
+
+    fn refund(&self) {
+        self.add(self.retry_cost);
+    }
+}
+
+/// For code written against tower's retry budgets.
+impl tower::retry::budget::Budget for TokenBucket {
+    fn deposit(&self) {
+        RetryBudget::deposit(self);
+    }
+    fn withdraw(&self) -> bool {
+        RetryBudget::withdraw(self)
+    }
+}
+
+impl Default for TokenBucket {
+    fn default() -> Self {
+        TokenBucketBuilder::default()
+            .build()
+            .expect("the default token bucket is valid")
+    }
+}
+
+impl fmt::Debug for TokenBucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenBucket")
+            .field("available", &self.available())
+            .field("capacity", &self.capacity())
+            .field("retry_cost", &(self.retry_cost as f64 / MICROS_PER_TOKEN))
+            .field("deposit", &(self.deposit as f64 / MICROS_PER_TOKEN))
+            .field(
+                "refill_per_second",
+                &(self.refill_per_second as f64 / MICROS_PER_TOKEN),
+            )
+            .finish()
+    }
+}
+
+/// Configures a [`TokenBucket`]; [`build`](TokenBucketBuilder::build) checks the values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[must_use]
+pub struct TokenBucketBuilder {
+    capacity: f64,
+    retry_cost: f64,
+    deposit_per_success: f64,
+    refill_per_second: f64,
+}
+
+impl Default for TokenBucketBuilder {
+    /// Capacity 100, retry cost 1, 0.2 per success, 10 per second: retries add at most about
+    /// 20 % to the load, plus 10 per second, with a burst of 100. The bucket starts full.
+    fn default() -> Self {
+        Self {
+            capacity: 100.0,
+            retry_cost: 1.0,
+            deposit_per_success: 0.2,
+            refill_per_second: 10.0,
+        }
+    }
+}
+
+impl TokenBucketBuilder {
+    /// The most tokens the bucket holds (and starts with): the largest burst of retries.
+    pub fn capacity(mut self, tokens: f64) -> Self {
+        self.capacity = tokens;
+        self
+    }
+
+    /// Tokens one retry withdraws.
+    pub fn retry_cost(mut self, tokens: f64) -> Self {
+        self.retry_cost = tokens;
+        self
+    }
+
+    /// Tokens one success deposits. With a retry cost of 1, this is the fraction of extra load
+    /// retries may add.
+    pub fn deposit_per_success(mut self, tokens: f64) -> Self {
+        self.deposit_per_success = tokens;
+        self
+    }
+
+    /// Tokens added per second whatever the traffic: the floor of retries per second for a
+    /// client with few successes. 0 turns the refill off.
+    pub fn refill_per_second(mut self, tokens: f64) -> Self {
+        self.refill_per_second = tokens;
+        self
+    }
+
+    /// Checks the values and builds the bucket, full.
+    ///
+    /// Fails when a value is negative, not finite or above 10^9, when the capacity is zero, or
+    /// when a retry costs nothing or more than the capacity (it could never be paid).
+    pub fn build(self) -> Result<TokenBucket, InvalidConfig> {
+        const MAX: f64 = 1e9;
+        in_range("budget.capacity", self.capacity, 0.0, MAX)?;
+        in_range("budget.retry_cost", self.retry_cost, 0.0, MAX)?;
+        in_range(
+            "budget.deposit_per_success",
+            self.deposit_per_success,
+            0.0,
+            MAX,
+        )?;
+        in_range("budget.refill_per_second", self.refill_per_second, 0.0, MAX)?;
+        let micros = |tokens: f64| (tokens * MICROS_PER_TOKEN).round() as u64;
+        let capacity = micros(self.capacity);
+        let retry_cost = micros(self.retry_cost);
+        if capacity == 0 {
+            return Err(InvalidConfig::new(
+                "budget.capacity",
+                "must be greater than zero",
+            ));
+        }
+        if retry_cost == 0 || retry_cost > capacity {
+            return Err(InvalidConfig::new(
+                "budget.retry_cost",
+                format!(
+                    "must be greater than zero and at most the capacity ({})",
+                    self.capacity
+                ),
+            ));
+        }
+        Ok(TokenBucket {
+            tokens: AtomicU64::new(capacity),
+            refilled_until: AtomicU64::new(0),
+            origin: Instant::now(),
+            capacity,
+            retry_cost,
+            deposit: micros(self.deposit_per_success),
+            refill_per_second: micros(self.refill_per_second),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn bucket(capacity: f64, deposit: f64, refill: f64) -> TokenBucket {
+        TokenBucket::builder()
+            .capacity(capacity)
+            .deposit_per_success(deposit)
+            .refill_per_second(refill)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn starts_full_and_empties() {
+        let b = bucket(3.0, 0.0, 0.0);
+        assert!(b.withdraw() && b.withdraw() && b.withdraw());
+        assert!(!b.withdraw());
+        assert_eq!(b.available(), 0.0);
+    }
+
+    #[test]
+    fn five_successes_pay_for_one_retry_at_twenty_percent() {
+        let b = bucket(1.0, 0.2, 0.0);
+        assert!(b.withdraw());
+        for _ in 0..4 {
+            b.deposit();
+            assert!(!b.withdraw());
+        }
+        b.deposit();
+        assert!(b.withdraw());
+    }
+
+    #[test]
+    fn deposits_stop_at_capacity() {
+        let b = bucket(2.0, 0.7, 0.0);
+        for _ in 0..100 {
+            b.deposit();
+        }
+        assert_eq!(b.available(), 2.0);
+    }
+
+    #[test]
+    fn refund_returns_the_token() {
+        let b = bucket(1.0, 0.0, 0.0);
+        assert!(b.withdraw());
+        b.refund();
+        assert!(b.withdraw());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refill_keeps_a_floor_per_second() {
+        let b = bucket(5.0, 0.0, 2.0);
+        while b.withdraw() {}
+        tokio::time::advance(Duration::from_millis(499)).await;
+        assert!(!b.withdraw());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(b.withdraw(), "half a second at 2/s earns one token");
+        assert!(!b.withdraw());
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(b.available(), 5.0, "refill stops at capacity");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn short_gaps_add_up() {
+        let b = bucket(5.0, 0.0, 1.0);
+        while b.withdraw() {}
+        // 1000 gaps of 1 ms each: every gap alone earns 1000 micro-tokens, none is lost.
+        for _ in 0..1000 {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            let _ = b.available();
+        }
+        assert!(b.withdraw());
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let field = |builder: TokenBucketBuilder| builder.build().unwrap_err().field();
+        assert_eq!(
+            field(TokenBucket::builder().capacity(0.0)),
+            "budget.capacity"
+        );
+        assert_eq!(
+            field(TokenBucket::builder().capacity(f64::NAN)),
+            "budget.capacity"
+        );
+        assert_eq!(
+            field(TokenBucket::builder().retry_cost(0.0)),
+            "budget.retry_cost"
+        );
+        assert_eq!(
+            field(TokenBucket::builder().retry_cost(101.0)),
+            "budget.retry_cost"
+        );
+        assert_eq!(
+            field(TokenBucket::builder().deposit_per_success(-1.0)),
+            "budget.deposit_per_success"
+        );
+        assert_eq!(
+            field(TokenBucket::builder().refill_per_second(f64::INFINITY)),
+            "budget.refill_per_second"
+        );
+    }
+
+    #[test]
+    fn concurrent_withdrawals_never_overspend() {
+        let b = Arc::new(bucket(1000.0, 0.0, 0.0));
+        let granted: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..1000).filter(|_| b.withdraw()).count()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(granted, 1000);
+        assert_eq!(b.available(), 0.0);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Deposit,
+        Withdraw,
+        Refund,
+    }
+
+    proptest! {
+        #[test]
+        fn tokens_stay_within_zero_and_capacity(
+            capacity in 1u64..50,
+            deposit_micros in 0u64..3_000_000,
+            ops in proptest::collection::vec(
+                prop_oneof![Just(Op::Deposit), Just(Op::Withdraw), Just(Op::Refund)], 0..200),
+        ) {
+            // The model counts micro-tokens exactly, as the bucket does.
+            let cap = capacity * 1_000_000;
+            let b = bucket(capacity as f64, deposit_micros as f64 / MICROS_PER_TOKEN, 0.0);
+            let mut model = cap;
+            for op in ops {
+                match op {
+                    Op::Deposit => { b.deposit(); model = (model + deposit_micros).min(cap); }
+                    Op::Refund => { b.refund(); model = (model + 1_000_000).min(cap); }
+                    Op::Withdraw => {
+                        let granted = b.withdraw();
+                        prop_assert_eq!(granted, model >= 1_000_000);
+                        if granted { model -= 1_000_000; }
+                    }
+                }
+                let available = b.tokens.load(Ordering::Acquire);
+                prop_assert!(available <= cap);
+                prop_assert_eq!(available, model);
+            }
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! Sorting outcomes into success, transient and permanent.
+//!
+//! Only transient outcomes are retried. The default table, [`HttpClassifier`]:
+//!
+//! | outcome | classified as |
+//! |---|---|
+//! | 1xx, 2xx, 3xx | success |
+//! | 408, 429, 500, 502, 503, 504 | transient |
+//! | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
+//! | timeout (`tower::timeout::error::Elapsed`, `hyper::Error::is_timeout`) | transient |
+//! | connection refused, reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
+//! | hyper: incomplete message, canceled, channel closed; hyper-util: connect error | transient |
+//! | any other error | permanent (configurable) |
+//!
+//! Errors are recognised by walking [`Error::source`] and downcasting each link, never by
+//! matching message text.
+
+use super::message::RetryResponse;
+use http::StatusCode;
+use std::error::Error;
+use std::fmt;
+use std::io;
+
+/// How an outcome is treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done: return it (and deposit in the retry budget).
+    Success,
+    /// Worth another attempt: the endpoint may answer differently soon.
+    Transient,
+    /// Not worth another attempt: return it at once.
+    Permanent,
+}
+
+/// Decides the [`Outcome`] of a response or an error.
+///
+/// The retry layer and the circuit breaker take the same classifier, so that a failure that is
+/// retried is also a failure that trips the breaker. Closures work through [`classify_fn`].
+pub trait Classify<Res, E> {
+    /// Classifies a response.
+    fn classify_response(&self, response: &Res) -> Outcome;
+
+    /// Classifies an error of the inner service.
+    fn classify_error(&self, error: &E) -> Outcome;
+}
+
+/// Gives the classifier access to an error's [`std::error::Error`] chain.
+///
+/// Implemented for the error types of the usual client stacks: `tower::BoxError` (what
+/// `tower::timeout::Timeout` returns), `std::io::Error`, `tower::timeout::error::Elapsed`, and,
+/// with the `hyper` feature, `hyper::Error` and hyper-util's legacy client error. Implement it for
+/// an error type of your own to use [`HttpClassifier`] with it.
+pub trait AsStdError {
+    /// The error as a `dyn Error`, or `None` when there is none to inspect.
+    fn as_std_error(&self) -> Option<&(dyn Error + 'static)>;
+}
+
+macro_rules! as_std_error {
+    ($($ty:ty),* $(,)?) => {$(
+        impl AsStdError for $ty {
+            fn as_std_error(&self) -> Option<&(dyn Error + 'static)> {
+                Some(self)
+            }
+        }
+    )*};
+}
+
+as_std_error!(io::Error, tower::timeout::error::Elapsed);
+#[cfg(feature = "hyper")]
+as_std_error!(hyper::Error, hyper_util::client::legacy::Error);
+
+macro_rules! as_std_error_boxed {
+    ($($ty:ty),* $(,)?) => {$(
+        impl AsStdError for $ty {
+            fn as_std_error(&self) -> Option<&(dyn Error + 'static)> {
+                Some(&**self)
+            }
+        }
+    )*};
+}
+
+as_std_error_boxed!(
+    Box<dyn Error + Send + Sync>,
+    Box<dyn Error + Send>,
+    Box<dyn Error>
+);
+
+impl AsStdError for std::convert::Infallible {
+    fn as_std_error(&self) -> Option<&(dyn Error + 'static)> {
+        match *self {}
+    }
+}
+
+/// The default HTTP classification table (see the [module docs](self)), adjustable per status.
+///
+/// ```
+/// use http::StatusCode;
+/// use tower_http_retry::{HttpClassifier, Outcome};
+///
+/// let classifier = HttpClassifier::new()
+///     .status(StatusCode::CONFLICT, Outcome::Transient)
+///     .status(StatusCode::TOO_MANY_REQUESTS, Outcome::Permanent)
+///     .unknown_errors(Outcome::Transient);
+/// assert_eq!(classifier.classify_status(StatusCode::CONFLICT), Outcome::Transient);
+/// assert_eq!(classifier.classify_status(StatusCode::TOO_MANY_REQUESTS), Outcome::Permanent);
+/// assert_eq!(classifier.classify_status(StatusCode::NOT_IMPLEMENTED), Outcome::Permanent);
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[must_use]
+pub struct HttpClassifier {
+    /// One bit per status code 0..1024: set when transient.
+    transient: [u64; 16],
+    /// One bit per status code 0..1024: set when success.
+    success: [u64; 16],
+    unknown_errors: Outcome,
+}
+
+impl HttpClassifier {
+    /// The default table.
+    pub fn new() -> Self {
+        let mut classifier = Self {
+            transient: [0; 16],
+            success: [0; 16],
+            unknown_errors: Outcome::Permanent,
+        };
+        for code in 100..400 {
+            classifier.set(code, Outcome::Success);
+        }
+        for code in [408, 429, 500, 502, 503, 504] {
+            classifier.set(code, Outcome::Transient);
+        }
+        classifier
+    }
+
+    /// Classifies `status` as `outcome` from now on.
+    pub fn status(mut self, status: StatusCode, outcome: Outcome) -> Self {
+        self.set(status.as_u16(), outcome);
+        self
+    }
+
+    /// How errors that are none of the known transient kinds are classified (default:
+    /// [`Outcome::Permanent`]).
+    pub fn unknown_errors(mut self, outcome: Outcome) -> Self {
+        self.unknown_errors = outcome;
+        self
+    }
+
+    /// The outcome of a response with this status.
+    pub fn classify_status(&self, status: StatusCode) -> Outcome {
+        let code = usize::from(status.as_u16());
+        let bit = |set: &[u64; 16]| set[code / 64] & (1 << (code % 64)) != 0;
+        if bit(&self.success) {
+            Outcome::Success
+        } else if bit(&self.transient) {
+            Outcome::Transient
+        } else {
+            Outcome::Permanent
+        }
+    }
+
+    /// The outcome of an error, from the first link of its `source()` chain that is a known
+    /// transient kind, or the configured outcome for unknown errors.
+    pub fn classify_error_chain(&self, error: &(dyn Error + 'static)) -> Outcome {
+        let mut link = Some(error);
+        while let Some(error) = link {
+            if is_transient_error(error) {
+                return Outcome::Transient;
+            }
+            link = error.source();
+        }
+        self.unknown_errors
+    }
+
+    fn set(&mut self, code: u16, outcome: Outcome) {
+        let code = usize::from(code);
+        let (word, bit) = (code / 64, 1u64 << (code % 64));
+        self.success[word] &= !bit;
+        self.transient[word] &= !bit;
+        match outcome {
+            Outcome::Success => self.success[word] |= bit,
+            Outcome::Transient => self.transient[word] |= bit,
+            Outcome::Permanent => {}
+        }
+    }
+}
+
+fn is_transient_error(error: &(dyn Error + 'static)) -> bool {
+    if error.is::<tower::timeout::error::Elapsed>() {
+        return true;
+    }
+    if let Some(io) = error.downcast_ref::<io::Error>() {
+        return matches!(
+            io.kind(),
+            io::ErrorKind::ConnectionRefused
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::NotConnected
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::TimedOut
+                | io::ErrorKind::UnexpectedEof
+        );
+    }
+    #[cfg(feature = "hyper")]
+    {
+        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            return hyper.is_incomplete_message()
+                || hyper.is_canceled()
+                || hyper.is_closed()
+                || hyper.is_timeout();
+        }
+        if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
+            return client.is_connect();
+        }
+    }
+    false
+}
+
+impl Default for HttpClassifier {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for HttpClassifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let transient: Vec<u16> = (0..1000u16)
+            .filter(|&c| {
+                StatusCode::from_u16(c).is_ok_and(|s| self.classify_status(s) == Outcome::Transient)
+            })
+            .collect();
+        f.debug_struct("HttpClassifier")
+            .field("transient_statuses", &transient)
+            .field("unknown_errors", &self.unknown_errors)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Res, E> Classify<Res, E> for HttpClassifier
+where
+    Res: RetryResponse,
+    E: AsStdError,
+{
+    fn classify_response(&self, response: &Res) -> Outcome {
+        self.classify_status(response.status())
+    }
+
+    fn classify_error(&self, error: &E) -> Outcome {
+        match error.as_std_error() {
+            Some(error) => self.classify_error_chain(error),
+            None => self.unknown_errors,
+        }
+    }
+}
+
+/// A classifier made of two closures; see [`classify_fn`].
+#[derive(Clone, Copy)]
+pub struct ClassifyFn<R, E> {
+    response: R,
+    error: E,
+}
+
+/// Builds a classifier from a closure for responses and one for errors.
+///
+/// ```
+/// use http::Response;
+/// use tower_http_retry::{classify_fn, HttpClassifier, Outcome};
+///
+/// // Retry 409 too; leave everything else to the default table.
+/// let table = HttpClassifier::new();
+/// let errors = table.clone();
+/// let classifier = classify_fn(
+///     move |res: &Response<String>| match res.status().as_u16() {
+///         409 => Outcome::Transient,
+///         _ => table.classify_status(res.status()),
+///     },
+///     move |err: &tower::BoxError| errors.classify_error_chain(&**err),
+/// );
+/// # let _ = classifier;
+/// ```
+pub fn classify_fn<R, E>(response: R, error: E) -> ClassifyFn<R, E> {
+    ClassifyFn { response, error }
+}
+
+impl<Res, Err, R, E> Classify<Res, Err> for ClassifyFn<R, E>
+where
+    R: Fn(&Res) -> Outcome,
+    E: Fn(&Err) -> Outcome,
+{
+    fn classify_response(&self, response: &Res) -> Outcome {
+        (self.response)(response)
+    }
+
+    fn classify_error(&self, error: &Err) -> Outcome {
+        (self.error)(error)
+    }
+}
+
+impl<R, E> fmt::Debug for ClassifyFn<R, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClassifyFn").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::BoxError;
+
+    fn status(code: u16) -> Outcome {
+        HttpClassifier::new().classify_status(StatusCode::from_u16(code).unwrap())
+    }
+
+    #[test]
+    fn default_status_table() {
+        for code in [200, 201, 204, 301, 304] {
+            assert_eq!(status(code), Outcome::Success, "{code}");
+        }
+        for code in [408, 429, 500, 502, 503, 504] {
+            assert_eq!(status(code), Outcome::Transient, "{code}");
+        }
+        for code in [400, 401, 403, 404, 409, 422, 501, 505, 599] {
+            assert_eq!(status(code), Outcome::Permanent, "{code}");
+        }
+    }
+
+    #[test]
+    fn overriding_a_status_replaces_its_class() {
+        let c = HttpClassifier::new().status(StatusCode::OK, Outcome::Transient);
+        assert_eq!(c.classify_status(StatusCode::OK), Outcome::Transient);
+        let c = c.status(StatusCode::OK, Outcome::Success);
+        assert_eq!(c.classify_status(StatusCode::OK), Outcome::Success);
+    }
+
+    fn classify_boxed(error: BoxError) -> Outcome {
+        <HttpClassifier as Classify<http::Response<()>, BoxError>>::classify_error(
+            &HttpClassifier::new(),
+            &error,
+        )
+    }
+
+    #[derive(Debug)]
+    struct Wrapper(Box<dyn Error + Send + Sync>);
+    impl fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("connection reset by peer (but the text does not matter)")
+        }
+    }
+    impl Error for Wrapper {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&*self.0)
+        }
+    }
+
+    #[test]
+    fn timeouts_and_connection_errors_are_transient_anywhere_in_the_chain() {
+        assert_eq!(
+            classify_boxed(tower::timeout::error::Elapsed::new().into()),
+            Outcome::Transient
+        );
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(
+            classify_boxed(Box::new(Wrapper(reset.into()))),
+            Outcome::Transient
+        );
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        assert_eq!(classify_boxed(refused.into()), Outcome::Transient);
+    }
+
+    #[test]
+    fn unknown_errors_are_permanent_unless_configured() {
+        let unknown: BoxError = "something else".into();
+        assert_eq!(classify_boxed(unknown), Outcome::Permanent);
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            classify_boxed(Box::new(Wrapper(denied.into()))),
+            Outcome::Permanent
+        );
+        let lenient = HttpClassifier::new().unknown_errors(Outcome::Transient);
+        let unknown: BoxError = "something else".into();
+        assert_eq!(lenient.classify_error_chain(&*unknown), Outcome::Transient);
+    }
+
+    #[test]
+    fn message_text_is_not_read() {
+        let lookalike: BoxError = "connection reset by peer; operation timed out".into();
+        assert_eq!(classify_boxed(lookalike), Outcome::Permanent);
+    }
+}

@@ -1,0 +1,414 @@
+//! [`RetryLayer`] and its builder: the configuration shared by every clone.
+
+use super::abort::AbortSignal;
+use super::backoff::{Backoff, MAX_DELAY};
+use super::budget::{RetryBudget, TokenBucket};
+use super::classify::HttpClassifier;
+use super::error::{non_zero, InvalidConfig};
+use super::idempotency::Idempotency;
+use super::random::RandomSource;
+use super::retry_after::RetryAfter;
+use super::service::Retry;
+use super::stats::RetryStats;
+use http::header::HeaderName;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tower_layer::Layer;
+
+/// Wraps a service in [`Retry`]. Cloning is cheap (one `Arc`), and every clone, and every service
+/// it makes, shares one budget, one set of counters and one abort signal.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::ServiceBuilder;
+/// use tower_http_retry::{Backoff, Jitter, RetryLayer};
+///
+/// let retry = RetryLayer::builder()
+///     .max_attempts(4)
+///     .backoff(Backoff::new(Jitter::Full, Duration::from_millis(200), Duration::from_secs(5)))
+///     .deadline(Duration::from_secs(30))
+///     .build()
+///     .expect("valid retry configuration");
+/// # let client = tower::service_fn(|_: http::Request<String>| async {
+/// #     Ok::<_, std::io::Error>(http::Response::new(String::new()))
+/// # });
+/// let client = ServiceBuilder::new()
+///     .layer(retry.clone())
+///     .timeout(Duration::from_secs(2)) // per attempt: inside the retry layer
+///     .service(client);
+/// # let _ = client;
+/// ```
+#[must_use]
+pub struct RetryLayer<C = HttpClassifier> {
+    shared: Arc<Shared<C>>,
+}
+
+/// Everything a request session reads; one `Arc` per layer.
+pub(crate) struct Shared<C> {
+    pub(crate) classifier: C,
+    pub(crate) backoff: Backoff,
+    pub(crate) max_attempts: u32,
+    pub(crate) first_attempt_jitter: Duration,
+    pub(crate) retry_after: RetryAfter,
+    /// `retry_after`'s clamp, resolved against the backoff cap at build time.
+    pub(crate) retry_after_clamp: Duration,
+    pub(crate) idempotency: Idempotency,
+    pub(crate) stamp_idempotency_key: bool,
+    pub(crate) attempt_header: Option<HeaderName>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) budget: Option<Arc<dyn RetryBudget>>,
+    pub(crate) abort: Option<AbortSignal>,
+    pub(crate) random: RandomSource,
+    pub(crate) wall_clock: WallClock,
+    pub(crate) stats: RetryStats,
+}
+
+/// The clock HTTP-date `Retry-After` values are measured against.
+type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+impl RetryLayer {
+    /// The default configuration: up to 3 attempts, full jitter from 100 ms capped at 10 s,
+    /// `Retry-After` honoured up to the cap, a default [`TokenBucket`] budget, idempotent
+    /// requests only.
+    pub fn new() -> Self {
+        RetryLayerBuilder::default()
+            .build()
+            .expect("the default configuration is valid")
+    }
+
+    /// A builder starting from the defaults of [`new`](Self::new).
+    pub fn builder() -> RetryLayerBuilder {
+        RetryLayerBuilder::default()
+    }
+}
+
+impl<C> RetryLayer<C> {
+    /// The counters shared by every clone of this layer.
+    pub fn stats(&self) -> &RetryStats {
+        &self.shared.stats
+    }
+
+    /// The retry budget, if one is configured.
+    pub fn budget(&self) -> Option<&Arc<dyn RetryBudget>> {
+        self.shared.budget.as_ref()
+    }
+
+    /// The backoff policy.
+    pub fn backoff(&self) -> &Backoff {
+        &self.shared.backoff
+    }
+
+    /// The most attempts per request, the first included.
+    pub fn max_attempts(&self) -> u32 {
+        self.shared.max_attempts
+    }
+}
+
+impl Default for RetryLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C> Clone for RetryLayer<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, C> Layer<S> for RetryLayer<C> {
+    type Service = Retry<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Retry::new(inner, Arc::clone(&self.shared))
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RetryLayer").field(&*self.shared).finish()
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for Shared<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryConfig")
+            .field("classifier", &self.classifier)
+            .field("backoff", &self.backoff)
+            .field("max_attempts", &self.max_attempts)
+            .field("first_attempt_jitter", &self.first_attempt_jitter)
+            .field("retry_after", &self.retry_after)
+            .field("retry_after_clamp", &self.retry_after_clamp)
+            .field("idempotency", &self.idempotency)
+            .field("stamp_idempotency_key", &self.stamp_idempotency_key)
+            .field("attempt_header", &self.attempt_header)
+            .field("deadline", &self.deadline)
+            .field("budget", &self.budget)
+            .field("abort", &self.abort)
+            .field("random", &self.random)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`RetryLayer`]; [`build`](Self::build) checks every value.
+///
+/// | setter | default |
+/// |---|---|
+/// | [`max_attempts`](Self::max_attempts) | 3 (the first attempt included) |
+/// | [`backoff`](Self::backoff) | [`Jitter::Full`](crate::Jitter::Full), base 100 ms, cap 10 s, multiplier 2 |
+/// | [`first_attempt_jitter`](Self::first_attempt_jitter) | none |
+/// | [`retry_after`](Self::retry_after) | honoured, clamped to the backoff cap, +0–10 % jitter |
+/// | [`budget`](Self::budget) | [`TokenBucket::default`]: 20 % extra load + 10/s, burst 100 |
+/// | [`idempotency`](Self::idempotency) | [`Idempotency::MethodOrKey`] |
+/// | [`stamp_idempotency_key`](Self::stamp_idempotency_key) | off |
+/// | [`attempt_header`](Self::attempt_header) | none |
+/// | [`deadline`](Self::deadline) | none |
+/// | [`abort_signal`](Self::abort_signal) | none |
+/// | [`random_source`](Self::random_source) | [`RandomSource::from_entropy`] |
+/// | [`classifier`](Self::classifier) | [`HttpClassifier::new`] |
+#[must_use]
+pub struct RetryLayerBuilder<C = HttpClassifier> {
+    classifier: C,
+    backoff: Backoff,
+    max_attempts: u32,
+    first_attempt_jitter: Duration,
+    retry_after: RetryAfter,
+    idempotency: Idempotency,
+    stamp_idempotency_key: bool,
+    attempt_header: Option<HeaderName>,
+    deadline: Option<Duration>,
+    budget: Option<Arc<dyn RetryBudget>>,
+    abort: Option<AbortSignal>,
+    random: RandomSource,
+    wall_clock: WallClock,
+}
+
+impl Default for RetryLayerBuilder {
+    fn default() -> Self {
+        Self {
+            classifier: HttpClassifier::new(),
+            backoff: Backoff::default(),
+            max_attempts: 3,
+            first_attempt_jitter: Duration::ZERO,
+            retry_after: RetryAfter::honored(),
+            idempotency: Idempotency::default(),
+            stamp_idempotency_key: false,
+            attempt_header: None,
+            deadline: None,
+            budget: Some(Arc::new(TokenBucket::default())),
+            abort: None,
+            random: RandomSource::default(),
+            wall_clock: Arc::new(SystemTime::now),
+        }
+    }
+}
+
+impl<C> RetryLayerBuilder<C> {
+    /// Sets the backoff policy.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets the most attempts per request, the first included (at least 1; 1 turns retries off).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// Delays every first attempt by `U(0, jitter)`, to spread a bulk fan-out (a batch of
+    /// webhooks sent at once) before anything has failed.
+    pub fn first_attempt_jitter(mut self, jitter: Duration) -> Self {
+        self.first_attempt_jitter = jitter;
+        self
+    }
+
+    /// Sets how `Retry-After` is used.
+    pub fn retry_after(mut self, retry_after: RetryAfter) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// Sets which requests may be retried.
+    pub fn idempotency(mut self, idempotency: Idempotency) -> Self {
+        self.idempotency = idempotency;
+        self
+    }
+
+    /// Gives each request with a non-idempotent method and no `Idempotency-Key` a random key,
+    /// the same on every attempt, which makes it retryable. Use only when the endpoint honours
+    /// the header.
+    pub fn stamp_idempotency_key(mut self, stamp: bool) -> Self {
+        self.stamp_idempotency_key = stamp;
+        self
+    }
+
+    /// Sets a header that carries the attempt number (1 for the first attempt) on every attempt,
+    /// e.g. `x-retry-attempt`.
+    pub fn attempt_header(mut self, name: HeaderName) -> Self {
+        self.attempt_header = Some(name);
+        self
+    }
+
+    /// Bounds the time from the call to the end of the last sleep: a sleep that would end later
+    /// is not started and the last outcome is returned at once. (It does not cut an attempt in
+    /// flight; an outer `TimeoutLayer` does that.)
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Sets the retry budget, shared by every clone of the layer. To share one budget between
+    /// several layers, pass an `Arc` of it to each.
+    pub fn budget(mut self, budget: impl RetryBudget + 'static) -> Self {
+        self.budget = Some(Arc::new(budget));
+        self
+    }
+
+    /// Turns the retry budget off: only `max_attempts` bounds retries.
+    pub fn no_budget(mut self) -> Self {
+        self.budget = None;
+        self
+    }
+
+    /// Sets the signal that wakes sleeping requests (process shutdown, an opening breaker).
+    pub fn abort_signal(mut self, signal: AbortSignal) -> Self {
+        self.abort = Some(signal);
+        self
+    }
+
+    /// Sets where per-request random streams come from (seed it in tests and simulations).
+    pub fn random_source(mut self, random: RandomSource) -> Self {
+        self.random = random;
+        self
+    }
+
+    /// Sets the clock HTTP-date `Retry-After` values are measured against (default:
+    /// `SystemTime::now`).
+    pub fn wall_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.wall_clock = Arc::new(clock);
+        self
+    }
+
+    /// Replaces the classifier (the type changes with it).
+    pub fn classifier<C2>(self, classifier: C2) -> RetryLayerBuilder<C2> {
+        RetryLayerBuilder {
+            classifier,
+            backoff: self.backoff,
+            max_attempts: self.max_attempts,
+            first_attempt_jitter: self.first_attempt_jitter,
+            retry_after: self.retry_after,
+            idempotency: self.idempotency,
+            stamp_idempotency_key: self.stamp_idempotency_key,
+            attempt_header: self.attempt_header,
+            deadline: self.deadline,
+            budget: self.budget,
+            abort: self.abort,
+            random: self.random,
+            wall_clock: self.wall_clock,
+        }
+    }
+
+    /// Checks every value and builds the layer.
+    ///
+    /// Fails, naming the field, on a backoff that cannot work (see [`Backoff::validate`]), zero
+    /// `max_attempts`, a zero deadline, a first-attempt jitter or `Retry-After` clamp above
+    /// [`MAX_DELAY`], a zero `Retry-After` clamp, or a `Retry-After` jitter outside `[0, 1]`.
+    pub fn build(self) -> Result<RetryLayer<C>, InvalidConfig> {
+        self.backoff.validate()?;
+        self.retry_after.validate()?;
+        if self.max_attempts == 0 {
+            return Err(InvalidConfig::new(
+                "max_attempts",
+                "must be at least 1 (the first attempt counts)",
+            ));
+        }
+        if self.first_attempt_jitter > MAX_DELAY {
+            return Err(InvalidConfig::new(
+                "first_attempt_jitter",
+                format!("must not exceed {MAX_DELAY:?}"),
+            ));
+        }
+        if let Some(deadline) = self.deadline {
+            non_zero("deadline", deadline)?;
+        }
+        Ok(RetryLayer {
+            shared: Arc::new(Shared {
+                retry_after_clamp: self.retry_after.clamp_or(self.backoff.cap()),
+                classifier: self.classifier,
+                backoff: self.backoff,
+                max_attempts: self.max_attempts,
+                first_attempt_jitter: self.first_attempt_jitter,
+                retry_after: self.retry_after,
+                idempotency: self.idempotency,
+                stamp_idempotency_key: self.stamp_idempotency_key,
+                attempt_header: self.attempt_header,
+                deadline: self.deadline,
+                budget: self.budget,
+                abort: self.abort,
+                random: self.random,
+                wall_clock: self.wall_clock,
+                stats: RetryStats::default(),
+            }),
+        })
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for RetryLayerBuilder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryLayerBuilder")
+            .field("classifier", &self.classifier)
+            .field("backoff", &self.backoff)
+            .field("max_attempts", &self.max_attempts)
+            .field("deadline", &self.deadline)
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Jitter;
+
+    #[test]
+    fn invalid_values_fail_at_build_time_naming_the_field() {
+        let field = |b: RetryLayerBuilder| b.build().unwrap_err().field();
+        assert_eq!(field(RetryLayer::builder().max_attempts(0)), "max_attempts");
+        assert_eq!(
+            field(RetryLayer::builder().deadline(Duration::ZERO)),
+            "deadline"
+        );
+        assert_eq!(
+            field(RetryLayer::builder().first_attempt_jitter(Duration::MAX)),
+            "first_attempt_jitter"
+        );
+        assert_eq!(
+            field(
+                RetryLayer::builder().retry_after(RetryAfter::honored().max_delay(Duration::ZERO))
+            ),
+            "retry_after.max_delay"
+        );
+        let inverted = Backoff::new(Jitter::Full, Duration::from_secs(2), Duration::from_secs(1));
+        assert_eq!(
+            field(RetryLayer::builder().backoff(inverted)),
+            "backoff.cap"
+        );
+    }
+
+    #[test]
+    fn retry_after_clamp_defaults_to_the_backoff_cap() {
+        let layer = RetryLayer::builder()
+            .backoff(Backoff::new(
+                Jitter::Full,
+                Duration::from_millis(1),
+                Duration::from_secs(7),
+            ))
+            .build()
+            .unwrap();
+        assert_eq!(layer.shared.retry_after_clamp, Duration::from_secs(7));
+    }
+}

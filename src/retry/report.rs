@@ -1,0 +1,209 @@
+//! What happened to one logical request: attempts, sleeps and why retrying stopped.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Why the retry layer stopped and returned the outcome it returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The last attempt succeeded.
+    Success,
+    /// The last outcome was permanent (e.g. a 400): retrying cannot help.
+    Permanent,
+    /// The last outcome was transient but `max_attempts` were made.
+    AttemptsExhausted,
+    /// The retry budget had no token for another attempt.
+    BudgetEmpty,
+    /// The next sleep would have ended after the request's deadline.
+    Deadline,
+    /// The outcome was transient but the request is not safe to repeat (e.g. a POST without an
+    /// `Idempotency-Key`), so it was sent once.
+    NotIdempotent,
+    /// The outcome was transient but the request could not be copied for another attempt.
+    NotReplayable,
+    /// The server's `Retry-After` was longer than the clamp and the policy is
+    /// [`WhenLonger::GiveUp`](crate::WhenLonger::GiveUp).
+    RetryAfterTooLong,
+    /// An [`AbortSignal`](crate::AbortSignal) woke the request from its sleep (or had shut down).
+    Aborted,
+    /// The inner service failed `poll_ready` before a retry; its error is returned.
+    NotReady,
+}
+
+impl StopReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [StopReason; 10] = [
+        StopReason::Success,
+        StopReason::Permanent,
+        StopReason::AttemptsExhausted,
+        StopReason::BudgetEmpty,
+        StopReason::Deadline,
+        StopReason::NotIdempotent,
+        StopReason::NotReplayable,
+        StopReason::RetryAfterTooLong,
+        StopReason::Aborted,
+        StopReason::NotReady,
+    ];
+
+    /// A short `snake_case` name, for logs and metrics labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Success => "success",
+            StopReason::Permanent => "permanent",
+            StopReason::AttemptsExhausted => "attempts_exhausted",
+            StopReason::BudgetEmpty => "budget_empty",
+            StopReason::Deadline => "deadline",
+            StopReason::NotIdempotent => "not_idempotent",
+            StopReason::NotReplayable => "not_replayable",
+            StopReason::RetryAfterTooLong => "retry_after_too_long",
+            StopReason::Aborted => "aborted",
+            StopReason::NotReady => "not_ready",
+        }
+    }
+
+    pub(crate) const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a delay came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DelaySource {
+    /// The backoff policy.
+    Backoff,
+    /// The server's `Retry-After`, within the clamp.
+    RetryAfter,
+    /// The server's `Retry-After`, cut to the clamp.
+    RetryAfterClamped,
+    /// The optional random delay before the first attempt.
+    FirstAttempt,
+}
+
+/// One sleep of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Delay {
+    /// The attempt that failed before this sleep (0 for the first-attempt jitter).
+    pub after_attempt: u32,
+    /// How long the request slept (or was to sleep, if the sleep was aborted).
+    pub duration: Duration,
+    /// Where the duration came from.
+    pub source: DelaySource,
+}
+
+/// What happened to one logical request.
+///
+/// Attached to the response's extensions whenever there is something to say: a response that
+/// succeeded at the first attempt without delay carries none, and [`RetryReport::of`] returns
+/// [`RetryReport::FIRST_TRY`] for it. For errors (which the layer returns untouched), put a
+/// [`ReportSlot`] in the request's extensions before sending it.
+///
+/// ```
+/// use tower_http_retry::{RetryReport, StopReason};
+///
+/// let response = http::Response::new(());
+/// let report = RetryReport::of(&response);
+/// assert_eq!(report.attempts, 1);
+/// assert_eq!(report.stop, StopReason::Success);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryReport {
+    /// Attempts sent, the first included.
+    pub attempts: u32,
+    /// Total time slept before attempts.
+    pub slept: Duration,
+    /// Every sleep, in order.
+    pub delays: Vec<Delay>,
+    /// Why the layer stopped.
+    pub stop: StopReason,
+}
+
+impl RetryReport {
+    /// The report of a request that succeeded at its first attempt, without delay.
+    pub const FIRST_TRY: RetryReport = RetryReport {
+        attempts: 1,
+        slept: Duration::ZERO,
+        delays: Vec::new(),
+        stop: StopReason::Success,
+    };
+
+    /// The report attached to `response`, or [`FIRST_TRY`](Self::FIRST_TRY) when none is.
+    pub fn of<B>(response: &http::Response<B>) -> &RetryReport {
+        static FIRST_TRY: RetryReport = RetryReport::FIRST_TRY;
+        response.extensions().get().unwrap_or(&FIRST_TRY)
+    }
+
+    /// Sleeps whose duration came from `Retry-After`.
+    pub fn retry_after_delays(&self) -> impl Iterator<Item = &Delay> {
+        self.delays.iter().filter(|d| {
+            matches!(
+                d.source,
+                DelaySource::RetryAfter | DelaySource::RetryAfterClamped
+            )
+        })
+    }
+
+    /// Whether attaching this report to a response says anything beyond "first try, success".
+    pub(crate) fn is_first_try(&self) -> bool {
+        self.attempts <= 1 && self.stop == StopReason::Success && self.delays.is_empty()
+    }
+}
+
+impl Default for RetryReport {
+    fn default() -> Self {
+        Self::FIRST_TRY
+    }
+}
+
+/// A place for the [`RetryReport`] of a request, whatever its outcome.
+///
+/// Insert a clone into the request's extensions; the layer fills it when the request finishes,
+/// including when it returns an error (the error itself is returned untouched).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use tower::{service_fn, Service, ServiceExt};
+/// use tower_http_retry::{ReportSlot, RetryLayer, StopReason};
+///
+/// let failing = service_fn(|_req: http::Request<String>| async {
+///     Err::<http::Response<String>, _>(std::io::Error::other("boom"))
+/// });
+/// let mut client = tower::ServiceBuilder::new().layer(RetryLayer::new()).service(failing);
+///
+/// let slot = ReportSlot::new();
+/// let mut request = http::Request::new(String::new());
+/// request.extensions_mut().insert(slot.clone());
+/// let result = client.ready().await.unwrap().call(request).await;
+/// assert!(result.is_err());
+/// assert_eq!(slot.take().unwrap().stop, StopReason::Permanent); // an unknown error
+/// # }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ReportSlot(Arc<Mutex<Option<RetryReport>>>);
+
+impl ReportSlot {
+    /// An empty slot.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes the report out, if the request has finished.
+    pub fn take(&self) -> Option<RetryReport> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    pub(crate) fn fill(&self, report: RetryReport) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(report);
+    }
+}

@@ -1,0 +1,397 @@
+//! `Retry-After`: parsing (delta-seconds and HTTP-date) and the clamp that keeps a hostile value
+//! from parking a request.
+//!
+//! A server that answers 429 or 503 with `Retry-After` knows when it wants to see the client again,
+//! so a valid hint replaces the computed backoff delay. It is then clamped to a maximum (by
+//! default the backoff cap) and spread upward by a small random fraction, so that ten thousand
+//! clients told "5" come back over half a second rather than in the same millisecond, and never
+//! sooner than asked (unless the clamp had to cut the hint).
+
+use super::error::{in_range, non_zero, InvalidConfig};
+use http::header::{HeaderMap, RETRY_AFTER};
+use rand::Rng;
+use std::time::{Duration, SystemTime};
+
+/// What a response's `Retry-After` header said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryAfterHint {
+    /// No `Retry-After` header.
+    Absent,
+    /// A valid hint: wait this long (zero for a date in the past).
+    Delay(Duration),
+    /// A header that is neither delta-seconds nor an HTTP-date, or several headers that disagree.
+    Malformed,
+}
+
+/// Reads the `Retry-After` header(s) of a response.
+///
+/// Accepts delta-seconds (`120`; absurdly large values saturate rather than fail, the clamp deals
+/// with them) and the three HTTP-date forms of RFC 9110 (IMF-fixdate, RFC 850, asctime), measured
+/// against `now`. Negative numbers, fractions, trailing garbage and several headers with different
+/// values are [`Malformed`](RetryAfterHint::Malformed).
+///
+/// ```
+/// use http::{HeaderMap, HeaderValue};
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+/// use tower_http_retry::retry::{parse_retry_after, RetryAfterHint};
+///
+/// let now = UNIX_EPOCH + Duration::from_secs(784_111_770); // Sun, 06 Nov 1994 08:49:30 GMT
+/// let mut headers = HeaderMap::new();
+/// headers.insert("retry-after", HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"));
+/// assert_eq!(parse_retry_after(&headers, now), RetryAfterHint::Delay(Duration::from_secs(7)));
+///
+/// headers.insert("retry-after", HeaderValue::from_static("-1"));
+/// assert_eq!(parse_retry_after(&headers, now), RetryAfterHint::Malformed);
+/// ```
+pub fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> RetryAfterHint {
+    let mut values = headers.get_all(RETRY_AFTER).iter();
+    let Some(first) = values.next() else {
+        return RetryAfterHint::Absent;
+    };
+    let Some(delay) = parse_value(first.as_bytes(), now) else {
+        return RetryAfterHint::Malformed;
+    };
+    // Retry-After is a singleton field; repeated copies are fine only if they agree.
+    for other in values {
+        if parse_value(other.as_bytes(), now) != Some(delay) {
+            return RetryAfterHint::Malformed;
+        }
+    }
+    RetryAfterHint::Delay(delay)
+}
+
+/// Parses one field value; `None` when it is not valid.
+fn parse_value(raw: &[u8], now: SystemTime) -> Option<Duration> {
+    let value = trim_ows(raw);
+    if value.is_empty() {
+        return None;
+    }
+    if value.iter().all(u8::is_ascii_digit) {
+        let seconds = value.iter().fold(0u64, |acc, digit| {
+            acc.saturating_mul(10)
+                .saturating_add(u64::from(digit - b'0'))
+        });
+        return Some(Duration::from_secs(seconds));
+    }
+    let text = std::str::from_utf8(value).ok()?;
+    let date = httpdate::parse_http_date(text).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+fn trim_ows(mut value: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = value {
+        value = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = value {
+        value = rest;
+    }
+    value
+}
+
+/// What to do when a `Retry-After` hint is longer than the clamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WhenLonger {
+    /// Wait the clamp instead (the default): the retry may come sooner than the server asked.
+    Clamp,
+    /// Stop retrying now and return the response, with
+    /// [`StopReason::RetryAfterTooLong`](crate::StopReason::RetryAfterTooLong).
+    GiveUp,
+}
+
+/// How `Retry-After` hints are used.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_http_retry::{RetryAfter, WhenLonger};
+///
+/// let policy = RetryAfter::honored()
+///     .max_delay(Duration::from_secs(60))
+///     .when_longer(WhenLonger::GiveUp)
+///     .jitter(0.2);
+/// assert_eq!(policy.clamp_or(Duration::from_secs(10)), Duration::from_secs(60));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryAfter {
+    honored: bool,
+    max_delay: Option<Duration>,
+    when_longer: WhenLonger,
+    jitter: f64,
+}
+
+/// The outcome of applying a [`RetryAfter`] policy to a valid hint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resolved {
+    Delay { delay: Duration, clamped: bool },
+    GiveUp,
+}
+
+impl RetryAfter {
+    /// Honour hints, clamped to the backoff cap, with up to 10 % upward jitter (the default).
+    pub const fn honored() -> Self {
+        Self {
+            honored: true,
+            max_delay: None,
+            when_longer: WhenLonger::Clamp,
+            jitter: 0.1,
+        }
+    }
+
+    /// Ignore `Retry-After` entirely; the backoff policy alone decides.
+    pub const fn ignored() -> Self {
+        Self {
+            honored: false,
+            ..Self::honored()
+        }
+    }
+
+    /// Clamps hints to `max` instead of the backoff cap. Must be greater than zero.
+    pub const fn max_delay(mut self, max: Duration) -> Self {
+        self.max_delay = Some(max);
+        self
+    }
+
+    /// Sets what happens to a hint longer than the clamp.
+    pub const fn when_longer(mut self, when_longer: WhenLonger) -> Self {
+        self.when_longer = when_longer;
+        self
+    }
+
+    /// Spreads each hint upward by up to `fraction` of itself (0 turns the spread off, at most 1).
+    pub const fn jitter(mut self, fraction: f64) -> Self {
+        self.jitter = fraction;
+        self
+    }
+
+    /// Whether hints are used at all.
+    pub const fn is_honored(&self) -> bool {
+        self.honored
+    }
+
+    /// The clamp: the configured maximum, or `backoff_cap` when none was set.
+    pub fn clamp_or(&self, backoff_cap: Duration) -> Duration {
+        self.max_delay.unwrap_or(backoff_cap)
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), InvalidConfig> {
+        if let Some(max) = self.max_delay {
+            non_zero("retry_after.max_delay", max)?;
+            if max > super::backoff::MAX_DELAY {
+                return Err(InvalidConfig::new(
+                    "retry_after.max_delay",
+                    format!("({max:?}) must not exceed {:?}", super::backoff::MAX_DELAY),
+                ));
+            }
+        }
+        in_range("retry_after.jitter", self.jitter, 0.0, 1.0)
+    }
+
+    /// Turns a valid hint into the delay to sleep, in `[hint, clamp]` or exactly `clamp`.
+    pub(crate) fn resolve<R: Rng + ?Sized>(
+        &self,
+        hint: Duration,
+        clamp: Duration,
+        rng: &mut R,
+    ) -> Resolved {
+        if hint > clamp {
+            return match self.when_longer {
+                WhenLonger::Clamp => Resolved::Delay {
+                    delay: clamp,
+                    clamped: true,
+                },
+                WhenLonger::GiveUp => Resolved::GiveUp,
+            };
+        }
+        let spread = hint.mul_f64(self.jitter);
+        let delay = super::backoff::uniform(hint, hint + spread, rng).min(clamp);
+        Resolved::Delay {
+            delay,
+            clamped: false,
+        }
+    }
+}
+
+impl Default for RetryAfter {
+    fn default() -> Self {
+        Self::honored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use proptest::prelude::*;
+    use rand::{rngs::SmallRng, SeedableRng};
+    use std::time::UNIX_EPOCH;
+
+    /// Sun, 06 Nov 1994 08:49:37 GMT, the example date of RFC 9110.
+    const EXAMPLE: u64 = 784_111_777;
+
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    fn hint(values: &[&[u8]], now: SystemTime) -> RetryAfterHint {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(RETRY_AFTER, HeaderValue::from_bytes(value).unwrap());
+        }
+        parse_retry_after(&headers, now)
+    }
+
+    fn secs(s: u64) -> RetryAfterHint {
+        RetryAfterHint::Delay(Duration::from_secs(s))
+    }
+
+    #[test]
+    fn delta_seconds() {
+        assert_eq!(hint(&[b"120"], at(0)), secs(120));
+        assert_eq!(hint(&[b"0"], at(0)), secs(0));
+        assert_eq!(hint(&[b" \t5 "], at(0)), secs(5));
+    }
+
+    #[test]
+    fn huge_delta_seconds_saturate_instead_of_failing() {
+        assert_eq!(hint(&[b"99999999999999999999"], at(0)), secs(u64::MAX));
+    }
+
+    #[test]
+    fn all_three_http_date_forms() {
+        let now = at(EXAMPLE - 30);
+        assert_eq!(hint(&[b"Sun, 06 Nov 1994 08:49:37 GMT"], now), secs(30));
+        assert_eq!(hint(&[b"Sunday, 06-Nov-94 08:49:37 GMT"], now), secs(30));
+        assert_eq!(hint(&[b"Sun Nov  6 08:49:37 1994"], now), secs(30));
+    }
+
+    #[test]
+    fn a_past_date_means_now() {
+        assert_eq!(
+            hint(&[b"Sun, 06 Nov 1994 08:49:37 GMT"], at(EXAMPLE + 99)),
+            secs(0)
+        );
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        for bad in [
+            &b"-1"[..],
+            b"1.5",
+            b"+5",
+            b"5s",
+            b"",
+            b"   ",
+            b"tomorrow",
+            b"Sun, 06 Nov 1994 25:49:37 GMT",
+            b"\xff\xfe",
+        ] {
+            assert_eq!(hint(&[bad], at(0)), RetryAfterHint::Malformed, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn repeated_headers_must_agree() {
+        assert_eq!(hint(&[b"5", b"5"], at(0)), secs(5));
+        assert_eq!(hint(&[b"5", b"6"], at(0)), RetryAfterHint::Malformed);
+        assert_eq!(hint(&[b"5", b"x"], at(0)), RetryAfterHint::Malformed);
+    }
+
+    #[test]
+    fn absent_header() {
+        assert_eq!(hint(&[], at(0)), RetryAfterHint::Absent);
+    }
+
+    #[test]
+    fn hint_longer_than_clamp_is_clamped_or_given_up() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let clamp = Duration::from_secs(10);
+        let long = Duration::from_secs(3600);
+        assert_eq!(
+            RetryAfter::honored().resolve(long, clamp, &mut rng),
+            Resolved::Delay {
+                delay: clamp,
+                clamped: true
+            }
+        );
+        let give_up = RetryAfter::honored().when_longer(WhenLonger::GiveUp);
+        assert_eq!(give_up.resolve(long, clamp, &mut rng), Resolved::GiveUp);
+    }
+
+    #[test]
+    fn jitter_spreads_upward_only() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let policy = RetryAfter::honored().jitter(0.1);
+        let five = Duration::from_secs(5);
+        let delays: Vec<_> = (0..1000)
+            .map(
+                |_| match policy.resolve(five, Duration::from_secs(60), &mut rng) {
+                    Resolved::Delay { delay, .. } => delay,
+                    Resolved::GiveUp => unreachable!(),
+                },
+            )
+            .collect();
+        assert!(delays
+            .iter()
+            .all(|d| *d >= five && *d <= Duration::from_millis(5500)));
+        let distinct: std::collections::HashSet<_> = delays.iter().collect();
+        assert!(
+            distinct.len() > 900,
+            "only {} distinct delays",
+            distinct.len()
+        );
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let zero = RetryAfter::honored().max_delay(Duration::ZERO);
+        assert_eq!(
+            zero.validate().unwrap_err().field(),
+            "retry_after.max_delay"
+        );
+        for bad in [-0.1, 1.5, f64::NAN] {
+            let err = RetryAfter::honored().jitter(bad).validate().unwrap_err();
+            assert_eq!(err.field(), "retry_after.jitter");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn parser_never_panics_on_any_bytes(raw in proptest::collection::vec(any::<u8>(), 0..64), now in any::<u32>()) {
+            if let Ok(value) = HeaderValue::from_bytes(&raw) {
+                let mut headers = HeaderMap::new();
+                headers.insert(RETRY_AFTER, value);
+                let _ = parse_retry_after(&headers, at(u64::from(now)));
+            }
+        }
+
+        #[test]
+        fn any_numeric_text_parses_or_is_malformed(text in "[ \t]{0,2}[-+]?[0-9]{0,25}(\\.[0-9]{1,3})?[ \t]{0,2}") {
+            let value = HeaderValue::from_str(&text).unwrap();
+            let mut headers = HeaderMap::new();
+            headers.insert(RETRY_AFTER, value);
+            let parsed = parse_retry_after(&headers, at(0));
+            let trimmed = text.trim();
+            let plain_digits = !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit());
+            prop_assert_eq!(matches!(parsed, RetryAfterHint::Delay(_)), plain_digits);
+        }
+
+        #[test]
+        fn resolved_delay_is_within_the_clamp(
+            hint_ns in any::<u64>(),
+            clamp_ns in 1u64..=u64::MAX,
+            jitter in 0.0f64..=1.0,
+            seed in any::<u64>(),
+        ) {
+            let clamp = Duration::from_nanos(clamp_ns);
+            let hint = Duration::from_nanos(hint_ns);
+            let policy = RetryAfter::honored().jitter(jitter);
+            let mut rng = SmallRng::seed_from_u64(seed);
+            match policy.resolve(hint, clamp, &mut rng) {
+                Resolved::Delay { delay, clamped } => {
+                    prop_assert!(delay <= clamp);
+                    prop_assert!(clamped || delay >= hint);
+                }
+                Resolved::GiveUp => prop_assert!(false, "clamp policy never gives up"),
+            }
+        }
+    }
+}

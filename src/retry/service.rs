@@ -1,0 +1,103 @@
+//! [`Retry`]: the service that sends each request until it succeeds or there is reason to stop.
+
+use super::classify::Classify;
+use super::future::{ResponseFuture, Session};
+use super::layer::Shared;
+use super::message::{RetryRequest, RetryResponse};
+use super::stats::RetryStats;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+/// Retries transient failures of the inner service. Made by [`RetryLayer`](crate::RetryLayer).
+///
+/// `poll_ready` delegates to the inner service, and the first attempt goes to the service that
+/// was made ready. Before every retry, a stored clone of the inner service is polled to readiness
+/// again, after the sleep, so that no concurrency permit or buffer slot is held while sleeping.
+///
+/// # Clone
+///
+/// Cloning clones the inner service and shares the configuration, budget and counters.
+/// Each request keeps one clone of the inner service for its retries; a request that cannot be
+/// retried (a POST without a key, or `max_attempts == 1`) keeps none and copies nothing.
+pub struct Retry<S, C> {
+    inner: S,
+    shared: Arc<Shared<C>>,
+}
+
+impl<S, C> Retry<S, C> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<C>>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the retry service, returning the inner one.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The counters shared with the layer and its other services.
+    pub fn stats(&self) -> &RetryStats {
+        &self.shared.stats
+    }
+}
+
+impl<S, C, Req> Service<Req> for Retry<S, C>
+where
+    S: Service<Req> + Clone,
+    S::Response: RetryResponse,
+    Req: RetryRequest,
+    C: Classify<S::Response, S::Error>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, Req, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        let session = Session::new(Arc::clone(&self.shared), request);
+        if session.has_first_attempt_jitter() {
+            // The readied service stays here, unused; the attempt goes to a clone that is made
+            // ready after the delay, so nothing is held while sleeping.
+            return ResponseFuture::delayed(session, self.inner.clone());
+        }
+        if session.may_retry() {
+            let clone = self.inner.clone();
+            let ready = std::mem::replace(&mut self.inner, clone);
+            ResponseFuture::sent(session, ready)
+        } else {
+            ResponseFuture::sent_once(session, &mut self.inner)
+        }
+    }
+}
+
+impl<S: Clone, C> Clone for Retry<S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for Retry<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retry")
+            .field("inner", &self.inner)
+            .field("config", &*self.shared)
+            .finish()
+    }
+}

@@ -1,0 +1,250 @@
+//! Counters shared by every clone of a layer, and the histogram of realised delays.
+
+use super::report::StopReason;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Upper bounds (inclusive) of the delay histogram's buckets; the last bucket is open.
+pub const DELAY_BUCKETS: [Duration; 16] = {
+    const fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+    [
+        ms(1),
+        ms(2),
+        ms(5),
+        ms(10),
+        ms(20),
+        ms(50),
+        ms(100),
+        ms(200),
+        ms(500),
+        ms(1_000),
+        ms(2_000),
+        ms(5_000),
+        ms(10_000),
+        ms(20_000),
+        ms(30_000),
+        ms(60_000),
+    ]
+};
+
+/// Rows of the histogram: retries 1 to 8, and one row for retry 9 and later.
+pub const DELAY_ROWS: usize = 9;
+
+const COLUMNS: usize = DELAY_BUCKETS.len() + 1;
+
+/// Live counters of a [`RetryLayer`](crate::RetryLayer), shared by all its clones.
+///
+/// Updating them costs a relaxed atomic increment; reading them takes a
+/// [`snapshot`](Self::snapshot).
+///
+/// ```
+/// use tower_http_retry::RetryLayer;
+///
+/// let layer = RetryLayer::new();
+/// let stats = layer.stats().snapshot();
+/// assert_eq!(stats.requests, 0);
+/// ```
+#[derive(Clone, Default)]
+pub struct RetryStats {
+    counters: Arc<Counters>,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    attempts: AtomicU64,
+    retries: AtomicU64,
+    retry_after_seen: AtomicU64,
+    retry_after_clamped: AtomicU64,
+    retry_after_malformed: AtomicU64,
+    budget_denied: AtomicU64,
+    budget_refunded: AtomicU64,
+    stops: [AtomicU64; StopReason::ALL.len()],
+    delays: [[AtomicU64; COLUMNS]; DELAY_ROWS],
+}
+
+/// A point-in-time copy of [`RetryStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatsSnapshot {
+    /// Logical requests finished.
+    pub requests: u64,
+    /// Attempts sent, first attempts included.
+    pub attempts: u64,
+    /// Retries sent (attempts after the first).
+    pub retries: u64,
+    /// Transient responses that carried a valid `Retry-After`.
+    pub retry_after_seen: u64,
+    /// `Retry-After` hints cut to the clamp (or refused, with `WhenLonger::GiveUp`).
+    pub retry_after_clamped: u64,
+    /// `Retry-After` headers that could not be parsed (ignored; the backoff policy decided).
+    pub retry_after_malformed: u64,
+    /// Retries refused by the budget.
+    pub budget_denied: u64,
+    /// Budget tokens given back because a sleep was abandoned.
+    pub budget_refunded: u64,
+    /// Finished requests per [`StopReason`], in the order of [`StopReason::ALL`].
+    pub stops: [u64; StopReason::ALL.len()],
+    /// Realised delays per retry number.
+    pub delays: DelayHistogram,
+}
+
+impl StatsSnapshot {
+    /// Finished requests that stopped for `reason`.
+    pub fn stopped(&self, reason: StopReason) -> u64 {
+        self.stops[reason.index()]
+    }
+}
+
+/// Counts of realised delays: one row per retry number (1 to 8, then 9 and later), one column per
+/// bucket of [`DELAY_BUCKETS`] plus a last, open-ended one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DelayHistogram {
+    rows: [[u64; COLUMNS]; DELAY_ROWS],
+}
+
+impl DelayHistogram {
+    /// The counts for retry number `retry` (1-based; 9 and later share a row).
+    pub fn row(&self, retry: u32) -> &[u64] {
+        &self.rows[row_of(retry)]
+    }
+
+    /// How many delays were recorded.
+    pub fn total(&self) -> u64 {
+        self.rows.iter().flatten().sum()
+    }
+}
+
+impl fmt::Display for DelayHistogram {
+    /// A table: one line per retry number that has delays, one column per non-empty bucket.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let used: Vec<usize> = (0..COLUMNS)
+            .filter(|&c| self.rows.iter().any(|row| row[c] > 0))
+            .collect();
+        write!(f, "{:>7}", "retry")?;
+        for &c in &used {
+            let label = match DELAY_BUCKETS.get(c) {
+                Some(bound) => format!("<={bound:?}"),
+                None => format!(">{:?}", DELAY_BUCKETS[COLUMNS - 2]),
+            };
+            write!(f, " {label:>8}")?;
+        }
+        writeln!(f)?;
+        for (r, row) in self.rows.iter().enumerate() {
+            if row.iter().all(|&n| n == 0) {
+                continue;
+            }
+            let name = if r + 1 == DELAY_ROWS {
+                format!("{}+", r + 1)
+            } else {
+                (r + 1).to_string()
+            };
+            write!(f, "{name:>7}")?;
+            for &c in &used {
+                write!(f, " {:>8}", row[c])?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+fn row_of(retry: u32) -> usize {
+    (retry.max(1) as usize - 1).min(DELAY_ROWS - 1)
+}
+
+fn column_of(delay: Duration) -> usize {
+    DELAY_BUCKETS.partition_point(|bound| *bound < delay)
+}
+
+impl RetryStats {
+    /// A copy of every counter now.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let c = &*self.counters;
+        StatsSnapshot {
+            requests: c.requests.load(Relaxed),
+            attempts: c.attempts.load(Relaxed),
+            retries: c.retries.load(Relaxed),
+            retry_after_seen: c.retry_after_seen.load(Relaxed),
+            retry_after_clamped: c.retry_after_clamped.load(Relaxed),
+            retry_after_malformed: c.retry_after_malformed.load(Relaxed),
+            budget_denied: c.budget_denied.load(Relaxed),
+            budget_refunded: c.budget_refunded.load(Relaxed),
+            stops: std::array::from_fn(|i| c.stops[i].load(Relaxed)),
+            delays: DelayHistogram {
+                rows: std::array::from_fn(|r| {
+                    std::array::from_fn(|b| c.delays[r][b].load(Relaxed))
+                }),
+            },
+        }
+    }
+
+    pub(crate) fn attempt(&self, number: u32) {
+        self.counters.attempts.fetch_add(1, Relaxed);
+        if number > 1 {
+            self.counters.retries.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub(crate) fn stop(&self, reason: StopReason) {
+        self.counters.requests.fetch_add(1, Relaxed);
+        self.counters.stops[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn delay(&self, retry: u32, delay: Duration) {
+        self.counters.delays[row_of(retry)][column_of(delay)].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn retry_after_seen(&self) {
+        self.counters.retry_after_seen.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn retry_after_clamped(&self) {
+        self.counters.retry_after_clamped.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn retry_after_malformed(&self) {
+        self.counters.retry_after_malformed.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn budget_denied(&self) {
+        self.counters.budget_denied.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn budget_refunded(&self) {
+        self.counters.budget_refunded.fetch_add(1, Relaxed);
+    }
+}
+
+impl fmt::Debug for RetryStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RetryStats").field(&self.snapshot()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_land_in_their_bucket_and_row() {
+        let stats = RetryStats::default();
+        stats.delay(1, Duration::ZERO);
+        stats.delay(1, Duration::from_millis(1));
+        stats.delay(1, Duration::from_micros(1001));
+        stats.delay(2, Duration::from_secs(3600));
+        stats.delay(40, Duration::from_millis(150));
+        let h = stats.snapshot().delays;
+        assert_eq!(h.row(1)[0], 2, "0 and 1 ms are both <= 1 ms");
+        assert_eq!(h.row(1)[1], 1);
+        assert_eq!(h.row(2)[COLUMNS - 1], 1, "an hour is in the open bucket");
+        assert_eq!(h.row(9)[7], 1, "retry 40 shares the last row");
+        assert_eq!(h.total(), 5);
+        let table = h.to_string();
+        assert!(table.contains("9+"), "{table}");
+    }
+}
