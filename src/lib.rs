@@ -58,3 +58,8 @@ pub use retry::{
     Jitter, Outcome, RandomSource, ReportSlot, Retry, RetryAfter, RetryLayer, RetryLayerBuilder,
     RetryReport, RetryStats, StopReason, TokenBucket, WhenLonger,
 };
+
+// The README's code blocks are compiled and run as doctests, so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
