@@ -1,6 +1,6 @@
 //! [`Retry`]: the service that sends each request until it succeeds or there is reason to stop.
 
-use super::classify::Classify;
+use super::classify::{Classify, HttpClassifier};
 use super::future::{ResponseFuture, Session};
 use super::layer::Shared;
 use super::message::{RetryRequest, RetryResponse};
@@ -21,7 +21,7 @@ use tower_service::Service;
 /// Cloning clones the inner service and shares the configuration, budget and counters.
 /// Each request keeps one clone of the inner service for its retries; a request that cannot be
 /// retried (a POST without a key, or `max_attempts == 1`) keeps none and copies nothing.
-pub struct Retry<S, C> {
+pub struct Retry<S, C = HttpClassifier> {
     inner: S,
     shared: Arc<Shared<C>>,
 }
@@ -70,8 +70,11 @@ where
     fn call(&mut self, request: Req) -> Self::Future {
         let session = Session::new(Arc::clone(&self.shared), request);
         if session.has_first_attempt_jitter() {
-            // The readied service stays here, unused; the attempt goes to a clone that is made
-            // ready after the delay, so nothing is held while sleeping.
+            // The attempt goes to a clone made ready after the delay. The readied service is
+            // dropped now: kept here, whatever it reserved (a concurrency permit, a buffer slot)
+            // would be held through the delay, and the delayed attempt could wait on it forever.
+            let fresh = self.inner.clone();
+            drop(std::mem::replace(&mut self.inner, fresh));
             return ResponseFuture::delayed(session, self.inner.clone());
         }
         if session.may_retry() {

@@ -77,7 +77,9 @@ pub struct StatsSnapshot {
     pub attempts: u64,
     /// Retries sent (attempts after the first).
     pub retries: u64,
-    /// Transient responses that carried a valid `Retry-After`.
+    /// Transient responses that carried a valid `Retry-After` and were otherwise eligible for a
+    /// retry (counted before the deadline and the budget are asked, so it may exceed the hints
+    /// actually slept on).
     pub retry_after_seen: u64,
     /// `Retry-After` hints cut to the clamp (or refused, with `WhenLonger::GiveUp`).
     pub retry_after_clamped: u64,
@@ -89,7 +91,8 @@ pub struct StatsSnapshot {
     pub budget_refunded: u64,
     /// Finished requests per [`StopReason`], in the order of [`StopReason::ALL`].
     pub stops: [u64; StopReason::ALL.len()],
-    /// Realised delays per retry number.
+    /// Realised delays per retry number, counted when each sleep ends (an aborted sleep with the
+    /// time it lasted; a sleep abandoned by dropping the response future not at all).
     pub delays: DelayHistogram,
 }
 

@@ -1,0 +1,314 @@
+//! Loopback HTTP helpers shared by the integration tests.
+//!
+//! Include it from a test binary with
+//!
+//! ```text
+//! #[path = "../support.rs"]
+//! mod support;
+//! ```
+//!
+//! The API, in full:
+//!
+//! * [`TestServer::start`] serves HTTP/1.1 on `127.0.0.1:0` with a scripted handler, a function
+//!   from a [`Hit`] (the request, its id and how many times that id was seen with that method) to
+//!   a [`Reply`]: a response ([`Reply::status`]), a response after a stall ([`Reply::after`]), or
+//!   a dropped connection ([`Reply::Hangup`]). It counts hits per request id and method
+//!   ([`TestServer::hits`], [`TestServer::total_hits`]) and stops when dropped.
+//! * [`refused_addr`] is a loopback address where nothing listens.
+//! * [`client`] is hyper-util's legacy `Client` over plain HTTP; [`request`] builds requests for
+//!   it, tagged with a [`REQUEST_ID`] header.
+//!
+//! Everything uses real sockets, so tests that use it run on real time (see DEVELOPERS.md).
+
+// Each test binary uses a different part of this file.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::{AbortHandle, JoinSet};
+
+/// The header that names a logical request; retries of one request carry the same value.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// The request and response body of the client: `Clone`, so requests can be replayed.
+pub type Body = Full<Bytes>;
+
+/// hyper-util's legacy client over plain HTTP, as the tests use it.
+pub type HttpClient = Client<HttpConnector, Body>;
+
+/// A new hyper-util legacy client (its own connection pool).
+pub fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A request with the [`REQUEST_ID`] header set to `id`.
+pub fn request(method: Method, uri: &Uri, id: &str, body: impl Into<Bytes>) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri.clone())
+        .header(REQUEST_ID, id)
+        .body(Full::new(body.into()))
+        .expect("a valid request")
+}
+
+/// A `GET` with the [`REQUEST_ID`] header set to `id`.
+pub fn get(uri: &Uri, id: &str) -> Request<Body> {
+    request(Method::GET, uri, id, Bytes::new())
+}
+
+/// A loopback address where nothing listens: a listener is bound to port 0 and closed again.
+/// (Another process could take the port in between; on loopback in a test run that is rare.)
+pub fn refused_addr() -> SocketAddr {
+    let listener = StdListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener
+        .local_addr()
+        .expect("a bound listener has an address")
+}
+
+/// One request as the server's handler sees it.
+#[derive(Debug)]
+pub struct Hit {
+    /// The [`REQUEST_ID`] header ("" when absent).
+    pub id: String,
+    /// The method.
+    pub method: Method,
+    /// 1 for the first request with this id and method, 2 for the second, ...
+    pub nth: u32,
+    /// The request headers.
+    pub headers: HeaderMap,
+    /// The whole request body.
+    pub body: Bytes,
+}
+
+/// What the server does with a request.
+pub enum Reply {
+    /// Answer with this response.
+    Respond(Response<Body>),
+    /// Wait this long, then answer (a stall past a client's per-attempt timeout).
+    Stall(Duration, Response<Body>),
+    /// Read the request, then close the connection without answering. The client sees the
+    /// connection end before a response (hyper's "incomplete message").
+    Hangup,
+}
+
+impl Reply {
+    /// An empty response with this status.
+    pub fn status(code: u16) -> Self {
+        let mut response = Response::new(Full::new(Bytes::new()));
+        *response.status_mut() = StatusCode::from_u16(code).expect("a valid status code");
+        Reply::Respond(response)
+    }
+
+    /// Adds a header to the response (no effect on [`Reply::Hangup`]).
+    pub fn header(mut self, name: &'static str, value: &str) -> Self {
+        if let Reply::Respond(response) | Reply::Stall(_, response) = &mut self {
+            response.headers_mut().insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_str(value).expect("a valid header value"),
+            );
+        }
+        self
+    }
+
+    /// Answers only after `delay` (no effect on [`Reply::Hangup`]).
+    pub fn after(self, delay: Duration) -> Self {
+        match self {
+            Reply::Respond(response) | Reply::Stall(_, response) => Reply::Stall(delay, response),
+            Reply::Hangup => Reply::Hangup,
+        }
+    }
+}
+
+impl fmt::Debug for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reply::Respond(r) => f.debug_tuple("Respond").field(&r.status()).finish(),
+            Reply::Stall(d, r) => f.debug_tuple("Stall").field(d).field(&r.status()).finish(),
+            Reply::Hangup => f.write_str("Hangup"),
+        }
+    }
+}
+
+type Handler = dyn Fn(&Hit) -> Reply + Send + Sync;
+
+/// Hits per (method, request id).
+#[derive(Default)]
+struct HitLog(Mutex<HashMap<(Method, String), u32>>);
+
+impl HitLog {
+    /// Counts one more hit and returns its number for this method and id.
+    fn record(&self, method: &Method, id: &str) -> u32 {
+        let mut hits = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = hits.entry((method.clone(), id.to_owned())).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    fn get(&self, method: &Method, id: &str) -> u32 {
+        let hits = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        hits.get(&(method.clone(), id.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn total(&self) -> u32 {
+        let hits = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        hits.values().sum()
+    }
+}
+
+/// A scripted HTTP/1.1 server on `127.0.0.1`, stopped (with all its connections) when dropped.
+pub struct TestServer {
+    addr: SocketAddr,
+    hits: Arc<HitLog>,
+    task: AbortHandle,
+}
+
+impl TestServer {
+    /// Binds `127.0.0.1:0` and serves every request with `handler`.
+    pub async fn start(handler: impl Fn(&Hit) -> Reply + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener
+            .local_addr()
+            .expect("a bound listener has an address");
+        let hits = Arc::new(HitLog::default());
+        let handler: Arc<Handler> = Arc::new(handler);
+        let task = tokio::spawn(accept_loop(listener, handler, Arc::clone(&hits)));
+        Self {
+            addr,
+            hits,
+            task: task.abort_handle(),
+        }
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn uri(&self, path: &str) -> Uri {
+        format!("http://{}{path}", self.addr)
+            .parse()
+            .expect("a valid URI")
+    }
+
+    /// How many requests with this method and request id arrived.
+    pub fn hits(&self, method: &Method, id: &str) -> u32 {
+        self.hits.get(method, id)
+    }
+
+    /// How many requests arrived in all.
+    pub fn total_hits(&self) -> u32 {
+        self.hits.total()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        // Aborting the accept loop drops its JoinSet, which aborts every connection task.
+        self.task.abort();
+    }
+}
+
+impl fmt::Debug for TestServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestServer")
+            .field("addr", &self.addr)
+            .field("total_hits", &self.total_hits())
+            .finish()
+    }
+}
+
+async fn accept_loop(listener: TcpListener, handler: Arc<Handler>, hits: Arc<HitLog>) {
+    let mut connections = JoinSet::new();
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _peer)) => stream,
+            // E.g. too many open files: keep serving the connections already accepted.
+            Err(_) => continue,
+        };
+        let (handler, hits) = (Arc::clone(&handler), Arc::clone(&hits));
+        let service = hyper::service::service_fn(move |req| {
+            let (handler, hits) = (Arc::clone(&handler), Arc::clone(&hits));
+            async move { answer(req, &*handler, &hits).await }
+        });
+        connections.spawn(async move {
+            // A hangup ends the connection with an error; there is nothing to do about it.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+        // Reap finished connections so the set does not grow for the whole test.
+        while connections.try_join_next().is_some() {}
+    }
+}
+
+/// The error a hangup returns to hyper, which then drops the connection unanswered.
+#[derive(Debug)]
+struct HangUp;
+
+impl fmt::Display for HangUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("scripted hangup")
+    }
+}
+
+impl std::error::Error for HangUp {}
+
+async fn answer(
+    request: Request<Incoming>,
+    handler: &Handler,
+    hits: &HitLog,
+) -> Result<Response<Body>, HangUp> {
+    let (parts, body) = request.into_parts();
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return Err(HangUp),
+    };
+    let id = parts
+        .headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let nth = hits.record(&parts.method, &id);
+    let hit = Hit {
+        id,
+        method: parts.method,
+        nth,
+        headers: parts.headers,
+        body,
+    };
+    match handler(&hit) {
+        Reply::Respond(response) => Ok(response),
+        Reply::Stall(delay, response) => {
+            tokio::time::sleep(delay).await;
+            Ok(response)
+        }
+        Reply::Hangup => Err(HangUp),
+    }
+}
+
+/// Reads a whole response body (to check what the server sent).
+pub async fn body_of(response: Response<Incoming>) -> Bytes {
+    response
+        .into_body()
+        .collect()
+        .await
+        .expect("a complete response body")
+        .to_bytes()
+}
