@@ -212,7 +212,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         });
         if self.attempts > 0 {
             self.previous_delay = duration;
-            self.shared.stats.delay(self.attempts, duration);
+        }
+    }
+
+    /// The last sleep is over, run out or cut short: the histogram counts the time it lasted
+    /// (not the time planned, and nothing for a sleep abandoned by dropping the future).
+    fn sleep_ended(&self) {
+        if let Some(last) = self.delays.last().filter(|d| d.after_attempt > 0) {
+            self.shared.stats.delay(last.after_attempt, last.duration);
         }
     }
 
@@ -462,6 +469,7 @@ where
                     if aborted {
                         let remaining = sleep.deadline().saturating_duration_since(Instant::now());
                         this.session.cut_last_sleep(remaining);
+                        this.session.sleep_ended();
                         drop(token.take()); // refunded: this retry will not be sent
                         if let Some(result) = last.take() {
                             this.state.set(State::Done);
@@ -470,6 +478,7 @@ where
                         // Aborted before the first attempt: there is no outcome yet, send now.
                     } else {
                         ready!(sleep.poll(cx));
+                        this.session.sleep_ended();
                     }
                     // The previous outcome is released here, before the next attempt.
                     let token = token.take();

@@ -94,7 +94,7 @@ pub enum DelaySource {
 pub struct Delay {
     /// The attempt that failed before this sleep (0 for the first-attempt jitter).
     pub after_attempt: u32,
-    /// How long the request slept (or was to sleep, if the sleep was aborted).
+    /// How long the request slept (until the abort, if the sleep was aborted).
     pub duration: Duration,
     /// Where the duration came from.
     pub source: DelaySource,

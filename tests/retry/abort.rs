@@ -1,0 +1,130 @@
+//! The abort signal: sleeping requests return their last outcome at once.
+
+use crate::support::*;
+use std::sync::Arc;
+use tokio::time::Instant;
+use tokio_test::assert_pending;
+use tower_http_retry::{AbortSignal, RetryLayerBuilder, StopReason};
+
+fn abortable(signal: &AbortSignal) -> RetryLayerBuilder {
+    builder().abort_signal(signal.clone())
+}
+
+/// Starts `n` requests and answers each first attempt with 503: all of them sleep.
+fn sleepers(client: &mut Client, n: usize) -> Vec<Fut> {
+    (0..n).map(|_| client.sleeping(get())).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn wake_sleepers_wakes_every_sleeping_request_at_once() {
+    let signal = AbortSignal::new();
+    let mut client = Client::new(abortable(&signal).build().unwrap());
+    let mut futures = sleepers(&mut client, 100);
+    let start = Instant::now();
+
+    signal.wake_sleepers();
+    for future in &mut futures {
+        assert!(future.is_woken(), "woken without any time passing");
+        let (code, report) = finished(future.poll());
+        assert_eq!(code, 503, "the last outcome is returned");
+        assert_eq!((report.attempts, report.stop), (1, StopReason::Aborted));
+    }
+    assert_eq!(Instant::now(), start);
+    client.assert_no_request();
+    assert_eq!(client.stats().stopped(StopReason::Aborted), 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn wake_sleepers_refunds_every_token() {
+    let signal = AbortSignal::new();
+    let budget = CountingBudget::with_tokens(100);
+    let layer = abortable(&signal)
+        .budget(Arc::clone(&budget))
+        .build()
+        .unwrap();
+    let mut client = Client::new(layer);
+    let mut futures = sleepers(&mut client, 100);
+    assert_eq!(budget.calls().withdrawals, 100);
+
+    signal.wake_sleepers();
+    for future in &mut futures {
+        finished(future.poll());
+    }
+    assert_eq!(budget.calls().refunds, 100);
+    assert_eq!(client.stats().budget_refunded, 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn wake_sleepers_lets_later_failures_sleep() {
+    let signal = AbortSignal::new();
+    let mut client = Client::new(abortable(&signal).build().unwrap());
+    signal.wake_sleepers();
+    let (code, report) = run_through(&mut client, get(), &[503, 200]).await;
+    assert_eq!((code, report.attempts), (200, 2));
+    assert_eq!(report.slept, 100 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_wakes_sleeping_requests() {
+    let signal = AbortSignal::new();
+    let mut client = Client::new(abortable(&signal).build().unwrap());
+    let mut futures = sleepers(&mut client, 1);
+    signal.shutdown();
+    assert_eq!(finished(futures[0].poll()).1.stop, StopReason::Aborted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_shutdown_failures_return_without_sleeping() {
+    let signal = AbortSignal::new();
+    let budget = CountingBudget::with_tokens(10);
+    let layer = abortable(&signal)
+        .budget(Arc::clone(&budget))
+        .build()
+        .unwrap();
+    let mut client = Client::new(layer);
+    signal.shutdown();
+
+    let mut future = client.start(get());
+    let start = Instant::now();
+    client.reply(503);
+    let (code, report) = finished(future.poll());
+    assert_eq!(Instant::now(), start);
+    assert_eq!(code, 503);
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Aborted));
+    assert!(report.delays.is_empty());
+    assert_eq!(budget.calls(), BudgetCalls::default(), "no token taken");
+}
+
+#[tokio::test(start_paused = true)]
+async fn aborted_report_shows_the_time_actually_slept() {
+    let signal = AbortSignal::new();
+    let mut client = Client::new(abortable(&signal).build().unwrap());
+    let mut futures = sleepers(&mut client, 1);
+    advance(40 * MS).await;
+    signal.wake_sleepers();
+    let (_, report) = finished(futures[0].poll());
+    assert_eq!(report.slept, 40 * MS);
+    assert_eq!(report.delays[0].duration, 40 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn request_woken_during_first_attempt_jitter_is_sent_at_once() {
+    let signal = AbortSignal::new();
+    let layer = abortable(&signal)
+        .first_attempt_jitter(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut client = Client::new(layer);
+    let mut future = client.start(get());
+    client.assert_no_request();
+    let start = Instant::now();
+
+    signal.wake_sleepers();
+    assert!(future.is_woken());
+    assert_pending!(future.poll());
+    client.reply(200);
+    let (code, report) = finished(future.poll());
+    assert_eq!(Instant::now(), start);
+    assert_eq!((code, report.attempts), (200, 1));
+    assert_eq!(report.slept, std::time::Duration::ZERO);
+}
