@@ -1,11 +1,11 @@
 //! [`ResponseFuture`]: one logical request, from its first attempt to its last outcome.
 //!
 //! ```text
-//!            ┌────────────── transient, may retry ───────────────┐
-//!            v                                                   │
-//! call ─> Calling ── success / permanent / stop ─> done     Sleeping ── aborted ─> done
-//!            ^                                                   │ slept
-//!            └──────────── Readying (poll_ready the clone) <─────┘
+//!  call ──> Calling ──── success / permanent / a reason to stop ────> done
+//!             ^    └──── transient, retry granted ───┐
+//!             │                                      v
+//!             └── next attempt ──── Waiting: sleep, then poll_ready the stored clone
+//!                                      └── aborted (at any point) ──> done, last outcome
 //! ```
 //!
 //! After a transient outcome the decision is taken in this order: is the request repeatable,
@@ -62,18 +62,16 @@ pin_project! {
             #[pin]
             future: F,
         },
-        // Waiting before the next attempt, holding the last outcome in case the wait is aborted
-        // (`None` before the first attempt) and the budget token the retry will spend.
-        Sleeping {
+        // Between attempts: sleeping, then polling the stored service to readiness. It holds the
+        // last outcome (`None` before the first attempt) until the next attempt is sent, so that
+        // an abort at any point returns it, and the budget token the retry will spend.
+        Waiting {
             #[pin]
             sleep: Sleep,
             #[pin]
             woken: Option<OwnedNotified>,
+            slept: bool,
             last: Option<Result<Res, E>>,
-            token: Option<Withdrawal>,
-        },
-        // Polling the stored service to readiness before the next attempt.
-        Readying {
             token: Option<Withdrawal>,
         },
         Done,
@@ -415,10 +413,11 @@ where
         };
         session.record_delay(delay, DelaySource::FirstAttempt);
         Self {
-            state: State::Sleeping {
+            state: State::Waiting {
                 sleep: tokio::time::sleep(delay),
                 woken,
                 last: None,
+                slept: false,
                 token: None,
             },
             service: Some(service),
@@ -451,51 +450,60 @@ where
                             delay,
                             woken,
                             token,
-                        } => this.state.set(State::Sleeping {
+                        } => this.state.set(State::Waiting {
                             sleep: tokio::time::sleep(delay),
                             woken,
+                            slept: false,
                             last: Some(result),
                             token,
                         }),
                     }
                 }
-                StateProj::Sleeping {
+                StateProj::Waiting {
                     sleep,
-                    woken,
+                    mut woken,
+                    slept,
                     last,
                     token,
                 } => {
-                    let aborted = woken.as_pin_mut().is_some_and(|w| w.poll(cx).is_ready());
+                    let aborted = woken
+                        .as_mut()
+                        .as_pin_mut()
+                        .is_some_and(|w| w.poll(cx).is_ready());
                     if aborted {
-                        let remaining = sleep.deadline().saturating_duration_since(Instant::now());
-                        this.session.cut_last_sleep(remaining);
-                        this.session.sleep_ended();
+                        woken.set(None);
+                        if !*slept {
+                            let remaining =
+                                sleep.deadline().saturating_duration_since(Instant::now());
+                            this.session.cut_last_sleep(remaining);
+                            this.session.sleep_ended();
+                            *slept = true;
+                        }
                         drop(token.take()); // refunded: this retry will not be sent
                         if let Some(result) = last.take() {
                             this.state.set(State::Done);
                             return Poll::Ready(this.session.finish(result, StopReason::Aborted));
                         }
                         // Aborted before the first attempt: there is no outcome yet, send now.
-                    } else {
+                    }
+                    if !*slept {
                         ready!(sleep.poll(cx));
                         this.session.sleep_ended();
+                        *slept = true;
                     }
-                    // The previous outcome is released here, before the next attempt.
-                    let token = token.take();
-                    this.state.set(State::Readying { token });
-                }
-                StateProj::Readying { token } => {
                     let service = this
                         .service
                         .as_mut()
-                        .expect("a request that sleeps keeps a service");
+                        .expect("a request that waits keeps a service");
                     if let Err(error) = ready!(service.poll_ready(cx)) {
+                        drop(token.take());
                         this.state.set(State::Done);
                         return Poll::Ready(this.session.finish(Err(error), StopReason::NotReady));
                     }
                     if let Some(token) = token.take() {
                         token.spend();
                     }
+                    // The previous outcome is released here, as the next attempt is sent.
                     let future = this.session.send(service);
                     this.state.set(State::Calling { future });
                 }
@@ -512,8 +520,8 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Calling { .. } => "calling",
-            State::Sleeping { .. } => "sleeping",
-            State::Readying { .. } => "readying",
+            State::Waiting { slept: false, .. } => "sleeping",
+            State::Waiting { slept: true, .. } => "readying",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")

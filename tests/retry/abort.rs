@@ -128,3 +128,30 @@ async fn request_woken_during_first_attempt_jitter_is_sent_at_once() {
     assert_eq!((code, report.attempts), (200, 1));
     assert_eq!(report.slept, std::time::Duration::ZERO);
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_reaches_a_request_waiting_for_readiness() {
+    let signal = AbortSignal::new();
+    let budget = CountingBudget::with_tokens(10);
+    let layer = abortable(&signal)
+        .budget(Arc::clone(&budget))
+        .build()
+        .unwrap();
+    let mut client = Client::wrapping(layer, |mock| tower::limit::ConcurrencyLimit::new(mock, 1));
+    let mut waiter = client.sleeping(get());
+
+    // A second request takes the only permit; the first one's sleep ends and it waits for it.
+    tokio_test::assert_ready_ok!(client.poll_ready());
+    let mut holder = client.start(get());
+    let _held = client.next_request();
+    advance(100 * MS).await;
+    assert_pending!(waiter.poll());
+
+    signal.shutdown();
+    assert!(waiter.is_woken());
+    let (code, report) = finished(waiter.poll());
+    assert_eq!((code, report.stop), (503, StopReason::Aborted));
+    assert_eq!(report.attempts, 1, "the retry was not sent");
+    assert_eq!(budget.calls().refunds, 1);
+    assert_pending!(holder.poll());
+}
