@@ -51,12 +51,19 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod circuit_breaker;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 pub mod retry;
 
+pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerLayerBuilder, CircuitOpen};
+
 pub use retry::{
-    classify_fn, AbortSignal, Backoff, Classify, HttpClassifier, Idempotency, InvalidConfig,
-    Jitter, Outcome, RandomSource, ReportSlot, Retry, RetryAfter, RetryLayer, RetryLayerBuilder,
-    RetryReport, RetryStats, StopReason, TokenBucket, WhenLonger,
+    classify_fn, AbortSignal, Backoff, Classify, Delay, DelayHistogram, DelaySource,
+    HttpClassifier, Idempotency, InvalidConfig, Jitter, Outcome, RandomSource, ReportSlot, Retry,
+    RetryAfter, RetryBudget, RetryLayer, RetryLayerBuilder, RetryReport, RetryStats, StatsSnapshot,
+    StopReason, TokenBucket, WhenLonger,
 };
 
 // The README's code blocks are compiled and run as doctests, so the README stays true.

@@ -2,12 +2,13 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
-/// Wakes sleeping retries, once ([`wake_sleepers`](Self::wake_sleepers)) or for good
-/// ([`shutdown`](Self::shutdown)).
+/// Wakes sleeping retries: once ([`wake_sleepers`](Self::wake_sleepers)), for a while
+/// ([`hold_until`](Self::hold_until)) or for good ([`shutdown`](Self::shutdown)).
 ///
 /// A request sleeping before its next attempt holds on to its last response or error. When the
 /// process shuts down, or a circuit breaker opens in front of the endpoint, waiting out the sleep
@@ -30,7 +31,13 @@ use tokio::sync::Notify;
 #[derive(Clone, Default)]
 pub struct AbortSignal {
     notify: Arc<Notify>,
-    shut_down: Arc<AtomicBool>,
+    state: Arc<State>,
+}
+
+#[derive(Default)]
+struct State {
+    shut_down: AtomicBool,
+    held_until: Mutex<Option<Instant>>,
 }
 
 impl AbortSignal {
@@ -45,20 +52,45 @@ impl AbortSignal {
         self.notify.notify_waiters();
     }
 
+    /// Wakes every sleeping request and, until `until`, lets no failed request start a sleep:
+    /// each returns its last outcome at once. A circuit breaker calls this when it opens, with
+    /// the moment it will half-open, so that the attempt that was in flight when it opened does
+    /// not sleep only to be refused. A later call replaces the moment.
+    pub fn hold_until(&self, until: Instant) {
+        *self.held_until() = Some(until);
+        self.notify.notify_waiters();
+    }
+
     /// Wakes every sleeping request and stops all later retries from sleeping: from now on a
     /// failure is returned at once. For process shutdown; it cannot be undone.
     pub fn shutdown(&self) {
-        self.shut_down.store(true, Ordering::SeqCst);
+        self.state.shut_down.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called.
     pub fn is_shut_down(&self) -> bool {
-        self.shut_down.load(Ordering::SeqCst)
+        self.state.shut_down.load(Ordering::SeqCst)
+    }
+
+    /// Whether a failed request may not sleep now: shut down, or held by
+    /// [`hold_until`](Self::hold_until).
+    pub(crate) fn forbids_sleep(&self) -> bool {
+        self.is_shut_down()
+            || self
+                .held_until()
+                .is_some_and(|until| Instant::now() < until)
+    }
+
+    fn held_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.state
+            .held_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A future that completes at the next wake. Create it *before* checking
-    /// [`is_shut_down`](Self::is_shut_down): a wake that happens in between still completes it.
+    /// [`forbids_sleep`](Self::forbids_sleep): a wake that happens in between still completes it.
     pub(crate) fn listen(&self) -> OwnedNotified {
         Arc::clone(&self.notify).notified_owned()
     }

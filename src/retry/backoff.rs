@@ -1,21 +1,6 @@
-//! Backoff delays: plain exponential and three jitter distributions.
-//!
-//! Every policy is a pure function of the retry number `n` (0 for the first retry), the previous
-//! delay and a random stream, so it can be tested without a runtime. With
-//! `v = min(cap, base * multiplier^n)`:
-//!
-//! | [`Jitter`] | delay before retry `n` |
-//! |---|---|
-//! | [`None`](Jitter::None) | `v` |
-//! | [`Full`](Jitter::Full) | `U(0, v)` |
-//! | [`Equal`](Jitter::Equal) | `v/2 + U(0, v/2)` |
-//! | [`Decorrelated`](Jitter::Decorrelated) | `min(cap, U(base, 3 * prev))`, `prev` starting at `base` |
-//!
-//! (Marc Brooker, "Exponential Backoff And Jitter", AWS Architecture Blog, 2015.)
-//!
-//! The maths saturates: `base * multiplier^n` is computed in floating point and becomes infinite
-//! rather than overflowing, so every policy returns a delay in `[0, cap]` for every `n` up to
-//! `u32::MAX`.
+//! Backoff delays: plain exponential and three jitter distributions (the formulas are on
+//! [`Backoff`]). Every policy is a pure function of the retry number, the previous delay and a
+//! random stream, so it is tested without a runtime.
 
 use super::error::{in_range, non_zero, InvalidConfig};
 use rand::{Rng, RngExt};
@@ -27,7 +12,7 @@ use std::time::Duration;
 /// below `Duration::MAX` keeps the floating-point maths exact to the nanosecond range that matters.
 pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-/// How the delay before a retry is drawn. See the [module docs](self) for the formulas.
+/// How the delay before a retry is drawn. The formulas are in the table on [`Backoff`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Jitter {
@@ -45,6 +30,19 @@ pub enum Jitter {
 }
 
 /// A backoff policy: the [`Jitter`] distribution and its bounds.
+///
+/// With `n` the retry number (0 for the first retry) and `v = min(cap, base * multiplier^n)`:
+///
+/// | [`Jitter`] | delay before retry `n` |
+/// |---|---|
+/// | [`None`](Jitter::None) | `v` |
+/// | [`Full`](Jitter::Full) | `U(0, v)` |
+/// | [`Equal`](Jitter::Equal) | `v/2 + U(0, v/2)` |
+/// | [`Decorrelated`](Jitter::Decorrelated) | `min(cap, U(base, 3 * prev))`, `prev` starting at `base` |
+///
+/// (Marc Brooker, "Exponential Backoff And Jitter", AWS Architecture Blog, 2015.) The maths
+/// saturates: `base * multiplier^n` is computed in floating point and becomes infinite rather than
+/// overflowing, so every policy returns a delay in `[0, cap]` for every `n` up to `u32::MAX`.
 ///
 /// `Backoff` is plain data; [`validate`](Backoff::validate) (called by
 /// [`RetryLayerBuilder::build`](crate::RetryLayerBuilder::build)) rejects values that cannot work.

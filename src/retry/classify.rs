@@ -163,6 +163,11 @@ impl HttpClassifier {
     pub fn classify_error_chain(&self, error: &(dyn Error + 'static)) -> Outcome {
         let mut link = Some(error);
         while let Some(error) = link {
+            // Refused by a circuit breaker: retrying this request cannot help, whatever the
+            // setting for unknown errors.
+            if error.is::<crate::circuit_breaker::CircuitOpen>() {
+                return Outcome::Permanent;
+            }
             if is_transient_error(error) {
                 return Outcome::Transient;
             }
@@ -199,6 +204,10 @@ fn is_transient_error(error: &(dyn Error + 'static)) -> bool {
                 | io::ErrorKind::TimedOut
                 | io::ErrorKind::UnexpectedEof
         );
+    }
+    #[cfg(feature = "reqwest")]
+    if let Some(error) = error.downcast_ref::<reqwest::Error>() {
+        return crate::reqwest::is_transient(error);
     }
     #[cfg(feature = "hyper")]
     {

@@ -258,7 +258,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         // Listen before checking: a shutdown in between still wakes the sleep.
         let woken = shared.abort.as_ref().map(AbortSignal::listen);
-        if shared.abort.as_ref().is_some_and(AbortSignal::is_shut_down) {
+        if shared
+            .abort
+            .as_ref()
+            .is_some_and(AbortSignal::forbids_sleep)
+        {
             return Next::Stop(StopReason::Aborted);
         }
         let (delay, source) = match self.delay_for(result) {

@@ -2,6 +2,7 @@
 
 use crate::support::*;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 use tokio_test::assert_pending;
 use tower_http_retry::{AbortSignal, RetryLayerBuilder, StopReason};
@@ -154,4 +155,27 @@ async fn shutdown_reaches_a_request_waiting_for_readiness() {
     assert_eq!(report.attempts, 1, "the retry was not sent");
     assert_eq!(budget.calls().refunds, 1);
     assert_pending!(holder.poll());
+}
+
+#[tokio::test(start_paused = true)]
+async fn hold_until_wakes_sleepers_and_forbids_sleeping_until_then() {
+    let signal = AbortSignal::new();
+    let mut client = Client::new(abortable(&signal).build().unwrap());
+    let mut sleeper = client.sleeping(get());
+
+    signal.hold_until(Instant::now() + Duration::from_secs(10));
+    assert_eq!(finished(sleeper.poll()).1.stop, StopReason::Aborted);
+    // While held, a failure returns at once.
+    let mut held = client.start(get());
+    client.reply(503);
+    let (code, report) = finished(held.poll());
+    assert_eq!(
+        (code, report.stop, report.attempts),
+        (503, StopReason::Aborted, 1)
+    );
+
+    // After the hold, failures sleep and retry again.
+    advance(Duration::from_secs(10)).await;
+    let (code, report) = run_through(&mut client, get(), &[503, 200]).await;
+    assert_eq!((code, report.attempts), (200, 2));
 }

@@ -1,0 +1,261 @@
+//! A reverse proxy in axum that forwards through retry + circuit breaker + per-attempt timeout.
+//!
+//! Starts a flaky upstream and the proxy on 127.0.0.1, sends a few requests through the proxy,
+//! prints what happened to each, and exits.
+//!
+//! ```text
+//! cargo run --example axum_proxy
+//! ```
+//!
+//! What it shows:
+//!
+//! * **Bodies.** `http::Request<B>` is not `Clone`, and a streamed body cannot be sent twice. The
+//!   proxy buffers each incoming body, bounded by [`BODY_LIMIT`] (413 past it, and the upstream
+//!   never sees the request), into a `Full<Bytes>`, which is cheap to clone for every attempt.
+//! * **Idempotency.** A GET is retried; a POST is retried only when it carries an
+//!   `Idempotency-Key` (the upstream can then recognise the repeat); a POST without one is sent
+//!   once and its 503 passed on.
+//! * **Errors.** An open circuit becomes a 503 with `Retry-After`; a timed-out last attempt a
+//!   504; a transport error a 502. Each response says how many attempts it took
+//!   (`x-proxy-attempts`) and why the retry layer stopped (`x-proxy-stop`).
+//!
+//! The test in `tests/proxy/` includes this file and drives the same proxy end to end.
+
+use axum::body::Body as AxumBody;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::uri::Authority;
+use http::{StatusCode, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tower::timeout::error::Elapsed;
+use tower::timeout::Timeout;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_http_retry::circuit_breaker::CircuitBreaker;
+use tower_http_retry::{
+    CircuitBreakerLayer, CircuitOpen, HttpClassifier, ReportSlot, Retry, RetryLayer,
+};
+
+/// The largest request body the proxy forwards. Bodies are buffered whole so that a retry can
+/// send them again; the bound keeps that memory in check.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// The attempts of one request, in a response header.
+pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-proxy-attempts");
+/// Why the retry layer stopped, in a response header.
+pub const STOP: HeaderName = HeaderName::from_static("x-proxy-stop");
+
+/// The body sent upstream: buffered, so every attempt can send it again.
+pub type Body = Full<Bytes>;
+
+/// hyper-util's client inside a per-attempt timeout, a circuit breaker and the retry layer.
+pub type Forwarder = Retry<
+    CircuitBreaker<
+        Timeout<hyper_util::client::legacy::Client<HttpConnector, Body>>,
+        HttpClassifier,
+    >,
+    HttpClassifier,
+>;
+
+/// The client stack the proxy forwards through, outermost first.
+pub fn forwarder(
+    retry: RetryLayer,
+    breaker: CircuitBreakerLayer,
+    per_attempt: Duration,
+) -> Forwarder {
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
+    ServiceBuilder::new()
+        .layer(retry)
+        .layer(breaker)
+        .timeout(per_attempt)
+        .service(client)
+}
+
+#[derive(Clone)]
+struct Proxy {
+    upstream: Authority,
+    forwarder: Forwarder,
+}
+
+/// A router that forwards every request to `upstream` (host:port) through `forwarder`.
+pub fn router(upstream: Authority, forwarder: Forwarder) -> Router {
+    Router::new().fallback(forward).with_state(Proxy {
+        upstream,
+        forwarder,
+    })
+}
+
+/// Serves `router` on 127.0.0.1 (any free port) in the background; returns the address.
+pub async fn serve(router: Router) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok(addr)
+}
+
+/// Headers that describe one hop, not the message: not forwarded.
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    header::HOST,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+async fn forward(State(proxy): State<Proxy>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = match Limited::new(body, BODY_LIMIT).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<LengthLimitError>() => {
+            return (StatusCode::PAYLOAD_TOO_LARGE, "request body over 64 KiB").into_response();
+        }
+        Err(_) => return (StatusCode::BAD_REQUEST, "unreadable request body").into_response(),
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri = Uri::builder()
+        .scheme("http")
+        .authority(proxy.upstream.clone())
+        .path_and_query(path)
+        .build()
+        .expect("an authority and a path from valid URIs");
+    let mut upstream = http::Request::new(Full::new(bytes));
+    *upstream.method_mut() = parts.method;
+    *upstream.uri_mut() = uri;
+    *upstream.headers_mut() = parts.headers;
+    for name in &HOP_BY_HOP {
+        upstream.headers_mut().remove(name);
+    }
+    // The retry layer fills the slot whatever the outcome, errors included.
+    let slot = ReportSlot::new();
+    upstream.extensions_mut().insert(slot.clone());
+
+    let mut response = match proxy.forwarder.oneshot(upstream).await {
+        Ok(response) => response.map(AxumBody::new),
+        Err(error) => error_response(&error),
+    };
+    if let Some(report) = slot.take() {
+        let headers = response.headers_mut();
+        headers.insert(ATTEMPTS, HeaderValue::from(report.attempts));
+        headers.insert(STOP, HeaderValue::from_static(report.stop.as_str()));
+    }
+    response
+}
+
+/// What the proxy's caller sees when no upstream response came back.
+fn error_response(error: &BoxError) -> Response {
+    if let Some(open) = error.downcast_ref::<CircuitOpen>() {
+        // Whole seconds, rounded up: a client that waits this long finds the circuit half-open.
+        let seconds = open.retry_after().as_secs_f64().ceil().max(1.0) as u64;
+        let retry_after = [(header::RETRY_AFTER, seconds.to_string())];
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            retry_after,
+            "upstream circuit open",
+        )
+            .into_response();
+    }
+    if error.is::<Elapsed>() {
+        return (StatusCode::GATEWAY_TIMEOUT, "upstream timed out").into_response();
+    }
+    (StatusCode::BAD_GATEWAY, "upstream unreachable").into_response()
+}
+
+/// The demo: a flaky upstream, the proxy in front of it, and a few requests.
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use tower_http_retry::{AbortSignal, Backoff, Jitter};
+
+    // The upstream fails the first attempt of every request (it reads the attempt number the
+    // retry layer stamps), and /down fails always.
+    let hits = Arc::new(AtomicU32::new(0));
+    let counter = Arc::clone(&hits);
+    let upstream = Router::new().fallback(move |request: Request| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let first = request
+            .headers()
+            .get("x-retry-attempt")
+            .is_some_and(|v| v == "1");
+        let status = match (request.uri().path(), first) {
+            ("/down", _) | (_, true) => StatusCode::SERVICE_UNAVAILABLE,
+            (_, false) if request.method() == http::Method::POST => StatusCode::CREATED,
+            _ => StatusCode::OK,
+        };
+        async move { status }
+    });
+    let upstream_addr = serve(upstream).await?;
+
+    let wake = AbortSignal::new();
+    let retry = RetryLayer::builder()
+        .max_attempts(3)
+        .backoff(Backoff::new(
+            Jitter::Full,
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+        ))
+        .attempt_header(HeaderName::from_static("x-retry-attempt"))
+        .abort_signal(wake.clone())
+        .build()?;
+    let breaker = CircuitBreakerLayer::builder()
+        .consecutive_failures(3)
+        .open_duration(Duration::from_secs(5))
+        .abort_signal(wake)
+        .build()?;
+    breaker.check_retry(&retry)?;
+    let stack = forwarder(retry, breaker, Duration::from_millis(500));
+    let proxy_addr = serve(router(upstream_addr.to_string().parse()?, stack)).await?;
+    println!("upstream on {upstream_addr}, proxy on {proxy_addr}\n");
+
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
+    let big = vec![b'x'; BODY_LIMIT + 1];
+    let requests: [(&str, &str, Option<&str>, &[u8]); 7] = [
+        ("GET", "/items", None, b""),
+        ("POST", "/orders", None, b"order 1"),
+        ("POST", "/orders", Some("order-2"), b"order 2"),
+        ("POST", "/upload", None, &big),
+        ("GET", "/down", None, b""),
+        ("GET", "/down", None, b""),
+        ("GET", "/items", None, b""),
+    ];
+    for (method, path, key, body) in requests {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{proxy_addr}{path}"));
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let request = request.body(Full::new(Bytes::copy_from_slice(body)))?;
+        let before = hits.load(Ordering::SeqCst);
+        let response = client.request(request).await?;
+        let header = |name: &HeaderName| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_owned()
+        };
+        let key = key.map_or(String::new(), |k| format!(" (Idempotency-Key {k})"));
+        println!(
+            "{method:4} {path:8} {:>6} B{key:27} -> {} | attempts {}, stop {}, upstream hits {}{}",
+            body.len(),
+            response.status(),
+            header(&ATTEMPTS),
+            header(&STOP),
+            hits.load(Ordering::SeqCst) - before,
+            match response.headers().get(header::RETRY_AFTER) {
+                Some(value) => format!(", Retry-After {}", value.to_str()?),
+                None => String::new(),
+            }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! [`ResponseFuture`]: a call that went through (holding its ticket) or was refused.
+
+use super::error::CircuitOpen;
+use super::layer::Shared;
+use super::state::Pass;
+use crate::retry::Classify;
+use pin_project_lite::pin_project;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use tokio::time::Instant;
+use tower::BoxError;
+
+pin_project! {
+    /// The future of [`CircuitBreaker`](super::CircuitBreaker): the inner service's outcome, or
+    /// [`CircuitOpen`] at once when the call was refused.
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    pub struct ResponseFuture<F, C> {
+        #[pin]
+        state: State<F>,
+        // `None` once the outcome is recorded, or when the call was refused.
+        ticket: Option<Ticket<C>>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Called {
+            #[pin]
+            future: F,
+        },
+        Refused {
+            error: Option<CircuitOpen>,
+        },
+    }
+}
+
+/// An admitted call's claim on the breaker: its outcome is recorded against the phase it was
+/// admitted in, and a half-open probe slot is freed when the ticket is dropped unused.
+pub(crate) struct Ticket<C> {
+    shared: Arc<Shared<C>>,
+    pass: Pass,
+    recorded: bool,
+}
+
+impl<C> Ticket<C> {
+    pub(crate) fn new(shared: Arc<Shared<C>>, pass: Pass) -> Self {
+        Self {
+            shared,
+            pass,
+            recorded: false,
+        }
+    }
+
+    fn record<Res, E>(mut self, result: &Result<Res, E>)
+    where
+        C: Classify<Res, E>,
+    {
+        let classifier = &self.shared.classifier;
+        let outcome = match result {
+            Ok(response) => classifier.classify_response(response),
+            Err(error) => classifier.classify_error(error),
+        };
+        self.shared.breaker.record(self.pass, outcome, Instant::now);
+        self.recorded = true;
+    }
+}
+
+impl<C> Drop for Ticket<C> {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.shared.breaker.release(self.pass);
+        }
+    }
+}
+
+impl<F, C> ResponseFuture<F, C> {
+    pub(crate) fn called(future: F, ticket: Ticket<C>) -> Self {
+        Self {
+            state: State::Called { future },
+            ticket: Some(ticket),
+        }
+    }
+
+    pub(crate) fn refused(error: CircuitOpen) -> Self {
+        Self {
+            state: State::Refused { error: Some(error) },
+            ticket: None,
+        }
+    }
+}
+
+impl<F, C, Res, E> Future for ResponseFuture<F, C>
+where
+    F: Future<Output = Result<Res, E>>,
+    E: Into<BoxError>,
+    C: Classify<Res, E>,
+{
+    type Output = Result<Res, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match this.state.project() {
+            StateProj::Called { future } => {
+                let result = ready!(future.poll(cx));
+                if let Some(ticket) = this.ticket.take() {
+                    ticket.record(&result);
+                }
+                Poll::Ready(result.map_err(Into::into))
+            }
+            StateProj::Refused { error } => {
+                let error = error
+                    .take()
+                    .expect("ResponseFuture polled after completion");
+                Poll::Ready(Err(error.into()))
+            }
+        }
+    }
+}
+
+impl<F, C> fmt::Debug for ResponseFuture<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Called { .. } => "called",
+            State::Refused { .. } => "refused",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("pass", &self.ticket.as_ref().map(|t| t.pass))
+            .finish()
+    }
+}

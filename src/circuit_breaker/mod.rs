@@ -1,0 +1,106 @@
+//! A circuit breaker that shares the retry layer's classifier and wakes its sleeping retries.
+//!
+//! Backoff handles transient failure: the endpoint is back shortly, so wait. A breaker handles
+//! sustained failure: it is not coming back shortly, so stop trying and free the concurrency.
+//! With backoff and no breaker, a dead endpoint keeps every request busy for its whole retry
+//! sequence; with a breaker, the calls fail fast with [`CircuitOpen`] until a probe shows the
+//! endpoint is back.
+//!
+//! * **Closed**: calls go through. The circuit opens after
+//!   [`consecutive_failures`](CircuitBreakerLayerBuilder::consecutive_failures) in a row, or when
+//!   the [`failure_ratio`](CircuitBreakerLayerBuilder::failure_ratio) over a sliding
+//!   [`window`](CircuitBreakerLayerBuilder::window) is reached with at least
+//!   [`minimum_calls`](CircuitBreakerLayerBuilder::minimum_calls). A failure is what the
+//!   [`Classify`](crate::Classify) implementation calls [`Transient`](crate::Outcome::Transient)
+//!   (a 503, a timeout, a refused connection) - the same classifier as the retry layer's, so what
+//!   is retried is what trips. A permanent outcome (a 404, the caller's fault) is not counted; a
+//!   success ends a run of failures.
+//! * **Open**: calls fail at once with [`CircuitOpen`], without reaching the inner service, for
+//!   the open duration plus jitter (drawn from a [`RandomSource`](crate::RandomSource), so a fleet
+//!   that tripped together does not probe together), growing each time a probe fails.
+//!   `poll_ready` stays `Ready(Ok(()))`: a `poll_ready` error is final under tower's contract.
+//! * **Half-open**: a bounded number of probe calls go through at once, each holding its slot in
+//!   its response future (dropping the future frees it). Enough successes close the circuit; one
+//!   failure re-opens it.
+//!
+//! # With the retry layer
+//!
+//! Give both layers the same [`AbortSignal`](crate::AbortSignal): the breaker wakes it each time
+//! it opens, and every request sleeping before a retry returns its last outcome at once (with
+//! [`StopReason::Aborted`](crate::StopReason::Aborted); its budget token is refunded) instead of
+//! waking later only to be refused. [`HttpClassifier`](crate::HttpClassifier) classifies
+//! [`CircuitOpen`] as permanent, even with `unknown_errors(Outcome::Transient)`, so a refused
+//! attempt ends the request rather than being retried. [`CircuitBreakerLayer::check_retry`]
+//! checks that a single request's retry sequence is long enough to trip the breaker.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use std::time::Duration;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_http_retry::circuit_breaker::{CircuitBreakerLayer, CircuitOpen};
+//! use tower_http_retry::{AbortSignal, Backoff, Jitter, RetryLayer};
+//!
+//! let wake = AbortSignal::new();
+//! let retry = RetryLayer::builder()
+//!     .max_attempts(3)
+//!     .backoff(Backoff::new(Jitter::Full, Duration::from_millis(100), Duration::from_secs(2)))
+//!     .abort_signal(wake.clone())
+//!     .build()
+//!     .unwrap();
+//! let breaker = CircuitBreakerLayer::builder()
+//!     .consecutive_failures(3)
+//!     .abort_signal(wake)
+//!     .build()
+//!     .unwrap();
+//! breaker.check_retry(&retry).expect("one request's retries can trip the breaker");
+//!
+//! // An endpoint that is down.
+//! let down = service_fn(|_: http::Request<String>| async {
+//!     Ok::<_, std::io::Error>(http::Response::builder().status(503).body(String::new()).unwrap())
+//! });
+//! let mut client = ServiceBuilder::new()
+//!     .timeout(Duration::from_secs(30)) // the whole request
+//!     .layer(retry)
+//!     .layer(breaker.clone())
+//!     .timeout(Duration::from_secs(2)) // each attempt
+//!     .service(down);
+//!
+//! // Three attempts, three 503s: the last one is returned, and the circuit is now open.
+//! let response = client.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap();
+//! assert_eq!(response.status(), 503);
+//! // The next request fails fast, without reaching the endpoint.
+//! let error = client.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap_err();
+//! assert!(error.downcast_ref::<CircuitOpen>().is_some());
+//! # }
+//! ```
+//!
+//! # Where it goes in a stack
+//!
+//! `TimeoutLayer(total) -> RetryLayer -> CircuitBreakerLayer -> TimeoutLayer(per attempt) ->
+//! client`. Inside the retry layer, the breaker sees every attempt, so a retried request counts
+//! each failure and a refused retry stops the request; outside the per-attempt timeout, it counts
+//! a hung attempt as a (transient) timeout. What the caller gets:
+//!
+//! | what happened | the caller gets |
+//! |---|---|
+//! | a response, even a 5xx after the last attempt | `Ok(response)` |
+//! | the circuit was open (at the first attempt or a retry) | `Err`, `downcast_ref::<CircuitOpen>()` |
+//! | the total timeout fired | `Err`, `downcast_ref::<tower::timeout::error::Elapsed>()` |
+//! | the last attempt timed out | `Err`, `downcast_ref::<tower::timeout::error::Elapsed>()` |
+//! | the last attempt's transport error | `Err`, the client's error (e.g. hyper-util's), boxed |
+
+mod check;
+mod error;
+mod future;
+mod layer;
+mod service;
+mod state;
+mod window;
+
+pub use check::SlowTrip;
+pub use error::CircuitOpen;
+pub use future::ResponseFuture;
+pub use layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
+pub use service::CircuitBreaker;
+pub use state::{CircuitState, CircuitStats};

@@ -1,0 +1,137 @@
+//! [`CircuitBreaker`]: the service that admits, refuses and reports calls.
+
+use super::future::{ResponseFuture, Ticket};
+use super::layer::Shared;
+use super::state::{Admission, CircuitState, CircuitStats};
+use crate::retry::Classify;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::time::Instant;
+use tower::BoxError;
+use tower_service::Service;
+
+/// Fails calls fast while the endpoint behind it is failing. Made by
+/// [`CircuitBreakerLayer`](super::CircuitBreakerLayer).
+///
+/// # Readiness
+///
+/// While the circuit is open, `poll_ready` returns `Ready(Ok(()))` at once without polling the
+/// inner service (whose readiness would not be used), and `call` returns a future that fails with
+/// [`CircuitOpen`](super::CircuitOpen). tower's contract makes a `poll_ready` error final, so an
+/// open circuit, which is temporary, never shows there. Otherwise `poll_ready` delegates to the
+/// inner service and passes its errors on.
+///
+/// If the circuit half-opens between `poll_ready` (which saw it open and did not ready the inner
+/// service) and `call`, the call is refused all the same; the next one may probe.
+///
+/// # Clone
+///
+/// Clones share the breaker and clone the inner service; a clone starts un-ready.
+pub struct CircuitBreaker<S, C> {
+    inner: S,
+    shared: Arc<Shared<C>>,
+    polled: Polled,
+}
+
+/// What the last `poll_ready` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Polled {
+    /// Nothing since the last call.
+    No,
+    /// The circuit was open: the inner service was not polled.
+    Refusing,
+    /// The inner service is ready.
+    Ready,
+}
+
+impl<S, C> CircuitBreaker<S, C> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<C>>) -> Self {
+        Self {
+            inner,
+            shared,
+            polled: Polled::No,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the breaker service, returning the inner one.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The state of the shared breaker now.
+    pub fn state(&self) -> CircuitState {
+        self.shared.breaker.state(Instant::now())
+    }
+
+    /// The state and counters of the shared breaker now.
+    pub fn stats(&self) -> CircuitStats {
+        self.shared.breaker.stats(Instant::now())
+    }
+}
+
+impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    C: Classify<S::Response, S::Error>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if self.shared.breaker.refuses(Instant::now) {
+            self.polled = Polled::Refusing;
+            return Poll::Ready(Ok(()));
+        }
+        match self.inner.poll_ready(cx) {
+            Poll::Ready(Ok(())) => {
+                self.polled = Polled::Ready;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error.into())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        let polled = std::mem::replace(&mut self.polled, Polled::No);
+        assert_ne!(polled, Polled::No, "poll_ready must be called before call");
+        match self.shared.breaker.admit(Instant::now) {
+            Admission::Rejected(open) => ResponseFuture::refused(open),
+            Admission::Admitted(pass) if polled == Polled::Ready => {
+                let ticket = Ticket::new(Arc::clone(&self.shared), pass);
+                ResponseFuture::called(self.inner.call(request), ticket)
+            }
+            Admission::Admitted(pass) => {
+                ResponseFuture::refused(self.shared.breaker.turn_away(pass, Instant::now()))
+            }
+        }
+    }
+}
+
+impl<S: Clone, C> Clone for CircuitBreaker<S, C> {
+    fn clone(&self) -> Self {
+        Self::new(self.inner.clone(), Arc::clone(&self.shared))
+    }
+}
+
+impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for CircuitBreaker<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("inner", &self.inner)
+            .field("breaker", &self.shared.breaker)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,492 @@
+//! The breaker's state machine, shared by every clone of a layer.
+//!
+//! ```text
+//!          N failures in a row, or ratio >= r over the window with >= m calls
+//!   Closed ────────────────────────────────────────────────────────────────> Open
+//!     ^                                                                    │  ^
+//!     │ enough probes succeeded                 open duration (jittered)   │  │ a probe failed
+//!     │                                               has passed           v  │ (longer next time)
+//!     └──────────────────────────────────────────────────────────────── HalfOpen
+//! ```
+//!
+//! Transitions, failures and half-open probe slots take one mutex, whose critical sections are a
+//! few field updates. The path of a healthy endpoint takes no lock: a closed circuit admits a
+//! call on one atomic load, and counts its success with a few more atomic operations (the run of
+//! failures and the window's buckets are atomics; see `window.rs`). An outcome is recorded only
+//! against the phase it was admitted in (each transition starts a new *generation*), so a slow
+//! failure that arrives after the circuit opened cannot re-open it, nor a late success close it.
+
+use super::error::CircuitOpen;
+use super::window::Window;
+use crate::retry::{AbortSignal, Backoff, Jitter, Outcome, RandomSource};
+use rand::rngs::SmallRng;
+use rand::RngExt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const CLOSED: u64 = 0;
+const OPEN: u64 = 1;
+const HALF_OPEN: u64 = 2;
+const PHASE_BITS: u32 = 2;
+
+/// The breaker's configuration, checked by the builder.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) consecutive_failures: Option<u32>,
+    pub(crate) failure_ratio: Option<f64>,
+    pub(crate) minimum_calls: u32,
+    pub(crate) window: Duration,
+    /// Open duration, its growth per re-opening and its cap, as an unjittered backoff.
+    pub(crate) open: Backoff,
+    pub(crate) open_jitter: f64,
+    pub(crate) half_open_probes: u32,
+    pub(crate) successes_to_close: u32,
+}
+
+/// The state of a breaker, as [`CircuitBreakerLayer::state`](super::CircuitBreakerLayer::state)
+/// reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CircuitState {
+    /// Calls go through; failures are counted.
+    Closed,
+    /// Calls fail fast with [`CircuitOpen`] until `half_open_at`.
+    Open {
+        /// When the next call will be let through as a probe.
+        half_open_at: Instant,
+    },
+    /// A bounded number of probe calls go through; the others fail fast.
+    HalfOpen,
+}
+
+/// Counters of a breaker since it was built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CircuitStats {
+    /// The state now.
+    pub state: CircuitState,
+    /// Times the circuit opened (from closed or from half-open).
+    pub trips: u64,
+    /// Calls refused with [`CircuitOpen`].
+    pub rejected: u64,
+    /// Calls let through as half-open probes.
+    pub probes: u64,
+}
+
+/// What a call was admitted as; its outcome is recorded against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    Closed { generation: u64 },
+    Probe { generation: u64 },
+}
+
+pub(crate) enum Admission {
+    Admitted(Pass),
+    Rejected(CircuitOpen),
+}
+
+pub(crate) struct Breaker {
+    config: Config,
+    origin: Instant,
+    /// `generation << PHASE_BITS | phase`: written under the lock, read without it.
+    word: AtomicU64,
+    /// While open: nanoseconds after `origin` at which the circuit half-opens.
+    half_open_at: AtomicU64,
+    /// Failures in a row while closed; a success resets it without the lock.
+    consecutive_failures: AtomicU32,
+    window: Window,
+    inner: Mutex<Inner>,
+    abort: Option<AbortSignal>,
+    trips: AtomicU64,
+    rejected: AtomicU64,
+    probes: AtomicU64,
+}
+
+struct Inner {
+    phase: Phase,
+    generation: u64,
+    /// Times opened since the circuit last closed: the open duration grows with it.
+    reopenings: u32,
+    /// The breaker's own random stream, for the open-duration jitter.
+    rng: SmallRng,
+}
+
+#[derive(Clone, Copy)]
+enum Phase {
+    Closed,
+    Open {
+        until: Instant,
+    },
+    HalfOpen {
+        since: Instant,
+        in_flight: u32,
+        successes: u32,
+    },
+}
+
+impl Breaker {
+    pub(crate) fn new(config: Config, abort: Option<AbortSignal>, random: &RandomSource) -> Self {
+        Self {
+            origin: Instant::now(),
+            word: AtomicU64::new(CLOSED),
+            half_open_at: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
+            window: Window::new(config.window),
+            inner: Mutex::new(Inner {
+                phase: Phase::Closed,
+                generation: 0,
+                reopenings: 0,
+                rng: random.stream(),
+            }),
+            config,
+            abort,
+            trips: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            probes: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn abort_signal(&self) -> Option<&AbortSignal> {
+        self.abort.as_ref()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The critical sections cannot leave `Inner` half-updated, so a poisoned lock is usable.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a call made now would certainly be refused (open, not yet due to half-open).
+    /// Lock-free; used by `poll_ready` to avoid waiting on an inner service it will not call.
+    /// `now` is read only when the circuit is open: a closed circuit costs one atomic load.
+    pub(crate) fn refuses(&self, now: impl FnOnce() -> Instant) -> bool {
+        self.word.load(Ordering::Acquire) & 3 == OPEN
+            && self.nanos(now()) < self.half_open_at.load(Ordering::Acquire)
+    }
+
+    /// Decides whether a call made now goes through. A closed circuit admits on one atomic
+    /// load, without the lock or the clock.
+    pub(crate) fn admit(&self, now: impl FnOnce() -> Instant) -> Admission {
+        let word = self.word.load(Ordering::Acquire);
+        if word & 3 == CLOSED {
+            return Admission::Admitted(Pass::Closed {
+                generation: word >> PHASE_BITS,
+            });
+        }
+        let now = now();
+        let mut inner = self.lock();
+        let admission = match inner.phase {
+            Phase::Closed => Admission::Admitted(Pass::Closed {
+                generation: inner.generation,
+            }),
+            Phase::Open { until } if now < until => Admission::Rejected(CircuitOpen::new(until)),
+            Phase::Open { .. } => {
+                inner.phase = Phase::HalfOpen {
+                    since: now,
+                    in_flight: 0,
+                    successes: 0,
+                };
+                self.advance(&mut inner, HALF_OPEN);
+                trace("half-open");
+                self.probe(&mut inner)
+            }
+            Phase::HalfOpen { .. } => self.probe(&mut inner),
+        };
+        drop(inner);
+        if let Admission::Rejected(_) = admission {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+        admission
+    }
+
+    fn probe(&self, inner: &mut Inner) -> Admission {
+        let generation = inner.generation;
+        match &mut inner.phase {
+            Phase::HalfOpen {
+                in_flight, since, ..
+            } => {
+                if *in_flight < self.config.half_open_probes {
+                    *in_flight += 1;
+                    self.probes.fetch_add(1, Ordering::Relaxed);
+                    Admission::Admitted(Pass::Probe { generation })
+                } else {
+                    Admission::Rejected(CircuitOpen::new(*since))
+                }
+            }
+            _ => unreachable!("probes are only taken while half-open"),
+        }
+    }
+
+    /// Records the outcome of a call admitted with `pass`. `now` is read only when the outcome
+    /// is counted in the window or may open the circuit.
+    pub(crate) fn record(&self, pass: Pass, outcome: Outcome, now: impl FnOnce() -> Instant) {
+        if let Pass::Closed { generation } = pass {
+            match outcome {
+                // The caller's own fault (a 404, a bad request): it says nothing of the endpoint.
+                Outcome::Permanent => return,
+                Outcome::Success => return self.record_success(generation, now),
+                Outcome::Transient => {}
+            }
+        }
+        let mut inner = self.lock();
+        let opened = match pass {
+            Pass::Closed { generation } => {
+                if generation != inner.generation {
+                    // Admitted before the last transition.
+                    return;
+                }
+                let now = now();
+                let epoch = self.window.epoch(self.nanos(now));
+                self.window.add(epoch, true);
+                self.consecutive_failures.fetch_add(1, Ordering::Relaxed);
+                self.should_trip(epoch) && self.open(&mut inner, now)
+            }
+            Pass::Probe { generation } => {
+                if generation != inner.generation {
+                    return;
+                }
+                let Phase::HalfOpen {
+                    in_flight,
+                    successes,
+                    ..
+                } = &mut inner.phase
+                else {
+                    unreachable!("a probe's generation is a half-open one");
+                };
+                *in_flight = in_flight.saturating_sub(1);
+                match outcome {
+                    Outcome::Success => {
+                        *successes += 1;
+                        if *successes >= self.config.successes_to_close {
+                            self.close(&mut inner);
+                        }
+                        false
+                    }
+                    Outcome::Transient => self.open(&mut inner, now()),
+                    Outcome::Permanent => false,
+                }
+            }
+        };
+        drop(inner);
+        if opened {
+            // Outside the lock: the woken requests may call straight back into the breaker.
+            if let Some(abort) = &self.abort {
+                let half_open_at = self.half_open_at.load(Ordering::Acquire);
+                abort.hold_until(self.origin + Duration::from_nanos(half_open_at));
+            }
+        }
+    }
+
+    /// A call admitted with `pass` ended without an outcome (its future was dropped): its probe
+    /// slot, if it had one, is freed.
+    pub(crate) fn release(&self, pass: Pass) {
+        if let Pass::Probe { generation } = pass {
+            let mut inner = self.lock();
+            if generation == inner.generation {
+                if let Phase::HalfOpen { in_flight, .. } = &mut inner.phase {
+                    *in_flight = in_flight.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Refuses a call that was admitted after all: the circuit half-opened after `poll_ready`
+    /// saw it open, so the inner service was never made ready for this call.
+    pub(crate) fn turn_away(&self, pass: Pass, now: Instant) -> CircuitOpen {
+        self.release(pass);
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        CircuitOpen::new(now)
+    }
+
+    /// A success while closed: the common path, without the lock unless a bucket must be reset.
+    fn record_success(&self, generation: u64, now: impl FnOnce() -> Instant) {
+        if self.word.load(Ordering::Acquire) != generation << PHASE_BITS | CLOSED {
+            return; // admitted before the last transition
+        }
+        // Read first: a run of successes does not write the shared cache line.
+        if self.consecutive_failures.load(Ordering::Relaxed) != 0 {
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+        }
+        if self.config.failure_ratio.is_none() {
+            return; // nothing else to count: skip the clock
+        }
+        let epoch = self.window.epoch(self.nanos(now()));
+        if self.window.try_add_success(epoch) {
+            return;
+        }
+        let inner = self.lock();
+        if inner.generation == generation {
+            self.window.add(epoch, false);
+        }
+    }
+
+    /// Under the lock, after a failure was counted.
+    fn should_trip(&self, epoch: u64) -> bool {
+        if self
+            .config
+            .consecutive_failures
+            .is_some_and(|n| self.consecutive_failures.load(Ordering::Relaxed) >= n)
+        {
+            return true;
+        }
+        let Some(ratio) = self.config.failure_ratio else {
+            return false;
+        };
+        let (calls, failures) = self.window.totals(epoch);
+        calls >= u64::from(self.config.minimum_calls) && failures as f64 >= ratio * calls as f64
+    }
+
+    /// Opens the circuit for the (grown, jittered) open duration. Returns `true`.
+    fn open(&self, inner: &mut Inner, now: Instant) -> bool {
+        let base = self.config.open.ceiling(inner.reopenings);
+        let extra = base.mul_f64(self.config.open_jitter * inner.rng.random::<f64>());
+        let until = now + base + extra;
+        inner.reopenings = inner.reopenings.saturating_add(1);
+        inner.phase = Phase::Open { until };
+        self.half_open_at
+            .store(self.nanos(until).max(1), Ordering::Release);
+        self.advance(inner, OPEN);
+        self.trips.fetch_add(1, Ordering::Relaxed);
+        trace("open");
+        true
+    }
+
+    fn close(&self, inner: &mut Inner) {
+        inner.phase = Phase::Closed;
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+        inner.reopenings = 0;
+        self.window.clear();
+        self.advance(inner, CLOSED);
+        trace("closed");
+    }
+
+    /// Starts a new generation in `phase`, publishing it for the lock-free readers.
+    fn advance(&self, inner: &mut Inner, phase: u64) {
+        inner.generation += 1;
+        self.word
+            .store(inner.generation << PHASE_BITS | phase, Ordering::Release);
+    }
+
+    /// The state at `now`; an open circuit whose time is up reports half-open (it becomes so at
+    /// the next call).
+    pub(crate) fn state(&self, now: Instant) -> CircuitState {
+        match self.lock().phase {
+            Phase::Closed => CircuitState::Closed,
+            Phase::Open { until } if now < until => CircuitState::Open {
+                half_open_at: until,
+            },
+            Phase::Open { .. } | Phase::HalfOpen { .. } => CircuitState::HalfOpen,
+        }
+    }
+
+    pub(crate) fn stats(&self, now: Instant) -> CircuitStats {
+        CircuitStats {
+            state: self.state(now),
+            trips: self.trips.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            probes: self.probes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn trace(_transition: &'static str) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(target: "tower_http_retry::circuit_breaker", transition = _transition, "circuit breaker");
+}
+
+impl std::fmt::Debug for Breaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Breaker")
+            .field("config", &self.config)
+            .field("stats", &self.stats(Instant::now()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The open-duration policy as a backoff: `open_duration * multiplier^n`, capped.
+pub(crate) fn open_backoff(open: Duration, multiplier: f64, max: Duration) -> Backoff {
+    Backoff::new(Jitter::None, open, max).multiplier(multiplier)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn config() -> Config {
+        Config {
+            consecutive_failures: Some(3),
+            failure_ratio: Some(0.5),
+            minimum_calls: 4,
+            window: 10 * SEC,
+            open: open_backoff(SEC, 2.0, 8 * SEC),
+            open_jitter: 0.0,
+            half_open_probes: 1,
+            successes_to_close: 1,
+        }
+    }
+
+    fn breaker(config: Config) -> Breaker {
+        Breaker::new(config, None, &RandomSource::seeded(1))
+    }
+
+    fn call(b: &Breaker, outcome: Outcome, now: Instant) {
+        match b.admit(|| now) {
+            Admission::Admitted(pass) => b.record(pass, outcome, || now),
+            Admission::Rejected(_) => panic!("refused at {now:?}"),
+        }
+    }
+
+    #[test]
+    fn a_late_outcome_from_an_earlier_generation_is_ignored() {
+        let b = breaker(config());
+        let now = Instant::now();
+        let Admission::Admitted(stale) = b.admit(|| now) else {
+            panic!()
+        };
+        for _ in 0..3 {
+            call(&b, Outcome::Transient, now);
+        }
+        assert!(matches!(b.state(now), CircuitState::Open { .. }));
+        let later = now + 2 * SEC;
+        let Admission::Admitted(probe) = b.admit(|| later) else {
+            panic!()
+        };
+        b.record(probe, Outcome::Success, || later);
+        assert_eq!(b.state(later), CircuitState::Closed);
+        // The call admitted before the trip finishes now: it must not count in the new phase.
+        for _ in 0..2 {
+            call(&b, Outcome::Transient, later);
+        }
+        b.record(stale, Outcome::Transient, || later);
+        assert_eq!(b.state(later), CircuitState::Closed);
+    }
+
+    #[test]
+    fn open_duration_grows_and_is_capped() {
+        let b = breaker(config());
+        let mut now = Instant::now();
+        for _ in 0..3 {
+            call(&b, Outcome::Transient, now);
+        }
+        let mut opened_for = Vec::new();
+        for _ in 0..5 {
+            let CircuitState::Open { half_open_at } = b.state(now) else {
+                panic!()
+            };
+            opened_for.push(half_open_at - now);
+            now = half_open_at;
+            call(&b, Outcome::Transient, now); // the probe fails
+        }
+        assert_eq!(opened_for, [1, 2, 4, 8, 8].map(|s| s * SEC));
+    }
+}

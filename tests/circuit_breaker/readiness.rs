@@ -1,0 +1,93 @@
+//! Readiness: delegated while closed, always ready while open, never an error for an open
+//! circuit; checked on `tower_test::mock`, which panics on a call without readiness.
+
+use crate::support::*;
+use tokio::time::advance;
+use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};
+use tower::{Layer, Service};
+
+#[tokio::test(start_paused = true)]
+async fn closed_poll_ready_waits_for_the_inner_service() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = Mocked::new(&layer);
+    mocked.handle.allow(0);
+    assert_pending!(mocked.svc.poll_ready());
+
+    mocked.handle.allow(1);
+    assert!(mocked.svc.is_woken());
+    assert_ready_ok!(mocked.svc.poll_ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn closed_poll_ready_passes_inner_errors_on() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = Mocked::new(&layer);
+    mocked.handle.send_error("inner service failed");
+    let error = assert_ready_err!(mocked.svc.poll_ready());
+    assert_eq!(error.to_string(), "inner service failed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn open_poll_ready_is_ready_without_the_inner_service() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = Mocked::new(&layer);
+    for _ in 0..3 {
+        mocked.round_trip(503).unwrap();
+    }
+    mocked.handle.allow(0);
+
+    assert_ready_ok!(mocked.svc.poll_ready());
+    let mut future = tokio_test::task::spawn(mocked.svc.call(get()));
+    refused(assert_ready!(future.poll()).map(|r| r.status().as_u16()));
+    mocked.assert_no_call();
+}
+
+#[tokio::test(start_paused = true)]
+async fn open_poll_ready_does_not_report_an_error_the_inner_service_has() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = Mocked::new(&layer);
+    for _ in 0..3 {
+        mocked.round_trip(503).unwrap();
+    }
+    mocked.handle.send_error("inner service failed");
+    assert_ready_ok!(mocked.svc.poll_ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_readied_while_open_is_refused_after_half_opening() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = Mocked::new(&layer);
+    for _ in 0..3 {
+        mocked.round_trip(503).unwrap();
+    }
+    assert_ready_ok!(mocked.svc.poll_ready());
+    advance(SEC).await;
+
+    // The inner service was never made ready for this call: it must not reach the mock.
+    let mut future = tokio_test::task::spawn(mocked.svc.call(get()));
+    refused(assert_ready!(future.poll()).map(|r| r.status().as_u16()));
+    mocked.assert_no_call();
+    assert_eq!(mocked.round_trip(200).unwrap(), 200, "the next call probes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn clones_share_one_breaker() {
+    let endpoint = Endpoint::answering(503);
+    let layer = breaker().build().unwrap();
+    let mut first = layer.layer(endpoint.clone());
+    let mut second = first.clone();
+    calls(&mut first, 3).await;
+    refused(call(&mut second).await);
+    refused(call(&mut layer.layer(endpoint.clone())).await);
+    assert_eq!(endpoint.calls(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "poll_ready must be called before call")]
+async fn a_clone_starts_unready() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = Mocked::new(&layer);
+    assert_ready_ok!(mocked.svc.poll_ready());
+    let mut clone = mocked.svc.get_ref().clone();
+    drop(clone.call(get()));
+}
