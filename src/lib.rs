@@ -35,10 +35,15 @@
 //! See the [`retry`] module for how a request flows through the layer, why a budget, and how this
 //! differs from `tower::retry`.
 //!
+//! A [`circuit_breaker`] goes between the retry layer and the per-attempt timeout; give both the
+//! same [`AbortSignal`] so that an opening circuit ends the sleeps of the requests behind it.
+//!
 //! # Features
 //!
 //! * `hyper` (default): the classifier recognises `hyper::Error` and hyper-util's client error.
 //! * `tracing`: one `tracing` event per decision (attempt sent, delay chosen, stop).
+//! * `reqwest`: [`RetryRequest`](retry::RetryRequest) and friends for `reqwest::Request` and
+//!   `reqwest::Response`, so the layers wrap reqwest's `Client` (a tower `Service`).
 //!
 //! [tower]: https://docs.rs/tower
 

@@ -25,10 +25,12 @@
 //!
 //! # With the retry layer
 //!
-//! Give both layers the same [`AbortSignal`](crate::AbortSignal): the breaker wakes it each time
-//! it opens, and every request sleeping before a retry returns its last outcome at once (with
+//! Give both layers the same [`AbortSignal`](crate::AbortSignal): each time the breaker opens it
+//! [holds](crate::AbortSignal::hold_until) the signal until it will half-open. Every request
+//! sleeping before a retry returns its last outcome at once (with
 //! [`StopReason::Aborted`](crate::StopReason::Aborted); its budget token is refunded) instead of
-//! waking later only to be refused. [`HttpClassifier`](crate::HttpClassifier) classifies
+//! waking later only to be refused, and so does a request whose attempt fails while the circuit
+//! is open (the attempt that opened it, for one), instead of starting a sleep. [`HttpClassifier`](crate::HttpClassifier) classifies
 //! [`CircuitOpen`] as permanent, even with `unknown_errors(Outcome::Transient)`, so a refused
 //! attempt ends the request rather than being retried. [`CircuitBreakerLayer::check_retry`]
 //! checks that a single request's retry sequence is long enough to trip the breaker.
