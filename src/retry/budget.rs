@@ -250,8 +250,9 @@ impl TokenBucketBuilder {
 
     /// Checks the values and builds the bucket, full.
     ///
-    /// Fails when a value is negative, not finite or above 10^9, when the capacity is zero, or
-    /// when a retry costs nothing or more than the capacity (it could never be paid).
+    /// Fails when a value is negative, not finite or above 10^9, when the capacity is zero, when
+    /// a deposit or refill is positive but below one micro-token (the unit the bucket counts in),
+    /// or when a retry costs nothing or more than the capacity (it could never be paid).
     pub fn build(self) -> Result<TokenBucket, InvalidConfig> {
         const MAX: f64 = 1e9;
         in_range("budget.capacity", self.capacity, 0.0, MAX)?;
@@ -271,6 +272,18 @@ impl TokenBucketBuilder {
                 "budget.capacity",
                 "must be greater than zero",
             ));
+        }
+        // The bucket counts micro-tokens: a rate that would round to nothing is a mistake.
+        for (field, tokens) in [
+            ("budget.deposit_per_success", self.deposit_per_success),
+            ("budget.refill_per_second", self.refill_per_second),
+        ] {
+            if tokens > 0.0 && micros(tokens) == 0 {
+                return Err(InvalidConfig::new(
+                    field,
+                    format!("must be 0 or at least 0.000001 (one micro-token), got {tokens}"),
+                ));
+            }
         }
         if retry_cost == 0 || retry_cost > capacity {
             return Err(InvalidConfig::new(
@@ -395,6 +408,14 @@ mod tests {
         );
         assert_eq!(
             field(TokenBucket::builder().refill_per_second(f64::INFINITY)),
+            "budget.refill_per_second"
+        );
+        assert_eq!(
+            field(TokenBucket::builder().deposit_per_success(1e-9)),
+            "budget.deposit_per_success"
+        );
+        assert_eq!(
+            field(TokenBucket::builder().refill_per_second(1e-7)),
             "budget.refill_per_second"
         );
     }

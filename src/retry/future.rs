@@ -279,11 +279,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 shared.stats.budget_denied();
                 return Next::Stop(StopReason::BudgetEmpty);
             }
-            Some(budget) => Some(Withdrawal {
-                budget: Arc::clone(budget),
-                stats: shared.stats.clone(),
-                spent: false,
-            }),
+            Some(budget) => {
+                shared.stats.budget_granted();
+                Some(Withdrawal {
+                    budget: Arc::clone(budget),
+                    stats: shared.stats.clone(),
+                    spent: false,
+                })
+            }
             None => None,
         };
         self.record_delay(delay, source);

@@ -62,6 +62,7 @@ struct Counters {
     retry_after_clamped: AtomicU64,
     retry_after_malformed: AtomicU64,
     budget_denied: AtomicU64,
+    budget_granted: AtomicU64,
     budget_refunded: AtomicU64,
     stops: [AtomicU64; StopReason::ALL.len()],
     delays: [[AtomicU64; COLUMNS]; DELAY_ROWS],
@@ -87,6 +88,9 @@ pub struct StatsSnapshot {
     pub retry_after_malformed: u64,
     /// Retries refused by the budget.
     pub budget_denied: u64,
+    /// Tokens the budget granted for retries. Each is either spent on a retry that was sent or
+    /// refunded, so `budget_granted - budget_refunded == retries` once no request is waiting.
+    pub budget_granted: u64,
     /// Budget tokens given back because a sleep was abandoned.
     pub budget_refunded: u64,
     /// Finished requests per [`StopReason`], in the order of [`StopReason::ALL`].
@@ -176,6 +180,7 @@ impl RetryStats {
             retry_after_clamped: c.retry_after_clamped.load(Relaxed),
             retry_after_malformed: c.retry_after_malformed.load(Relaxed),
             budget_denied: c.budget_denied.load(Relaxed),
+            budget_granted: c.budget_granted.load(Relaxed),
             budget_refunded: c.budget_refunded.load(Relaxed),
             stops: std::array::from_fn(|i| c.stops[i].load(Relaxed)),
             delays: DelayHistogram {
@@ -216,6 +221,10 @@ impl RetryStats {
 
     pub(crate) fn budget_denied(&self) {
         self.counters.budget_denied.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn budget_granted(&self) {
+        self.counters.budget_granted.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn budget_refunded(&self) {
