@@ -62,7 +62,9 @@ pub mod circuit_breaker;
 pub mod reqwest;
 pub mod retry;
 
-pub use circuit_breaker::{CircuitBreakerLayer, CircuitBreakerLayerBuilder, CircuitOpen};
+pub use circuit_breaker::{
+    CircuitBreakerLayer, CircuitBreakerLayerBuilder, CircuitOpen, KeyedCircuitBreakerLayer,
+};
 
 pub use retry::{
     classify_fn, AbortSignal, Backoff, Classify, Delay, DelayHistogram, DelaySource,

@@ -2,6 +2,7 @@
 //! guards have run their course?
 
 use super::layer::CircuitBreakerLayer;
+use super::state::Config;
 use super::window::BUCKETS;
 use crate::retry::RetryLayer;
 use std::fmt;
@@ -76,34 +77,38 @@ impl<C> CircuitBreakerLayer<C> {
     /// assert!(fast.check_retry(&retry).is_ok());
     /// ```
     pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), SlowTrip> {
-        let config = self.config();
-        let attempts = retry.max_attempts();
-        // The longest one request sleeps before its n-th attempt.
-        let slept_before = |attempt: u32| -> Duration {
-            (0..attempt.saturating_sub(1))
-                .map(|retry_number| retry.backoff().ceiling(retry_number))
-                .fold(Duration::ZERO, Duration::saturating_add)
-        };
-        let by_count = config.consecutive_failures.filter(|&n| n <= attempts);
-        // The window slides in tenths: only 9/10 of it is sure to still hold the first failure.
-        let sure_window = config.window / BUCKETS as u32 * (BUCKETS as u32 - 1);
-        let by_ratio = config
-            .failure_ratio
-            .map(|_| config.minimum_calls)
-            .filter(|&calls| calls <= attempts && slept_before(calls) < sure_window);
-        if by_count.is_some() || by_ratio.is_some() {
-            return Ok(());
-        }
-        let needed = [
-            config.consecutive_failures,
-            config.failure_ratio.map(|_| config.minimum_calls),
-        ];
-        Err(SlowTrip {
-            failures_to_trip: needed.into_iter().flatten().min().unwrap_or(u32::MAX),
-            max_attempts: attempts,
-            retry_sequence: slept_before(attempts),
-        })
+        check_retry(self.config(), retry)
     }
+}
+
+/// [`CircuitBreakerLayer::check_retry`] for any breaker configuration.
+pub(crate) fn check_retry<R>(config: &Config, retry: &RetryLayer<R>) -> Result<(), SlowTrip> {
+    let attempts = retry.max_attempts();
+    // The longest one request sleeps before its n-th attempt.
+    let slept_before = |attempt: u32| -> Duration {
+        (0..attempt.saturating_sub(1))
+            .map(|retry_number| retry.backoff().ceiling(retry_number))
+            .fold(Duration::ZERO, Duration::saturating_add)
+    };
+    let by_count = config.consecutive_failures.filter(|&n| n <= attempts);
+    // The window slides in tenths: only 9/10 of it is sure to still hold the first failure.
+    let sure_window = config.window / BUCKETS as u32 * (BUCKETS as u32 - 1);
+    let by_ratio = config
+        .failure_ratio
+        .map(|_| config.minimum_calls)
+        .filter(|&calls| calls <= attempts && slept_before(calls) < sure_window);
+    if by_count.is_some() || by_ratio.is_some() {
+        return Ok(());
+    }
+    let needed = [
+        config.consecutive_failures,
+        config.failure_ratio.map(|_| config.minimum_calls),
+    ];
+    Err(SlowTrip {
+        failures_to_trip: needed.into_iter().flatten().min().unwrap_or(u32::MAX),
+        max_attempts: attempts,
+        retry_sequence: slept_before(attempts),
+    })
 }
 
 #[cfg(test)]

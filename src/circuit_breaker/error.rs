@@ -1,5 +1,6 @@
 //! [`CircuitOpen`]: the one error the breaker makes itself.
 
+use http::uri::Authority;
 use std::fmt;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -27,14 +28,32 @@ use tokio::time::Instant;
 /// assert!(open.retry_after() > std::time::Duration::ZERO);
 /// # }
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CircuitOpen {
     half_open_at: Instant,
+    authority: Option<Authority>,
 }
 
 impl CircuitOpen {
     pub(crate) fn new(half_open_at: Instant) -> Self {
-        Self { half_open_at }
+        Self {
+            half_open_at,
+            authority: None,
+        }
+    }
+
+    /// The same refusal, from the breaker of `authority`.
+    pub(crate) fn for_authority(mut self, authority: Option<&Authority>) -> Self {
+        self.authority = authority.cloned();
+        self
+    }
+
+    /// The authority (`host:port` as the request URI wrote it) whose breaker refused the call,
+    /// when it came from a [`KeyedCircuitBreakerLayer`](super::KeyedCircuitBreakerLayer) and the
+    /// request had one; `None` from a [`CircuitBreakerLayer`](super::CircuitBreakerLayer), or
+    /// from the keyed layer's breaker shared by requests without an authority.
+    pub fn authority(&self) -> Option<&Authority> {
+        self.authority.as_ref()
     }
 
     /// When the breaker expects to let a probe through. For a half-open breaker whose probe slots
@@ -52,11 +71,15 @@ impl CircuitOpen {
 
 impl fmt::Display for CircuitOpen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("circuit open")?;
+        if let Some(authority) = &self.authority {
+            write!(f, " for {authority}")?;
+        }
         let wait = self.retry_after();
         if wait.is_zero() {
-            f.write_str("circuit open: every half-open probe slot is taken")
+            f.write_str(": every half-open probe slot is taken")
         } else {
-            write!(f, "circuit open: next probe in {wait:?}")
+            write!(f, ": next probe in {wait:?}")
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use super::error::CircuitOpen;
 use super::layer::Shared;
-use super::state::Pass;
+use super::state::{Admission, Pass};
 use crate::retry::Classify;
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -47,11 +47,18 @@ pub(crate) struct Ticket<C> {
 }
 
 impl<C> Ticket<C> {
-    pub(crate) fn new(shared: Arc<Shared<C>>, pass: Pass) -> Self {
-        Self {
-            shared,
-            pass,
-            recorded: false,
+    /// Asks the breaker in `shared` whether a call made now goes through. `inner_ready` says
+    /// whether the inner service was made ready for it: when not (`poll_ready` saw the circuit
+    /// open), a call the breaker would let through is refused all the same.
+    pub(crate) fn admit(shared: Arc<Shared<C>>, inner_ready: bool) -> Result<Self, CircuitOpen> {
+        match shared.breaker.admit(Instant::now) {
+            Admission::Rejected(open) => Err(open),
+            Admission::Admitted(pass) if inner_ready => Ok(Self {
+                shared,
+                pass,
+                recorded: false,
+            }),
+            Admission::Admitted(pass) => Err(shared.breaker.turn_away(pass, Instant::now())),
         }
     }
 
@@ -78,10 +85,11 @@ impl<C> Drop for Ticket<C> {
 }
 
 impl<F, C> ResponseFuture<F, C> {
-    pub(crate) fn called(future: F, ticket: Ticket<C>) -> Self {
+    /// A call that went through; `None` for one no breaker tracks (a keyed layer that is full).
+    pub(crate) fn called(future: F, ticket: Option<Ticket<C>>) -> Self {
         Self {
             state: State::Called { future },
-            ticket: Some(ticket),
+            ticket,
         }
     }
 

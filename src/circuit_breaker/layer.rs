@@ -1,7 +1,8 @@
 //! [`CircuitBreakerLayer`] and its builder.
 
+use super::keyed::KeyedCircuitBreakerLayer;
 use super::service::CircuitBreaker;
-use super::state::{open_backoff, Breaker, CircuitState, CircuitStats, Config};
+use super::state::{open_backoff, Breaker, CircuitState, CircuitStats, Config, OnOpen};
 use super::window::BUCKETS;
 use crate::retry::{AbortSignal, HttpClassifier, InvalidConfig, RandomSource, MAX_DELAY};
 use std::fmt;
@@ -40,10 +41,42 @@ pub struct CircuitBreakerLayer<C = HttpClassifier> {
     shared: Arc<Shared<C>>,
 }
 
-/// The breaker and the classifier that feeds it; one `Arc` per layer.
+/// The breaker and the classifier that feeds it; one `Arc` per layer (per authority when keyed).
 pub(crate) struct Shared<C> {
     pub(crate) breaker: Breaker,
-    pub(crate) classifier: C,
+    pub(crate) classifier: Arc<C>,
+}
+
+/// A checked configuration, from which breakers are made: one for a [`CircuitBreakerLayer`],
+/// one per authority for a [`KeyedCircuitBreakerLayer`].
+pub(crate) struct Template<C> {
+    config: Config,
+    abort: Option<(AbortSignal, OnOpen)>,
+    random: RandomSource,
+    /// Shared by every breaker made, so a keyed layer does not clone it per authority.
+    classifier: Arc<C>,
+}
+
+impl<C> Template<C> {
+    /// A new closed breaker, with its own random stream.
+    pub(crate) fn make(&self) -> Arc<Shared<C>> {
+        Arc::new(Shared {
+            breaker: Breaker::new(self.config.clone(), self.abort.clone(), &self.random),
+            classifier: Arc::clone(&self.classifier),
+        })
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn abort_signal(&self) -> Option<&AbortSignal> {
+        self.abort.as_ref().map(|(signal, _)| signal)
+    }
+
+    pub(crate) fn classifier(&self) -> &C {
+        &self.classifier
+    }
 }
 
 impl CircuitBreakerLayer {
@@ -291,6 +324,34 @@ impl<C> CircuitBreakerLayerBuilder<C> {
     /// [`MAX_DELAY`], the maximum open duration below the open duration, the window shorter than
     /// 10 ns, or both trips are turned off.
     pub fn build(self) -> Result<CircuitBreakerLayer<C>, InvalidConfig> {
+        let template = self.template(OnOpen::Hold)?;
+        Ok(CircuitBreakerLayer {
+            shared: template.make(),
+        })
+    }
+
+    /// Checks every value and builds a [`KeyedCircuitBreakerLayer`]: one breaker with this
+    /// configuration per authority, for at most `max_authorities` authorities at once
+    /// ([`KeyedCircuitBreakerLayer::DEFAULT_MAX_AUTHORITIES`] is a sensible start). See
+    /// [one breaker per authority](super#one-breaker-per-authority).
+    ///
+    /// Fails as [`build`](Self::build) does, and when `max_authorities` is zero.
+    pub fn build_per_authority(
+        self,
+        max_authorities: usize,
+    ) -> Result<KeyedCircuitBreakerLayer<C>, InvalidConfig> {
+        if max_authorities == 0 {
+            return Err(InvalidConfig::new("max_authorities", "must be at least 1"));
+        }
+        let template = self.template(OnOpen::Pulse)?;
+        Ok(KeyedCircuitBreakerLayer::new_with(
+            template,
+            max_authorities,
+        ))
+    }
+
+    /// Checks every value.
+    fn template(self, on_open: OnOpen) -> Result<Template<C>, InvalidConfig> {
         let fail = |field, message: &str| Err(InvalidConfig::new(field, message));
         if self.consecutive_failures.is_none() && self.failure_ratio.is_none() {
             return fail(
@@ -350,11 +411,11 @@ impl<C> CircuitBreakerLayerBuilder<C> {
             half_open_probes: self.half_open_probes,
             successes_to_close: self.successes_to_close,
         };
-        Ok(CircuitBreakerLayer {
-            shared: Arc::new(Shared {
-                breaker: Breaker::new(config, self.abort, &self.random),
-                classifier: self.classifier,
-            }),
+        Ok(Template {
+            config,
+            abort: self.abort.map(|signal| (signal, on_open)),
+            random: self.random,
+            classifier: Arc::new(self.classifier),
         })
     }
 }
@@ -403,6 +464,9 @@ mod tests {
         assert_eq!(field(b().open_jitter(-0.1)), "open_jitter");
         assert_eq!(field(b().open_multiplier(0.5)), "open_multiplier");
         assert_eq!(field(b().open_multiplier(f64::INFINITY)), "open_multiplier");
+        let keyed = |b: CircuitBreakerLayerBuilder, max| b.build_per_authority(max).unwrap_err();
+        assert_eq!(keyed(b(), 0).field(), "max_authorities");
+        assert_eq!(keyed(b().minimum_calls(0), 8).field(), "minimum_calls");
     }
 
     #[test]

@@ -26,7 +26,8 @@
 //! # With the retry layer
 //!
 //! Give both layers the same [`AbortSignal`](crate::AbortSignal): each time the breaker opens it
-//! [holds](crate::AbortSignal::hold_until) the signal until it will half-open. Every request
+//! [holds](crate::AbortSignal::hold_until) the signal until it will half-open (a keyed breaker
+//! does less: see [below](#waking-the-retry-layer)). Every request
 //! sleeping before a retry returns its last outcome at once (with
 //! [`StopReason::Aborted`](crate::StopReason::Aborted); its budget token is refunded) instead of
 //! waking later only to be refused, and so does a request whose attempt fails while the circuit
@@ -77,6 +78,97 @@
 //! # }
 //! ```
 //!
+//! # One breaker per authority
+//!
+//! A client in front of several upstreams (a reverse proxy, a gateway) should keep calling the
+//! healthy ones while one is down. [`CircuitBreakerLayerBuilder::build_per_authority`] builds a
+//! [`KeyedCircuitBreakerLayer`]: one breaker, with the builder's configuration, per authority of
+//! the request URI (`host:port` as the URI writes it, compared without regard to case:
+//! `example.test` and `example.test:80` are two authorities). Requests without an authority
+//! (`/path`) share one breaker of their own. A refusal names its authority
+//! ([`CircuitOpen::authority`]).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_http_retry::circuit_breaker::{CircuitBreakerLayer, CircuitOpen};
+//! use tower_http_retry::KeyedCircuitBreakerLayer;
+//!
+//! let breakers = CircuitBreakerLayer::builder()
+//!     .consecutive_failures(3)
+//!     .build_per_authority(KeyedCircuitBreakerLayer::DEFAULT_MAX_AUTHORITIES)
+//!     .unwrap();
+//! // Two upstreams behind one client; one of them is down.
+//! let upstreams = service_fn(|request: http::Request<String>| async move {
+//!     let status = if request.uri().host() == Some("down.internal") { 503 } else { 200 };
+//!     Ok::<_, std::io::Error>(http::Response::builder().status(status).body(String::new()).unwrap())
+//! });
+//! let mut client = ServiceBuilder::new().layer(breakers).service(upstreams);
+//! let get = |uri: &str| http::Request::get(uri).body(String::new()).unwrap();
+//!
+//! for _ in 0..3 {
+//!     client.ready().await.unwrap().call(get("http://down.internal/")).await.unwrap();
+//! }
+//! let error = client.ready().await.unwrap().call(get("http://down.internal/")).await.unwrap_err();
+//! let open = error.downcast_ref::<CircuitOpen>().expect("failed fast");
+//! assert_eq!(open.authority().unwrap().as_str(), "down.internal");
+//!
+//! // The other upstream is still called.
+//! let response = client.ready().await.unwrap().call(get("http://up.internal/")).await.unwrap();
+//! assert_eq!(response.status(), 200);
+//! # }
+//! ```
+//!
+//! ## How many breakers
+//!
+//! At most `max_authorities` authorities have a breaker at once (the breaker of requests without
+//! one is not counted). When a new authority comes and the map is full, one breaker is forgotten:
+//! the least recently used *closed* one (if its authority comes back, its counts start again from
+//! zero); when none is closed, the least recently used open one whose open period is over (a new
+//! breaker would let the next call through as well, but the open duration's growth starts
+//! again). A breaker that is refusing calls or probing is never forgotten: that would drop its
+//! protection. So an upstream that died and is never called again holds its place only until its
+//! open period ends.
+//!
+//! When every breaker is refusing calls or probing, a call to a new authority goes through
+//! *without* a breaker: it is neither refused nor counted
+//! ([`untracked_calls`](KeyedCircuitBreakerLayer::untracked_calls) counts it), until some breaker
+//! can be forgotten. Refusing it would fail an upstream nothing is known about; letting it evict
+//! an open breaker would send traffic to an upstream known to be down.
+//!
+//! A call finds its breaker under a read lock: one hash of the authority, no allocation and no
+//! clock read (recency is a logical clock, advanced only when calls alternate between
+//! authorities). Only the first call to an authority takes the write lock, and when the map is
+//! full it also scans the map for the breaker to forget: a cost paid by calls to new
+//! authorities, linear in `max_authorities`.
+//!
+//! `poll_ready` cannot know which authority the next call is for, so it waits for the inner
+//! service even when some circuit is open (see [`KeyedCircuitBreaker`]).
+//!
+//! ## Waking the retry layer
+//!
+//! The retry layer has one [`AbortSignal`](crate::AbortSignal) for every authority. Holding it
+//! when one circuit opens, as the unkeyed breaker does, would stop requests to *every* authority
+//! from sleeping before a retry for the whole open period. A keyed breaker only
+//! [wakes the requests sleeping](crate::AbortSignal::wake_sleepers) at the moment a circuit opens:
+//!
+//! * the sleepers of that authority return their last outcome at once
+//!   ([`StopReason::Aborted`](crate::StopReason::Aborted), budget token refunded), as with an
+//!   unkeyed breaker;
+//! * so do the sleepers of other authorities that happen to be sleeping at that moment: the signal
+//!   cannot tell them apart, and they lose the retry they were waiting for. Sleepers of a healthy
+//!   upstream are few (each had a transient failure), and each opening wakes them once;
+//! * requests that fail later sleep as usual: a retry to a healthy authority is sent, a retry to
+//!   an authority whose circuit is still open is refused with [`CircuitOpen`], which ends the
+//!   request (it is permanent for the call);
+//! * nothing is held, so the attempt that opened the circuit (and any other still in flight to
+//!   it) sleeps too, and its retry is then refused, or let through as a probe if the circuit has
+//!   half-opened meanwhile.
+//!
+//! Without a signal nothing is woken: the sleepers of a dead upstream wait out their backoff and
+//! are then refused.
+//!
 //! # Where it goes in a stack
 //!
 //! `TimeoutLayer(total) -> RetryLayer -> CircuitBreakerLayer -> TimeoutLayer(per attempt) ->
@@ -92,9 +184,11 @@
 //! | the last attempt timed out | `Err`, `downcast_ref::<tower::timeout::error::Elapsed>()` |
 //! | the last attempt's transport error | `Err`, the client's error (e.g. hyper-util's), boxed |
 
+mod authorities;
 mod check;
 mod error;
 mod future;
+mod keyed;
 mod layer;
 mod service;
 mod state;
@@ -103,6 +197,7 @@ mod window;
 pub use check::SlowTrip;
 pub use error::CircuitOpen;
 pub use future::ResponseFuture;
+pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer};
 pub use layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
 pub use service::CircuitBreaker;
 pub use state::{CircuitState, CircuitStats};

@@ -2,7 +2,7 @@
 
 use super::future::{ResponseFuture, Ticket};
 use super::layer::Shared;
-use super::state::{Admission, CircuitState, CircuitStats};
+use super::state::{CircuitState, CircuitStats};
 use crate::retry::Classify;
 use std::fmt;
 use std::sync::Arc;
@@ -108,15 +108,9 @@ where
     fn call(&mut self, request: Req) -> Self::Future {
         let polled = std::mem::replace(&mut self.polled, Polled::No);
         assert_ne!(polled, Polled::No, "poll_ready must be called before call");
-        match self.shared.breaker.admit(Instant::now) {
-            Admission::Rejected(open) => ResponseFuture::refused(open),
-            Admission::Admitted(pass) if polled == Polled::Ready => {
-                let ticket = Ticket::new(Arc::clone(&self.shared), pass);
-                ResponseFuture::called(self.inner.call(request), ticket)
-            }
-            Admission::Admitted(pass) => {
-                ResponseFuture::refused(self.shared.breaker.turn_away(pass, Instant::now()))
-            }
+        match Ticket::admit(Arc::clone(&self.shared), polled == Polled::Ready) {
+            Ok(ticket) => ResponseFuture::called(self.inner.call(request), Some(ticket)),
+            Err(open) => ResponseFuture::refused(open),
         }
     }
 }

@@ -81,6 +81,16 @@ pub(crate) enum Pass {
     Probe { generation: u64 },
 }
 
+/// What an opening does to the [`AbortSignal`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnOpen {
+    /// Hold the signal until the circuit half-opens: no request starts a sleep meanwhile.
+    Hold,
+    /// Wake the requests sleeping now, once. For keyed breakers, which share one signal among
+    /// every authority: holding it would stop the retries of the healthy ones too.
+    Pulse,
+}
+
 pub(crate) enum Admission {
     Admitted(Pass),
     Rejected(CircuitOpen),
@@ -97,7 +107,7 @@ pub(crate) struct Breaker {
     consecutive_failures: AtomicU32,
     window: Window,
     inner: Mutex<Inner>,
-    abort: Option<AbortSignal>,
+    abort: Option<(AbortSignal, OnOpen)>,
     trips: AtomicU64,
     rejected: AtomicU64,
     probes: AtomicU64,
@@ -126,7 +136,11 @@ enum Phase {
 }
 
 impl Breaker {
-    pub(crate) fn new(config: Config, abort: Option<AbortSignal>, random: &RandomSource) -> Self {
+    pub(crate) fn new(
+        config: Config,
+        abort: Option<(AbortSignal, OnOpen)>,
+        random: &RandomSource,
+    ) -> Self {
         Self {
             origin: Instant::now(),
             word: AtomicU64::new(CLOSED),
@@ -152,7 +166,7 @@ impl Breaker {
     }
 
     pub(crate) fn abort_signal(&self) -> Option<&AbortSignal> {
-        self.abort.as_ref()
+        self.abort.as_ref().map(|(signal, _)| signal)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -170,6 +184,17 @@ impl Breaker {
     pub(crate) fn refuses(&self, now: impl FnOnce() -> Instant) -> bool {
         self.word.load(Ordering::Acquire) & 3 == OPEN
             && self.nanos(now()) < self.half_open_at.load(Ordering::Acquire)
+    }
+
+    /// How readily a keyed layer may forget this breaker to make room for another: `Some(0)`
+    /// when closed, `Some(1)` when open with its open period over (a new breaker would let the
+    /// next call through as well), `None` while it refuses calls or probes. Lock-free.
+    pub(crate) fn eviction_rank(&self, now: Instant) -> Option<u8> {
+        match self.word.load(Ordering::Acquire) & 3 {
+            CLOSED => Some(0),
+            OPEN if !self.refuses(|| now) => Some(1),
+            _ => None,
+        }
     }
 
     /// Decides whether a call made now goes through. A closed circuit admits on one atomic
@@ -278,9 +303,13 @@ impl Breaker {
         drop(inner);
         if opened {
             // Outside the lock: the woken requests may call straight back into the breaker.
-            if let Some(abort) = &self.abort {
-                let half_open_at = self.half_open_at.load(Ordering::Acquire);
-                abort.hold_until(self.origin + Duration::from_nanos(half_open_at));
+            match &self.abort {
+                Some((abort, OnOpen::Hold)) => {
+                    let half_open_at = self.half_open_at.load(Ordering::Acquire);
+                    abort.hold_until(self.origin + Duration::from_nanos(half_open_at));
+                }
+                Some((abort, OnOpen::Pulse)) => abort.wake_sleepers(),
+                None => {}
             }
         }
     }

@@ -3,6 +3,7 @@
 
 mod classification;
 mod half_open;
+mod keyed;
 mod readiness;
 mod support;
 mod transitions;

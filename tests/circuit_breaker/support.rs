@@ -12,7 +12,11 @@ use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::circuit_breaker::{
     CircuitBreaker, CircuitBreakerLayerBuilder, ResponseFuture,
 };
-use tower_http_retry::{CircuitBreakerLayer, CircuitOpen, HttpClassifier, RandomSource};
+use tower_http_retry::retry::TokenBucket;
+use tower_http_retry::{
+    AbortSignal, Backoff, CircuitBreakerLayer, CircuitOpen, HttpClassifier, Jitter, RandomSource,
+    RetryLayer, RetryLayerBuilder,
+};
 
 pub type Req = http::Request<()>;
 pub type Res = http::Response<()>;
@@ -124,9 +128,10 @@ where
 pub fn refused(result: Result<u16, BoxError>) -> CircuitOpen {
     match result {
         Ok(code) => panic!("expected a refusal, got {code}"),
-        Err(error) => *error
+        Err(error) => error
             .downcast_ref::<CircuitOpen>()
-            .unwrap_or_else(|| panic!("expected CircuitOpen, got {error}")),
+            .unwrap_or_else(|| panic!("expected CircuitOpen, got {error}"))
+            .clone(),
     }
 }
 
@@ -193,4 +198,38 @@ impl Mocked {
         }
         tokio::time::advance(SEC).await;
     }
+}
+
+/// The fixed backoff of [`retry`].
+pub const BACKOFF: Duration = Duration::from_secs(30);
+
+/// Retries with a fixed 30 s backoff and a 10-token budget without refill.
+pub fn retry(signal: &AbortSignal, budget: &Arc<TokenBucket>) -> RetryLayerBuilder {
+    RetryLayer::builder()
+        .max_attempts(3)
+        .backoff(Backoff::new(Jitter::None, BACKOFF, BACKOFF))
+        .budget(Arc::clone(budget))
+        .abort_signal(signal.clone())
+}
+
+/// A budget of 10 tokens that never refills.
+pub fn bucket() -> Arc<TokenBucket> {
+    let bucket = TokenBucket::builder()
+        .capacity(10.0)
+        .deposit_per_success(0.0)
+        .refill_per_second(0.0)
+        .build()
+        .unwrap();
+    Arc::new(bucket)
+}
+
+/// Readies `service` (it must be ready at once) and calls it; the future is not polled yet.
+pub fn start<S>(service: &mut S, request: Req) -> tokio_test::task::Spawn<S::Future>
+where
+    S: Service<Req, Response = Res, Error = BoxError>,
+{
+    let mut ready = tokio_test::task::spawn(std::future::poll_fn(|cx| service.poll_ready(cx)));
+    assert_ready_ok!(ready.poll());
+    drop(ready);
+    tokio_test::task::spawn(service.call(request))
 }

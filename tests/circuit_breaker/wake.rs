@@ -2,38 +2,14 @@
 //! circuit ends a request instead of being retried.
 
 use crate::support::*;
-use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready, assert_ready_ok};
 use tower::{BoxError, Layer, Service};
 use tower_http_retry::circuit_breaker::CircuitBreaker;
-use tower_http_retry::retry::TokenBucket;
 use tower_http_retry::{
-    AbortSignal, Backoff, CircuitBreakerLayer, HttpClassifier, Jitter, Outcome, ReportSlot, Retry,
-    RetryLayer, RetryLayerBuilder, RetryReport, StopReason,
+    AbortSignal, CircuitBreakerLayer, HttpClassifier, Outcome, ReportSlot, Retry, RetryLayer,
+    RetryReport, StopReason,
 };
-
-const BACKOFF: Duration = Duration::from_secs(30);
-
-/// Retries with a fixed 30 s backoff and a 10-token budget without refill.
-fn retry(signal: &AbortSignal, budget: &Arc<TokenBucket>) -> RetryLayerBuilder {
-    RetryLayer::builder()
-        .max_attempts(3)
-        .backoff(Backoff::new(Jitter::None, BACKOFF, BACKOFF))
-        .budget(Arc::clone(budget))
-        .abort_signal(signal.clone())
-}
-
-fn bucket() -> Arc<TokenBucket> {
-    let bucket = TokenBucket::builder()
-        .capacity(10.0)
-        .deposit_per_success(0.0)
-        .refill_per_second(0.0)
-        .build()
-        .unwrap();
-    Arc::new(bucket)
-}
 
 /// retry -> breaker (2 failures in a row) -> an endpoint answering 503.
 struct Stack<S> {
@@ -65,11 +41,7 @@ fn stack(
 
 impl<S: Service<Req, Response = Res, Error = BoxError>> Stack<S> {
     fn start(&mut self, request: Req) -> tokio_test::task::Spawn<S::Future> {
-        let mut ready =
-            tokio_test::task::spawn(std::future::poll_fn(|cx| self.service.poll_ready(cx)));
-        assert_ready_ok!(ready.poll());
-        drop(ready);
-        tokio_test::task::spawn(self.service.call(request))
+        start(&mut self.service, request)
     }
 }
 
