@@ -37,7 +37,7 @@ struct Entry<C> {
 impl<C> Authorities<C> {
     pub(crate) fn new(template: Template<C>, max: usize) -> Self {
         Self {
-            no_authority: template.make(),
+            no_authority: template.make(None),
             template,
             max,
             // Grown as authorities come: a large maximum costs nothing until it is reached.
@@ -83,7 +83,7 @@ impl<C> Authorities<C> {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let shared = self.template.make();
+        let shared = self.template.make(Some(authority));
         let entry = Entry {
             shared: Arc::clone(&shared),
             used: AtomicU64::new(self.tick()),

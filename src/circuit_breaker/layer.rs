@@ -2,9 +2,10 @@
 
 use super::keyed::KeyedCircuitBreakerLayer;
 use super::service::CircuitBreaker;
-use super::state::{open_backoff, Breaker, CircuitState, CircuitStats, Config, OnOpen};
+use super::state::{open_backoff, Breaker, CircuitState, CircuitStats, Config, Hold};
 use super::window::BUCKETS;
 use crate::retry::{AbortSignal, HttpClassifier, InvalidConfig, RandomSource, MAX_DELAY};
+use http::uri::Authority;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,17 +52,26 @@ pub(crate) struct Shared<C> {
 /// one per authority for a [`KeyedCircuitBreakerLayer`].
 pub(crate) struct Template<C> {
     config: Config,
-    abort: Option<(AbortSignal, OnOpen)>,
+    abort: Option<AbortSignal>,
+    /// Whether each breaker made guards one authority (its opening holds only that authority).
+    per_authority: bool,
     random: RandomSource,
     /// Shared by every breaker made, so a keyed layer does not clone it per authority.
     classifier: Arc<C>,
 }
 
 impl<C> Template<C> {
-    /// A new closed breaker, with its own random stream.
-    pub(crate) fn make(&self) -> Arc<Shared<C>> {
+    /// A new closed breaker, with its own random stream, for calls to `authority` when the
+    /// template is per authority.
+    pub(crate) fn make(&self, authority: Option<&Authority>) -> Arc<Shared<C>> {
+        let hold = if self.per_authority {
+            Hold::Authority(authority.cloned())
+        } else {
+            Hold::Everyone
+        };
+        let abort = self.abort.clone().map(|signal| (signal, hold));
         Arc::new(Shared {
-            breaker: Breaker::new(self.config.clone(), self.abort.clone(), &self.random),
+            breaker: Breaker::new(self.config.clone(), abort, &self.random),
             classifier: Arc::clone(&self.classifier),
         })
     }
@@ -71,7 +81,7 @@ impl<C> Template<C> {
     }
 
     pub(crate) fn abort_signal(&self) -> Option<&AbortSignal> {
-        self.abort.as_ref().map(|(signal, _)| signal)
+        self.abort.as_ref()
     }
 
     pub(crate) fn classifier(&self) -> &C {
@@ -324,9 +334,9 @@ impl<C> CircuitBreakerLayerBuilder<C> {
     /// [`MAX_DELAY`], the maximum open duration below the open duration, the window shorter than
     /// 10 ns, or both trips are turned off.
     pub fn build(self) -> Result<CircuitBreakerLayer<C>, InvalidConfig> {
-        let template = self.template(OnOpen::Hold)?;
+        let template = self.template(false)?;
         Ok(CircuitBreakerLayer {
-            shared: template.make(),
+            shared: template.make(None),
         })
     }
 
@@ -343,7 +353,7 @@ impl<C> CircuitBreakerLayerBuilder<C> {
         if max_authorities == 0 {
             return Err(InvalidConfig::new("max_authorities", "must be at least 1"));
         }
-        let template = self.template(OnOpen::Pulse)?;
+        let template = self.template(true)?;
         Ok(KeyedCircuitBreakerLayer::new_with(
             template,
             max_authorities,
@@ -351,7 +361,7 @@ impl<C> CircuitBreakerLayerBuilder<C> {
     }
 
     /// Checks every value.
-    fn template(self, on_open: OnOpen) -> Result<Template<C>, InvalidConfig> {
+    fn template(self, per_authority: bool) -> Result<Template<C>, InvalidConfig> {
         let fail = |field, message: &str| Err(InvalidConfig::new(field, message));
         if self.consecutive_failures.is_none() && self.failure_ratio.is_none() {
             return fail(
@@ -413,7 +423,8 @@ impl<C> CircuitBreakerLayerBuilder<C> {
         };
         Ok(Template {
             config,
-            abort: self.abort.map(|signal| (signal, on_open)),
+            abort: self.abort,
+            per_authority,
             random: self.random,
             classifier: Arc::new(self.classifier),
         })

@@ -148,26 +148,19 @@
 //!
 //! ## Waking the retry layer
 //!
-//! The retry layer has one [`AbortSignal`](crate::AbortSignal) for every authority. Holding it
-//! when one circuit opens, as the unkeyed breaker does, would stop requests to *every* authority
-//! from sleeping before a retry for the whole open period. A keyed breaker only
-//! [wakes the requests sleeping](crate::AbortSignal::wake_sleepers) at the moment a circuit opens:
+//! The retry layer has one [`AbortSignal`](crate::AbortSignal) for every authority. A keyed
+//! breaker holds it [for its authority only](crate::AbortSignal::hold_authority_until), until
+//! the circuit half-opens:
 //!
-//! * the sleepers of that authority return their last outcome at once
-//!   ([`StopReason::Aborted`](crate::StopReason::Aborted), budget token refunded), as with an
-//!   unkeyed breaker;
-//! * so do the sleepers of other authorities that happen to be sleeping at that moment: the signal
-//!   cannot tell them apart, and they lose the retry they were waiting for. Sleepers of a healthy
-//!   upstream are few (each had a transient failure), and each opening wakes them once;
-//! * requests that fail later sleep as usual: a retry to a healthy authority is sent, a retry to
-//!   an authority whose circuit is still open is refused with [`CircuitOpen`], which ends the
-//!   request (it is permanent for the call);
-//! * nothing is held, so the attempt that opened the circuit (and any other still in flight to
-//!   it) sleeps too, and its retry is then refused, or let through as a probe if the circuit has
-//!   half-opened meanwhile.
+//! * the requests to that authority sleeping before a retry return their last outcome at once
+//!   ([`StopReason::Aborted`](crate::StopReason::Aborted), budget token refunded), and so does
+//!   a request to it whose attempt fails while the circuit is open (the one that opened it, for
+//!   one), as with an unkeyed breaker;
+//! * requests to other authorities keep sleeping and retrying: each sleeper is woken (the signal
+//!   is shared), sees that the hold is not for its authority and goes back to sleep.
 //!
 //! Without a signal nothing is woken: the sleepers of a dead upstream wait out their backoff and
-//! are then refused.
+//! are then refused with [`CircuitOpen`], which ends the request (it is permanent for the call).
 //!
 //! # Where it goes in a stack
 //!

@@ -19,6 +19,7 @@
 use super::error::CircuitOpen;
 use super::window::Window;
 use crate::retry::{AbortSignal, Backoff, Jitter, Outcome, RandomSource};
+use http::uri::Authority;
 use rand::rngs::SmallRng;
 use rand::RngExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -81,14 +82,14 @@ pub(crate) enum Pass {
     Probe { generation: u64 },
 }
 
-/// What an opening does to the [`AbortSignal`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OnOpen {
-    /// Hold the signal until the circuit half-opens: no request starts a sleep meanwhile.
-    Hold,
-    /// Wake the requests sleeping now, once. For keyed breakers, which share one signal among
-    /// every authority: holding it would stop the retries of the healthy ones too.
-    Pulse,
+/// Whose sleeps an opening ends, by holding the [`AbortSignal`] until the circuit half-opens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Every request's: the breaker guards the only endpoint behind it.
+    Everyone,
+    /// Only the requests to this authority (`None`: those without one): a breaker per authority
+    /// must not stop the retries of the healthy authorities that share its signal.
+    Authority(Option<Authority>),
 }
 
 pub(crate) enum Admission {
@@ -107,7 +108,7 @@ pub(crate) struct Breaker {
     consecutive_failures: AtomicU32,
     window: Window,
     inner: Mutex<Inner>,
-    abort: Option<(AbortSignal, OnOpen)>,
+    abort: Option<(AbortSignal, Hold)>,
     trips: AtomicU64,
     rejected: AtomicU64,
     probes: AtomicU64,
@@ -138,7 +139,7 @@ enum Phase {
 impl Breaker {
     pub(crate) fn new(
         config: Config,
-        abort: Option<(AbortSignal, OnOpen)>,
+        abort: Option<(AbortSignal, Hold)>,
         random: &RandomSource,
     ) -> Self {
         Self {
@@ -303,13 +304,15 @@ impl Breaker {
         drop(inner);
         if opened {
             // Outside the lock: the woken requests may call straight back into the breaker.
-            match &self.abort {
-                Some((abort, OnOpen::Hold)) => {
-                    let half_open_at = self.half_open_at.load(Ordering::Acquire);
-                    abort.hold_until(self.origin + Duration::from_nanos(half_open_at));
+            if let Some((abort, hold)) = &self.abort {
+                let half_open_at = self.half_open_at.load(Ordering::Acquire);
+                let until = self.origin + Duration::from_nanos(half_open_at);
+                match hold {
+                    Hold::Everyone => abort.hold_until(until),
+                    Hold::Authority(authority) => {
+                        abort.hold_authority_until(authority.as_ref(), until)
+                    }
                 }
-                Some((abort, OnOpen::Pulse)) => abort.wake_sleepers(),
-                None => {}
             }
         }
     }

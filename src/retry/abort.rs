@@ -1,20 +1,24 @@
-//! The abort signal: wakes every request sleeping in backoff so it returns its last outcome now.
+//! The abort signal: wakes requests sleeping in backoff so they return their last outcome now.
 
+use http::uri::Authority;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Wakes sleeping retries: once ([`wake_sleepers`](Self::wake_sleepers)), for a while
-/// ([`hold_until`](Self::hold_until)) or for good ([`shutdown`](Self::shutdown)).
+/// ([`hold_until`](Self::hold_until), or for one upstream only,
+/// [`hold_authority_until`](Self::hold_authority_until)) or for good
+/// ([`shutdown`](Self::shutdown)).
 ///
 /// A request sleeping before its next attempt holds on to its last response or error. When the
 /// process shuts down, or a circuit breaker opens in front of the endpoint, waiting out the sleep
 /// only delays a result that is already known. Give the same signal to
 /// [`RetryLayerBuilder::abort_signal`](crate::RetryLayerBuilder::abort_signal) and trigger it:
-/// every sleeping request returns its last outcome within one scheduler tick, with
+/// every sleeping request concerned returns its last outcome within one scheduler tick, with
 /// [`StopReason::Aborted`](crate::StopReason::Aborted), and its budget token is refunded.
 ///
 /// Clones share the signal.
@@ -37,7 +41,26 @@ pub struct AbortSignal {
 #[derive(Default)]
 struct State {
     shut_down: AtomicBool,
-    held_until: Mutex<Option<Instant>>,
+    /// Bumped by every wake that concerns all sleepers ([`AbortSignal::wake_sleepers`],
+    /// [`AbortSignal::shutdown`]); a sleeper that sees it change was woken for good.
+    wakes: AtomicU64,
+    holds: Mutex<Holds>,
+}
+
+/// Until when failed requests may not sleep: all of them, or those to one authority.
+#[derive(Default)]
+struct Holds {
+    everyone: Option<Instant>,
+    no_authority: Option<Instant>,
+    authorities: HashMap<Authority, Instant>,
+}
+
+/// What a sleeping request listens with.
+pub(crate) struct Listener {
+    /// Completes at the next wake of any kind.
+    pub(crate) notified: OwnedNotified,
+    /// The wake count when the request started listening.
+    pub(crate) seen_wakes: u64,
 }
 
 impl AbortSignal {
@@ -46,18 +69,36 @@ impl AbortSignal {
         Self::default()
     }
 
-    /// Wakes every request that is sleeping now; later failures sleep as usual. A circuit
-    /// breaker calls this when it opens.
+    /// Wakes every request that is sleeping now; later failures sleep as usual.
     pub fn wake_sleepers(&self) {
+        self.state.wakes.fetch_add(1, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
 
     /// Wakes every sleeping request and, until `until`, lets no failed request start a sleep:
     /// each returns its last outcome at once. A circuit breaker calls this when it opens, with
-    /// the moment it will half-open, so that the attempt that was in flight when it opened does
-    /// not sleep only to be refused. A later call replaces the moment.
+    /// the moment it will half-open, so that no request sleeps only to be refused, the attempt
+    /// that was in flight when it opened included. A later call replaces the moment.
     pub fn hold_until(&self, until: Instant) {
-        *self.held_until() = Some(until);
+        self.holds().everyone = Some(until);
+        self.notify.notify_waiters();
+    }
+
+    /// Like [`hold_until`](Self::hold_until), for the requests to one authority only (`None`:
+    /// requests whose URI has none). Requests to other authorities keep sleeping and retrying.
+    /// A breaker per authority calls this when one of its circuits opens.
+    pub fn hold_authority_until(&self, authority: Option<&Authority>, until: Instant) {
+        let mut holds = self.holds();
+        match authority {
+            Some(authority) => {
+                // Expired holds go, so the map only ever holds the circuits open now.
+                let now = Instant::now();
+                holds.authorities.retain(|_, held| *held > now);
+                holds.authorities.insert(authority.clone(), until);
+            }
+            None => holds.no_authority = Some(until),
+        }
+        drop(holds);
         self.notify.notify_waiters();
     }
 
@@ -65,7 +106,7 @@ impl AbortSignal {
     /// failure is returned at once. For process shutdown; it cannot be undone.
     pub fn shutdown(&self) {
         self.state.shut_down.store(true, Ordering::SeqCst);
-        self.notify.notify_waiters();
+        self.wake_sleepers();
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called.
@@ -73,26 +114,46 @@ impl AbortSignal {
         self.state.shut_down.load(Ordering::SeqCst)
     }
 
-    /// Whether a failed request may not sleep now: shut down, or held by
-    /// [`hold_until`](Self::hold_until).
-    pub(crate) fn forbids_sleep(&self) -> bool {
-        self.is_shut_down()
-            || self
-                .held_until()
-                .is_some_and(|until| Instant::now() < until)
+    /// Whether a failed request to `authority` may not sleep now: shut down, or held.
+    pub(crate) fn forbids_sleep(&self, authority: Option<&Authority>) -> bool {
+        if self.is_shut_down() {
+            return true;
+        }
+        let holds = self.holds();
+        let held = match authority {
+            Some(authority) => holds.authorities.get(authority).copied(),
+            None => holds.no_authority,
+        };
+        let now = Instant::now();
+        [holds.everyone, held]
+            .into_iter()
+            .flatten()
+            .any(|until| now < until)
     }
 
-    fn held_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+    /// Whether a request that listened with `listener` and has just been woken must stop: woken
+    /// for everyone since it listened, or its authority is now held.
+    pub(crate) fn ends_sleep(&self, listener_wakes: u64, authority: Option<&Authority>) -> bool {
+        self.state.wakes.load(Ordering::SeqCst) != listener_wakes || self.forbids_sleep(authority)
+    }
+
+    /// Starts listening for wakes. Check [`ends_sleep`](Self::ends_sleep) or
+    /// [`forbids_sleep`](Self::forbids_sleep) *after* this: a wake in between still completes the
+    /// listener.
+    pub(crate) fn listen(&self) -> Listener {
+        let seen_wakes = self.state.wakes.load(Ordering::SeqCst);
+        Listener {
+            notified: Arc::clone(&self.notify).notified_owned(),
+            seen_wakes,
+        }
+    }
+
+    fn holds(&self) -> MutexGuard<'_, Holds> {
+        // Plain data with no invariant to break half-way: a poisoned lock is usable.
         self.state
-            .held_until
+            .holds
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A future that completes at the next wake. Create it *before* checking
-    /// [`forbids_sleep`](Self::forbids_sleep): a wake that happens in between still completes it.
-    pub(crate) fn listen(&self) -> OwnedNotified {
-        Arc::clone(&self.notify).notified_owned()
     }
 }
 

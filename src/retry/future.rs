@@ -14,7 +14,7 @@
 //! Only then does the request sleep, so a request that will not be retried never waits and
 //! never spends a token.
 
-use super::abort::AbortSignal;
+use super::abort::{AbortSignal, Listener};
 use super::backoff::uniform;
 use super::budget::RetryBudget;
 use super::classify::{Classify, Outcome};
@@ -24,6 +24,7 @@ use super::message::{RetryRequest, RetryResponse};
 use super::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 use super::retry_after::{parse_retry_after, Resolved, RetryAfterHint};
 use super::stats::RetryStats;
+use http::uri::Authority;
 use http::HeaderValue;
 use pin_project_lite::pin_project;
 use rand::rngs::SmallRng;
@@ -70,11 +71,34 @@ pin_project! {
             sleep: Sleep,
             #[pin]
             woken: Option<OwnedNotified>,
+            seen_wakes: u64,
             slept: bool,
             last: Option<Result<Res, E>>,
             token: Option<Withdrawal>,
         },
         Done,
+    }
+}
+
+impl<F, Res, E> State<F, Res, E> {
+    fn waiting(
+        delay: Duration,
+        listener: Option<Listener>,
+        last: Option<Result<Res, E>>,
+        token: Option<Withdrawal>,
+    ) -> Self {
+        let (woken, seen_wakes) = match listener {
+            Some(listener) => (Some(listener.notified), listener.seen_wakes),
+            None => (None, 0),
+        };
+        State::Waiting {
+            sleep: tokio::time::sleep(delay),
+            woken,
+            seen_wakes,
+            slept: false,
+            last,
+            token,
+        }
     }
 }
 
@@ -100,7 +124,7 @@ enum Next {
     Stop(StopReason),
     Sleep {
         delay: Duration,
-        woken: Option<OwnedNotified>,
+        listener: Option<Listener>,
         token: Option<Withdrawal>,
     },
 }
@@ -256,14 +280,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         if self.attempts >= shared.max_attempts {
             return Next::Stop(StopReason::AttemptsExhausted);
         }
-        // Listen before checking: a shutdown in between still wakes the sleep.
-        let woken = shared.abort.as_ref().map(AbortSignal::listen);
-        if shared
-            .abort
-            .as_ref()
-            .is_some_and(AbortSignal::forbids_sleep)
-        {
-            return Next::Stop(StopReason::Aborted);
+        // Listen before checking: a shutdown or hold in between still wakes the sleep.
+        let listener = shared.abort.as_ref().map(AbortSignal::listen);
+        if let Some(abort) = &shared.abort {
+            if abort.forbids_sleep(self.authority()) {
+                return Next::Stop(StopReason::Aborted);
+            }
         }
         let (delay, source) = match self.delay_for(result) {
             Ok(chosen) => chosen,
@@ -298,9 +320,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         );
         Next::Sleep {
             delay,
-            woken,
+            listener,
             token,
         }
+    }
+
+    /// The authority of the request, which a hold of the abort signal may concern.
+    fn authority(&self) -> Option<&Authority> {
+        self.request.as_ref().and_then(RetryRequest::authority)
     }
 
     /// The delay before the next attempt: the server's `Retry-After` when valid, else the backoff
@@ -412,21 +439,19 @@ where
     /// The first attempt waits `U(0, first_attempt_jitter)`, then goes to `service` once ready.
     pub(crate) fn delayed(mut session: Session<Req, C>, service: S) -> Self {
         let shared = Arc::clone(&session.shared);
-        let woken = shared.abort.as_ref().map(AbortSignal::listen);
-        let delay = if shared.abort.as_ref().is_some_and(AbortSignal::is_shut_down) {
+        let listener = shared.abort.as_ref().map(AbortSignal::listen);
+        let forbidden = shared
+            .abort
+            .as_ref()
+            .is_some_and(|abort| abort.forbids_sleep(session.authority()));
+        let delay = if forbidden {
             Duration::ZERO
         } else {
             uniform(Duration::ZERO, shared.first_attempt_jitter, session.rng())
         };
         session.record_delay(delay, DelaySource::FirstAttempt);
         Self {
-            state: State::Waiting {
-                sleep: tokio::time::sleep(delay),
-                woken,
-                last: None,
-                slept: false,
-                token: None,
-            },
+            state: State::waiting(delay, listener, None, None),
             service: Some(service),
             session,
         }
@@ -455,28 +480,37 @@ where
                         }
                         Next::Sleep {
                             delay,
-                            woken,
+                            listener,
                             token,
-                        } => this.state.set(State::Waiting {
-                            sleep: tokio::time::sleep(delay),
-                            woken,
-                            slept: false,
-                            last: Some(result),
-                            token,
-                        }),
+                        } => this
+                            .state
+                            .set(State::waiting(delay, listener, Some(result), token)),
                     }
                 }
                 StateProj::Waiting {
                     sleep,
                     mut woken,
+                    seen_wakes,
                     slept,
                     last,
                     token,
                 } => {
-                    let aborted = woken
-                        .as_mut()
-                        .as_pin_mut()
-                        .is_some_and(|w| w.poll(cx).is_ready());
+                    let aborted = loop {
+                        let Some(listener) = woken.as_mut().as_pin_mut() else {
+                            break false;
+                        };
+                        if listener.poll(cx).is_pending() {
+                            break false;
+                        }
+                        // Woken: for this request, or by a hold for another authority. Listen
+                        // again before checking, so that a wake in between is not lost.
+                        let abort = this.session.shared.abort.as_ref();
+                        let abort = abort.expect("a listener comes from the abort signal");
+                        woken.set(Some(abort.listen().notified));
+                        if abort.ends_sleep(*seen_wakes, this.session.authority()) {
+                            break true;
+                        }
+                    };
                     if aborted {
                         woken.set(None);
                         if !*slept {

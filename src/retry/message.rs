@@ -3,6 +3,7 @@
 
 use super::replay_body::ReplayBody;
 use super::report::{ReportSlot, RetryReport};
+use http::uri::Authority;
 use http::{HeaderMap, Method, StatusCode};
 
 /// A request the retry layer can inspect and copy.
@@ -30,6 +31,12 @@ pub trait RetryRequest: Sized {
     fn report_slot(&self) -> Option<&ReportSlot> {
         None
     }
+
+    /// The authority (`host:port`) the request goes to, if known: an
+    /// [`AbortSignal`](crate::AbortSignal) held for one authority stops only its requests.
+    fn authority(&self) -> Option<&Authority> {
+        None
+    }
 }
 
 /// The accessors every `http::Request` implementation shares.
@@ -49,6 +56,10 @@ macro_rules! http_request_accessors {
 
         fn report_slot(&self) -> Option<&ReportSlot> {
             self.extensions().get()
+        }
+
+        fn authority(&self) -> Option<&Authority> {
+            self.uri().authority()
         }
     };
 }

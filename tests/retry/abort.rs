@@ -179,3 +179,32 @@ async fn hold_until_wakes_sleepers_and_forbids_sleeping_until_then() {
     let (code, report) = run_through(&mut client, get(), &[503, 200]).await;
     assert_eq!((code, report.attempts), (200, 2));
 }
+
+fn get_from(authority: &str) -> Req {
+    http::Request::get(format!("http://{authority}/"))
+        .body(String::new())
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn hold_for_one_authority_ends_only_its_sleepers() {
+    let signal = AbortSignal::new();
+    let mut client = Client::new(abortable(&signal).build().unwrap());
+    let mut down = client.sleeping(get_from("down.test"));
+    let mut healthy = client.sleeping(get_from("healthy.test"));
+
+    let down_authority = http::uri::Authority::from_static("down.test");
+    signal.hold_authority_until(
+        Some(&down_authority),
+        Instant::now() + Duration::from_secs(60),
+    );
+    assert_eq!(finished(down.poll()).1.stop, StopReason::Aborted);
+    assert_pending!(
+        healthy.poll(),
+        "a hold for another authority: back to sleep"
+    );
+
+    // A wake for everyone still reaches the request that went back to sleep.
+    signal.wake_sleepers();
+    assert_eq!(finished(healthy.poll()).1.stop, StopReason::Aborted);
+}
