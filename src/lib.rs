@@ -68,9 +68,9 @@ pub use circuit_breaker::{
 
 pub use retry::{
     classify_fn, AbortSignal, Backoff, Classify, Delay, DelayHistogram, DelaySource,
-    HttpClassifier, Idempotency, InvalidConfig, Jitter, Outcome, RandomSource, ReportSlot, Retry,
-    RetryAfter, RetryBudget, RetryLayer, RetryLayerBuilder, RetryReport, RetryStats, StatsSnapshot,
-    StopReason, TokenBucket, WhenLonger,
+    HttpClassifier, Idempotency, InvalidConfig, Jitter, Outcome, RandomSource, ReplayBody,
+    ReportSlot, Retry, RetryAfter, RetryBudget, RetryLayer, RetryLayerBuilder, RetryReport,
+    RetryStats, StatsSnapshot, StopReason, TokenBucket, WhenLonger, DEFAULT_REPLAY_LIMIT,
 };
 
 // The README's code blocks are compiled and run as doctests, so the README stays true.
