@@ -172,7 +172,8 @@ async fn main() -> Result<(), BoxError> {
         let woken = retry.stats().snapshot().stopped(StopReason::Aborted);
         if woken != last_woken {
             println!(
-                "{} retry: {} sleeping request(s) woken, returned their last 503 at once",
+                "{} retry: {} request(s) stopped by the opening (woken from their sleep, or \
+                 not let to start one), returned their last 503 at once",
                 at(),
                 woken - last_woken
             );
@@ -190,7 +191,7 @@ async fn main() -> Result<(), BoxError> {
     println!("\nwhat the callers got:");
     println!("  200 OK                           {:>4}", load(&tally.ok));
     println!(
-        "  503 after retries                {:>4}",
+        "  503, the last outcome             {:>4}",
         load(&tally.failed_after_retries)
     );
     println!(
@@ -211,11 +212,11 @@ async fn main() -> Result<(), BoxError> {
         stats.attempts, stats.retries
     );
     println!(
-        "  woken by the breaker (aborted)   {:>4}",
+        "  stopped by the breaker (aborted) {:>4}",
         stats.stopped(StopReason::Aborted)
     );
     println!(
-        "  budget tokens refunded           {:>4}",
+        "  of those woken from a sleep      {:>4}  (their budget tokens refunded)",
         stats.budget_refunded
     );
     println!("breaker:");
