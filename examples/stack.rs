@@ -191,7 +191,7 @@ async fn main() -> Result<(), BoxError> {
     println!("\nwhat the callers got:");
     println!("  200 OK                           {:>4}", load(&tally.ok));
     println!(
-        "  503, the last outcome             {:>4}",
+        "  503, the last outcome            {:>4}",
         load(&tally.failed_after_retries)
     );
     println!(
