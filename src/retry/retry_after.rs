@@ -2,10 +2,12 @@
 //! from parking a request.
 //!
 //! A server that answers 429 or 503 with `Retry-After` knows when it wants to see the client again,
-//! so a valid hint replaces the computed backoff delay. It is then clamped to a maximum (by
-//! default the backoff cap) and spread upward by a small random fraction, so that ten thousand
-//! clients told "5" come back over half a second rather than in the same millisecond, and never
-//! sooner than asked (unless the clamp had to cut the hint).
+//! so a valid hint replaces the computed backoff delay. It is spread upward by a small random
+//! fraction (10 % by default), so that ten thousand clients told "5" come back over half a second
+//! rather than in the same millisecond, never sooner than asked. A hint the clamp (by default the
+//! backoff cap) cuts is spread just *below* the clamp instead, so a hostile or huge hint can
+//! neither park a request nor bring the whole herd back at the clamp in one instant. A hint of 0
+//! (or a date in the past) means "now", and is taken at its word.
 
 use super::error::{in_range, non_zero, InvalidConfig};
 use http::header::{HeaderMap, RETRY_AFTER};
@@ -185,27 +187,36 @@ impl RetryAfter {
         in_range("retry_after.jitter", self.jitter, 0.0, 1.0)
     }
 
-    /// Turns a valid hint into the delay to sleep, in `[hint, clamp]` or exactly `clamp`.
+    /// Turns a valid hint into the delay to sleep, always within `clamp`.
+    ///
+    /// A hint whose spread fits under the clamp gives `U(hint, hint * (1 + jitter))`: never
+    /// sooner than asked. Otherwise the clamp cuts it, and the delay is spread just below the
+    /// clamp, `U(clamp * (1 - jitter), clamp)`, so that clients told the same long hint do not
+    /// all come back at the clamp in the same instant.
     pub(crate) fn resolve<R: Rng + ?Sized>(
         &self,
         hint: Duration,
         clamp: Duration,
         rng: &mut R,
     ) -> Resolved {
-        if hint > clamp {
-            return match self.when_longer {
-                WhenLonger::Clamp => Resolved::Delay {
-                    delay: clamp,
-                    clamped: true,
-                },
-                WhenLonger::GiveUp => Resolved::GiveUp,
-            };
+        if hint <= clamp {
+            // `hint <= clamp <= MAX_DELAY`, so the spread cannot overflow.
+            let spread = hint.mul_f64(self.jitter);
+            if hint + spread <= clamp {
+                let delay = super::backoff::uniform(hint, hint + spread, rng);
+                return Resolved::Delay {
+                    delay,
+                    clamped: false,
+                };
+            }
+        } else if self.when_longer == WhenLonger::GiveUp {
+            return Resolved::GiveUp;
         }
-        let spread = hint.mul_f64(self.jitter);
-        let delay = super::backoff::uniform(hint, hint + spread, rng).min(clamp);
+        let below = clamp.mul_f64(self.jitter);
+        let delay = super::backoff::uniform(clamp - below, clamp, rng);
         Resolved::Delay {
             delay,
-            clamped: false,
+            clamped: delay < hint,
         }
     }
 }
@@ -300,19 +311,45 @@ mod tests {
         assert_eq!(hint(&[], at(0)), RetryAfterHint::Absent);
     }
 
-    #[test]
-    fn hint_longer_than_clamp_is_clamped_or_given_up() {
+    fn delays(policy: RetryAfter, hint: Duration, clamp: Duration) -> Vec<(Duration, bool)> {
         let mut rng = SmallRng::seed_from_u64(1);
+        (0..1000)
+            .map(|_| match policy.resolve(hint, clamp, &mut rng) {
+                Resolved::Delay { delay, clamped } => (delay, clamped),
+                Resolved::GiveUp => panic!("gave up"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hint_longer_than_clamp_is_spread_just_below_the_clamp() {
         let clamp = Duration::from_secs(10);
-        let long = Duration::from_secs(3600);
-        assert_eq!(
-            RetryAfter::honored().resolve(long, clamp, &mut rng),
-            Resolved::Delay {
-                delay: clamp,
-                clamped: true
-            }
+        let drawn = delays(RetryAfter::honored(), Duration::from_secs(3600), clamp);
+        assert!(drawn
+            .iter()
+            .all(|(d, clamped)| *clamped && *d >= clamp * 9 / 10 && *d <= clamp));
+        let distinct: std::collections::HashSet<_> = drawn.iter().map(|(d, _)| d).collect();
+        assert!(
+            distinct.len() > 900,
+            "the herd must not come back in one instant"
         );
+    }
+
+    #[test]
+    fn hint_equal_to_the_clamp_is_spread_too() {
+        let clamp = Duration::from_secs(10);
+        let drawn = delays(RetryAfter::honored(), clamp, clamp);
+        let distinct: std::collections::HashSet<_> = drawn.iter().map(|(d, _)| d).collect();
+        assert!(distinct.len() > 900);
+        assert!(drawn.iter().all(|(d, clamped)| *clamped == (*d < clamp)));
+    }
+
+    #[test]
+    fn hint_longer_than_clamp_gives_up_when_configured() {
+        let mut rng = SmallRng::seed_from_u64(1);
         let give_up = RetryAfter::honored().when_longer(WhenLonger::GiveUp);
+        let long = Duration::from_secs(3600);
+        let clamp = Duration::from_secs(10);
         assert_eq!(give_up.resolve(long, clamp, &mut rng), Resolved::GiveUp);
     }
 

@@ -72,18 +72,17 @@ async fn retry_after_replaces_the_backoff_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_above_the_clamp_is_clamped() {
+    // The clamp is the backoff cap, 2 s; the hint is spread over the 10 % just below it.
     let (arrived, report, client) = retry_arrival(
         short_backoff(2 * SECOND),
         with_retry_after(429, "3600"),
-        1999 * MS,
-        10 * MS,
+        1799 * MS,
+        210 * MS,
     )
     .await;
     let (delay, source) = only_delay(&report, arrived);
-    assert_eq!(
-        (delay, source),
-        (2 * SECOND, DelaySource::RetryAfterClamped)
-    );
+    assert_eq!(source, DelaySource::RetryAfterClamped);
+    assert!(delay >= 1800 * MS && delay <= 2 * SECOND, "{delay:?}");
     let stats = client.stats();
     assert_eq!((stats.retry_after_seen, stats.retry_after_clamped), (1, 1));
 }
