@@ -78,9 +78,9 @@ impl AbortSignal {
     /// Wakes every sleeping request and, until `until`, lets no failed request start a sleep:
     /// each returns its last outcome at once. A circuit breaker calls this when it opens, with
     /// the moment it will half-open, so that no request sleeps only to be refused, the attempt
-    /// that was in flight when it opened included. A later call replaces the moment.
+    /// that was in flight when it opened included. A hold already in force for longer stays.
     pub fn hold_until(&self, until: Instant) {
-        self.holds().everyone = Some(until);
+        extend(&mut self.holds().everyone, until);
         self.notify.notify_waiters();
     }
 
@@ -94,9 +94,10 @@ impl AbortSignal {
                 // Expired holds go, so the map only ever holds the circuits open now.
                 let now = Instant::now();
                 holds.authorities.retain(|_, held| *held > now);
-                holds.authorities.insert(authority.clone(), until);
+                let held = holds.authorities.entry(authority.clone()).or_insert(until);
+                *held = (*held).max(until);
             }
-            None => holds.no_authority = Some(until),
+            None => extend(&mut holds.no_authority, until),
         }
         drop(holds);
         self.notify.notify_waiters();
@@ -155,6 +156,11 @@ impl AbortSignal {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Holds until `until`, or longer if a hold in force already lasts longer.
+fn extend(held: &mut Option<Instant>, until: Instant) {
+    *held = Some(held.map_or(until, |held| held.max(until)));
 }
 
 impl fmt::Debug for AbortSignal {

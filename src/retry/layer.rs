@@ -253,9 +253,9 @@ impl<C> RetryLayerBuilder<C> {
         self
     }
 
-    /// Bounds the time from the call to the end of the last sleep: a sleep that would end later
-    /// is not started and the last outcome is returned at once. (It does not cut an attempt in
-    /// flight; an outer `TimeoutLayer` does that.)
+    /// Bounds the time from the call to the end of the last sleep, the first-attempt delay
+    /// included: a sleep that would end later is not started and the last outcome is returned at
+    /// once. (It does not cut an attempt in flight; an outer `TimeoutLayer` does that.)
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
         self
@@ -316,7 +316,8 @@ impl<C> RetryLayerBuilder<C> {
     ///
     /// Fails, naming the field, on a backoff that cannot work (see [`Backoff::validate`]), zero
     /// `max_attempts`, a zero deadline, a first-attempt jitter or `Retry-After` clamp above
-    /// [`MAX_DELAY`], a zero `Retry-After` clamp, or a `Retry-After` jitter outside `[0, 1]`.
+    /// [`MAX_DELAY`], a first-attempt jitter not below the deadline, a zero `Retry-After` clamp,
+    /// or a `Retry-After` jitter outside `[0, 1]`.
     pub fn build(self) -> Result<RetryLayer<C>, InvalidConfig> {
         self.backoff.validate()?;
         self.retry_after.validate()?;
@@ -334,6 +335,16 @@ impl<C> RetryLayerBuilder<C> {
         }
         if let Some(deadline) = self.deadline {
             non_zero("deadline", deadline)?;
+            // The deadline counts from the call, so the first-attempt delay is part of it.
+            if self.first_attempt_jitter >= deadline {
+                return Err(InvalidConfig::new(
+                    "first_attempt_jitter",
+                    format!(
+                        "({:?}) must be below the deadline ({deadline:?})",
+                        self.first_attempt_jitter
+                    ),
+                ));
+            }
         }
         Ok(RetryLayer {
             shared: Arc::new(Shared {
@@ -382,6 +393,10 @@ mod tests {
             field(RetryLayer::builder().deadline(Duration::ZERO)),
             "deadline"
         );
+        let jitter_past_deadline = RetryLayer::builder()
+            .deadline(Duration::from_secs(1))
+            .first_attempt_jitter(Duration::from_secs(10));
+        assert_eq!(field(jitter_past_deadline), "first_attempt_jitter");
         assert_eq!(
             field(RetryLayer::builder().first_attempt_jitter(Duration::MAX)),
             "first_attempt_jitter"

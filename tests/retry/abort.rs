@@ -208,3 +208,19 @@ async fn hold_for_one_authority_ends_only_its_sleepers() {
     signal.wake_sleepers();
     assert_eq!(finished(healthy.poll()).1.stop, StopReason::Aborted);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_hold_does_not_cut_a_longer_one() {
+    let signal = AbortSignal::new();
+    let mut client = Client::new(abortable(&signal).build().unwrap());
+    signal.hold_until(Instant::now() + Duration::from_secs(40));
+    signal.hold_until(Instant::now() + Duration::from_secs(5));
+    advance(Duration::from_secs(10)).await;
+    let mut held = client.start(get());
+    client.reply(503);
+    assert_eq!(
+        finished(held.poll()).1.stop,
+        StopReason::Aborted,
+        "still held at 10 s"
+    );
+}
