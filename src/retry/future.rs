@@ -53,6 +53,18 @@ pin_project! {
         service: Option<S>,
         session: Session<Req, C>,
     }
+
+    impl<S, Req, C> PinnedDrop for ResponseFuture<S, Req, C>
+    where
+        S: Service<Req>,
+    {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if !matches!(*this.state, State::Done) {
+                this.session.cancel();
+            }
+        }
+    }
 }
 
 pin_project! {
@@ -156,6 +168,28 @@ macro_rules! decision {
         #[cfg(feature = "tracing")]
         tracing::debug!(target: "tower_http_retry", $($arg)*);
     };
+}
+
+impl<Req, C> Session<Req, C> {
+    /// The report so far, with the reason the request stopped.
+    fn report(&mut self, stop: StopReason) -> RetryReport {
+        self.shared.stats.stop(stop);
+        decision!(attempts = self.attempts, %stop, "finished");
+        RetryReport {
+            attempts: self.attempts,
+            slept: self.slept,
+            delays: std::mem::take(&mut self.delays),
+            stop,
+        }
+    }
+
+    /// The caller dropped the future before it finished: the counters and the slot say so.
+    fn cancel(&mut self) {
+        let report = self.report(StopReason::Cancelled);
+        if let Some(slot) = self.slot.take() {
+            slot.fill(report);
+        }
+    }
 }
 
 impl<Req: RetryRequest, C> Session<Req, C> {
@@ -381,14 +415,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         result: Result<Res, E>,
         stop: StopReason,
     ) -> Result<Res, E> {
-        self.shared.stats.stop(stop);
-        decision!(attempts = self.attempts, %stop, "finished");
-        let report = RetryReport {
-            attempts: self.attempts,
-            slept: self.slept,
-            delays: std::mem::take(&mut self.delays),
-            stop,
-        };
+        let report = self.report(stop);
         match result {
             Ok(mut response) => {
                 if !report.is_first_try() {

@@ -30,11 +30,15 @@ pub enum StopReason {
     Aborted,
     /// The inner service failed `poll_ready` before a retry; its error is returned.
     NotReady,
+    /// The caller dropped the response future before it finished (an outer timeout fired, a
+    /// `select!` chose another branch): nothing was returned. Recorded in the counters and the
+    /// [`ReportSlot`], for the requests a total timeout ended mid-sleep.
+    Cancelled,
 }
 
 impl StopReason {
     /// Every reason, in declaration order.
-    pub const ALL: [StopReason; 10] = [
+    pub const ALL: [StopReason; 11] = [
         StopReason::Success,
         StopReason::Permanent,
         StopReason::AttemptsExhausted,
@@ -45,6 +49,7 @@ impl StopReason {
         StopReason::RetryAfterTooLong,
         StopReason::Aborted,
         StopReason::NotReady,
+        StopReason::Cancelled,
     ];
 
     /// A short `snake_case` name, for logs and metrics labels.
@@ -60,6 +65,7 @@ impl StopReason {
             StopReason::RetryAfterTooLong => "retry_after_too_long",
             StopReason::Aborted => "aborted",
             StopReason::NotReady => "not_ready",
+            StopReason::Cancelled => "cancelled",
         }
     }
 

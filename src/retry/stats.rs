@@ -55,7 +55,6 @@ pub struct RetryStats {
 
 #[derive(Default)]
 struct Counters {
-    requests: AtomicU64,
     attempts: AtomicU64,
     retries: AtomicU64,
     retry_after_seen: AtomicU64,
@@ -72,7 +71,7 @@ struct Counters {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StatsSnapshot {
-    /// Logical requests finished.
+    /// Logical requests finished, cancelled ones included (the sum of `stops`).
     pub requests: u64,
     /// Attempts sent, first attempts included.
     pub attempts: u64,
@@ -172,8 +171,9 @@ impl RetryStats {
     /// A copy of every counter now.
     pub fn snapshot(&self) -> StatsSnapshot {
         let c = &*self.counters;
+        let stops: [u64; StopReason::ALL.len()] = std::array::from_fn(|i| c.stops[i].load(Relaxed));
         StatsSnapshot {
-            requests: c.requests.load(Relaxed),
+            requests: stops.iter().sum(),
             attempts: c.attempts.load(Relaxed),
             retries: c.retries.load(Relaxed),
             retry_after_seen: c.retry_after_seen.load(Relaxed),
@@ -182,7 +182,7 @@ impl RetryStats {
             budget_denied: c.budget_denied.load(Relaxed),
             budget_granted: c.budget_granted.load(Relaxed),
             budget_refunded: c.budget_refunded.load(Relaxed),
-            stops: std::array::from_fn(|i| c.stops[i].load(Relaxed)),
+            stops,
             delays: DelayHistogram {
                 rows: std::array::from_fn(|r| {
                     std::array::from_fn(|b| c.delays[r][b].load(Relaxed))
@@ -199,7 +199,6 @@ impl RetryStats {
     }
 
     pub(crate) fn stop(&self, reason: StopReason) {
-        self.counters.requests.fetch_add(1, Relaxed);
         self.counters.stops[reason.index()].fetch_add(1, Relaxed);
     }
 

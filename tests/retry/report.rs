@@ -177,3 +177,27 @@ async fn histogram_ignores_a_sleep_abandoned_by_the_caller() {
     drop(future);
     assert_eq!(client.stats().delays.total(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_future_dropped_mid_sleep_is_reported_cancelled() {
+    let mut client = Client::new(builder().build().unwrap());
+    let (request, slot) = with_slot(get());
+    let future = client.sleeping(request);
+    drop(future); // e.g. an outer total timeout fired during the backoff sleep
+
+    let report = slot.take().expect("the slot is filled on drop");
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Cancelled));
+    let stats = client.stats();
+    assert_eq!(stats.stopped(StopReason::Cancelled), 1);
+    assert_eq!(stats.requests, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_future_is_not_reported_cancelled_when_dropped() {
+    let mut client = Client::new(builder().build().unwrap());
+    let (code, _) = run_through(&mut client, get(), &[200]).await;
+    assert_eq!(code, 200);
+    let stats = client.stats();
+    assert_eq!(stats.stopped(StopReason::Cancelled), 0);
+    assert_eq!((stats.requests, stats.stopped(StopReason::Success)), (1, 1));
+}
