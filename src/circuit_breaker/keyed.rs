@@ -151,7 +151,7 @@ impl<C: fmt::Debug> fmt::Debug for KeyedCircuitBreakerLayer<C> {
 /// # Clone
 ///
 /// Clones share the breakers and clone the inner service; a clone starts un-ready.
-pub struct KeyedCircuitBreaker<S, C> {
+pub struct KeyedCircuitBreaker<S, C = HttpClassifier> {
     inner: S,
     authorities: Arc<Authorities<C>>,
     ready: bool,

@@ -3,7 +3,7 @@
 use super::future::{ResponseFuture, Ticket};
 use super::layer::Shared;
 use super::state::{CircuitState, CircuitStats};
-use crate::retry::Classify;
+use crate::retry::{Classify, HttpClassifier};
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -28,7 +28,7 @@ use tower_service::Service;
 /// # Clone
 ///
 /// Clones share the breaker and clone the inner service; a clone starts un-ready.
-pub struct CircuitBreaker<S, C> {
+pub struct CircuitBreaker<S, C = HttpClassifier> {
     inner: S,
     shared: Arc<Shared<C>>,
     polled: Polled,
@@ -91,6 +91,11 @@ where
     type Future = ResponseFuture<S::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if self.polled == Polled::Ready {
+            // Ready stays ready until `call`: an opening meanwhile is handled there, without
+            // throwing the inner service's readiness away.
+            return Poll::Ready(Ok(()));
+        }
         if self.shared.breaker.refuses(Instant::now) {
             self.polled = Polled::Refusing;
             return Poll::Ready(Ok(()));

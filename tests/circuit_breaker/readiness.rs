@@ -91,3 +91,23 @@ async fn a_clone_starts_unready() {
     let mut clone = mocked.svc.get_ref().clone();
     drop(clone.call(get()));
 }
+
+#[tokio::test(start_paused = true)]
+async fn readiness_survives_an_opening_between_two_poll_ready_calls() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = Mocked::new(&layer);
+    let mut tripper = Mocked::new(&layer); // another service sharing the same breaker
+    mocked.handle.allow(1);
+    assert_ready_ok!(mocked.svc.poll_ready());
+
+    for _ in 0..3 {
+        tripper.round_trip(503).unwrap();
+    }
+    assert_ready_ok!(mocked.svc.poll_ready(), "ready stays ready until the call");
+
+    // By the time of the call the circuit has half-opened: the readied service is the probe.
+    advance(SEC).await;
+    let mut future = tokio_test::task::spawn(mocked.svc.call(get()));
+    mocked.answer(200);
+    assert_eq!(assert_ready_ok!(future.poll()).status(), 200);
+}
