@@ -48,8 +48,8 @@ pub trait Classify<Res, E> {
 ///
 /// Implemented for the error types of the usual client stacks: `tower::BoxError` (what
 /// `tower::timeout::Timeout` returns), `std::io::Error`, `tower::timeout::error::Elapsed`, and,
-/// with the `hyper` feature, `hyper::Error` and hyper-util's legacy client error. Implement it for
-/// an error type of your own to use [`HttpClassifier`] with it.
+/// with the `hyper` feature, `hyper::Error` and hyper-util's legacy client error. Other error
+/// types implement it to be classified by [`HttpClassifier`].
 pub trait AsStdError {
     /// The error as a `dyn Error`, or `None` when there is none to inspect.
     fn as_std_error(&self) -> Option<&(dyn Error + 'static)>;

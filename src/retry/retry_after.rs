@@ -92,6 +92,7 @@ fn trim_ows(mut value: &[u8]) -> &[u8] {
 
 /// What to do when a `Retry-After` hint is longer than the clamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WhenLonger {
     /// Wait the clamp instead (the default): the retry may come sooner than the server asked.
     Clamp,

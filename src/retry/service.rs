@@ -20,7 +20,8 @@ use tower_service::Service;
 ///
 /// Cloning clones the inner service and shares the configuration, budget and counters.
 /// Each request keeps one clone of the inner service for its retries; a request that cannot be
-/// retried (a POST without a key, or `max_attempts == 1`) keeps none and copies nothing.
+/// retried (a POST without a key, or `max_attempts == 1`) keeps none and copies nothing, unless a
+/// first-attempt jitter delays it (the delayed attempt goes to a clone made ready after the delay).
 pub struct Retry<S, C = HttpClassifier> {
     inner: S,
     shared: Arc<Shared<C>>,

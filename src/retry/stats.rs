@@ -90,7 +90,8 @@ pub struct StatsSnapshot {
     /// Tokens the budget granted for retries. Each is either spent on a retry that was sent or
     /// refunded, so `budget_granted - budget_refunded == retries` once no request is waiting.
     pub budget_granted: u64,
-    /// Budget tokens given back because a sleep was abandoned.
+    /// Budget tokens given back because a sleep was abandoned (counted whatever the budget does
+    /// with a refund: `tower`'s `TpsBudget` cannot take one back).
     pub budget_refunded: u64,
     /// Finished requests per [`StopReason`], in the order of [`StopReason::ALL`].
     pub stops: [u64; StopReason::ALL.len()],

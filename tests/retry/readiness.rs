@@ -132,3 +132,16 @@ async fn first_attempt_jitter_holds_no_permit_while_sleeping() {
     client.reply(200);
     assert_eq!(finished(future.poll()).0, 200);
 }
+
+/// The futures and services must be `Send` when their parts are, to be spawned and awaited in
+/// multi-threaded handlers (axum's, for one). A compile-time check.
+#[allow(dead_code)]
+fn futures_and_services_are_send() {
+    fn send<T: Send>() {}
+    type Inner = tower::util::BoxCloneSyncService<Req, Res, tower::BoxError>;
+    type Stack = tower_http_retry::Retry<tower_http_retry::circuit_breaker::CircuitBreaker<Inner>>;
+    send::<Stack>();
+    send::<<Stack as tower::Service<Req>>::Future>();
+    send::<tower_http_retry::RetryLayer>();
+    send::<tower_http_retry::CircuitBreakerLayer>();
+}
