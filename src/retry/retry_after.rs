@@ -213,7 +213,8 @@ impl RetryAfter {
         } else if self.when_longer == WhenLonger::GiveUp {
             return Resolved::GiveUp;
         }
-        let below = clamp.mul_f64(self.jitter);
+        // `mul_f64` goes through floating point and may round above `clamp`.
+        let below = clamp.mul_f64(self.jitter).min(clamp);
         let delay = super::backoff::uniform(clamp - below, clamp, rng);
         Resolved::Delay {
             delay,
@@ -334,6 +335,14 @@ mod tests {
             distinct.len() > 900,
             "the herd must not come back in one instant"
         );
+    }
+
+    #[test]
+    fn full_jitter_below_a_large_clamp_does_not_underflow() {
+        // 10^7 s as f64 times 1.0 rounds above the clamp; the spread must still fit under it.
+        let clamp = Duration::new(10_000_000, 110_866);
+        let drawn = delays(RetryAfter::honored().jitter(1.0), clamp * 2, clamp);
+        assert!(drawn.iter().all(|(d, _)| *d <= clamp));
     }
 
     #[test]
