@@ -55,6 +55,9 @@ impl RetryBudget for tower::retry::budget::TpsBudget {
     }
 }
 
+/// The shortest interval the time-based refill is credited for.
+const REFILL_GRANULARITY_NANOS: u64 = 1_000_000;
+
 /// One token, in the fixed-point unit the bucket counts in.
 const MICROS_PER_TOKEN: f64 = 1_000_000.0;
 
@@ -127,7 +130,9 @@ impl TokenBucket {
         }
         let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let since = self.refilled_until.load(Ordering::Acquire);
-        if now <= since {
+        if now.saturating_sub(since) < REFILL_GRANULARITY_NANOS {
+            // At most one claim per millisecond: under load every withdrawal would otherwise also
+            // write `refilled_until` and `tokens`. The unclaimed time is credited later.
             return;
         }
         let earned = u128::from(now - since) * u128::from(self.refill_per_second) / 1_000_000_000;

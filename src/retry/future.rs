@@ -79,16 +79,24 @@ pin_project! {
         // last outcome (`None` before the first attempt) until the next attempt is sent, so that
         // an abort at any point returns it, and the budget token the retry will spend.
         Waiting {
-            #[pin]
-            sleep: Sleep,
-            #[pin]
-            woken: Option<OwnedNotified>,
-            seen_wakes: u64,
-            slept: bool,
-            last: Option<Result<Res, E>>,
-            token: Option<Withdrawal>,
+            wait: Pin<Box<Wait<Res, E>>>,
         },
         Done,
+    }
+}
+
+pin_project! {
+    // Boxed: only a request that waits pays for it, and the future of one that succeeds at once
+    // stays small (it is moved several times between `call` and the executor).
+    struct Wait<Res, E> {
+        #[pin]
+        sleep: Sleep,
+        #[pin]
+        woken: Option<OwnedNotified>,
+        seen_wakes: u64,
+        slept: bool,
+        last: Option<Result<Res, E>>,
+        token: Option<Withdrawal>,
     }
 }
 
@@ -104,12 +112,14 @@ impl<F, Res, E> State<F, Res, E> {
             None => (None, 0),
         };
         State::Waiting {
-            sleep: tokio::time::sleep(delay),
-            woken,
-            seen_wakes,
-            slept: false,
-            last,
-            token,
+            wait: Box::pin(Wait {
+                sleep: tokio::time::sleep(delay),
+                woken,
+                seen_wakes,
+                slept: false,
+                last,
+                token,
+            }),
         }
     }
 }
@@ -193,7 +203,9 @@ impl<Req, C> Session<Req, C> {
 }
 
 impl<Req: RetryRequest, C> Session<Req, C> {
-    pub(crate) fn new(shared: Arc<Shared<C>>, mut request: Req) -> Self {
+    /// Prepares the session for `request` (stamping its key if configured); the request itself
+    /// is sent by the caller or [stored](Self::store).
+    pub(crate) fn new(shared: Arc<Shared<C>>, request: &mut Req) -> Self {
         let mut rng = None;
         if shared.stamp_idempotency_key
             && !is_idempotent(request.method())
@@ -213,7 +225,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             slot: request.report_slot().cloned(),
             previous_delay: shared.backoff.base(),
             shared,
-            request: Some(request),
+            request: None,
             not_retryable,
             attempts: 0,
             rng,
@@ -231,12 +243,24 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         self.not_retryable.is_none() && self.shared.max_attempts > 1
     }
 
+    /// Keeps `request` for an attempt that is sent later (after the first-attempt jitter).
+    pub(crate) fn store(&mut self, request: Req) {
+        self.request = Some(request);
+    }
+
     /// Sends the stored request to `service`, keeping a copy if another attempt may follow.
     fn send<S: Service<Req>>(&mut self, service: &mut S) -> S::Future {
-        let mut request = self
+        let request = self
             .request
             .take()
             .expect("a request is stored before every attempt");
+        self.send_request(request, service)
+    }
+
+    /// Sends `request` to `service`, keeping a copy if another attempt may follow. The first
+    /// attempt comes here straight from `call`: the request is not moved in and out of the
+    /// session on the way.
+    fn send_request<S: Service<Req>>(&mut self, mut request: Req, service: &mut S) -> S::Future {
         self.attempts += 1;
         if let Some(name) = &self.shared.attempt_header {
             request
@@ -293,14 +317,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
-        let shared = Arc::clone(&self.shared);
         let outcome = match result {
-            Ok(response) => shared.classifier.classify_response(response),
-            Err(error) => shared.classifier.classify_error(error),
+            Ok(response) => self.shared.classifier.classify_response(response),
+            Err(error) => self.shared.classifier.classify_error(error),
         };
         match outcome {
             Outcome::Success => {
-                if let Some(budget) = &shared.budget {
+                if let Some(budget) = &self.shared.budget {
                     budget.deposit();
                 }
                 return Next::Stop(StopReason::Success);
@@ -308,6 +331,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             Outcome::Permanent => return Next::Stop(StopReason::Permanent),
             Outcome::Transient => {}
         }
+        // Cloned only past this point: the success path pays no reference count.
+        let shared = Arc::clone(&self.shared);
         if let Some(reason) = self.not_retryable {
             return Next::Stop(reason);
         }
@@ -444,8 +469,8 @@ where
     Req: RetryRequest,
 {
     /// The first attempt is sent now to `service` (already ready), which is kept for retries.
-    pub(crate) fn sent(mut session: Session<Req, C>, mut service: S) -> Self {
-        let future = session.send(&mut service);
+    pub(crate) fn sent(mut session: Session<Req, C>, request: Req, mut service: S) -> Self {
+        let future = session.send_request(request, &mut service);
         Self {
             state: State::Calling { future },
             service: Some(service),
@@ -454,8 +479,8 @@ where
     }
 
     /// The only attempt is sent now to `service` (already ready); nothing is kept.
-    pub(crate) fn sent_once(mut session: Session<Req, C>, service: &mut S) -> Self {
-        let future = session.send(service);
+    pub(crate) fn sent_once(mut session: Session<Req, C>, request: Req, service: &mut S) -> Self {
+        let future = session.send_request(request, service);
         Self {
             state: State::Calling { future },
             service: None,
@@ -514,14 +539,16 @@ where
                             .set(State::waiting(delay, listener, Some(result), token)),
                     }
                 }
-                StateProj::Waiting {
-                    sleep,
-                    mut woken,
-                    seen_wakes,
-                    slept,
-                    last,
-                    token,
-                } => {
+                StateProj::Waiting { wait } => {
+                    let wait = wait.as_mut().project();
+                    let (sleep, mut woken, seen_wakes, slept, last, token) = (
+                        wait.sleep,
+                        wait.woken,
+                        wait.seen_wakes,
+                        wait.slept,
+                        wait.last,
+                        wait.token,
+                    );
                     let aborted = loop {
                         let Some(listener) = woken.as_mut().as_pin_mut() else {
                             break false;
@@ -588,8 +615,8 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Calling { .. } => "calling",
-            State::Waiting { slept: false, .. } => "sleeping",
-            State::Waiting { slept: true, .. } => "readying",
+            State::Waiting { wait } if !wait.slept => "sleeping",
+            State::Waiting { .. } => "readying",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")

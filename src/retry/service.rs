@@ -68,22 +68,23 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Req) -> Self::Future {
-        let session = Session::new(Arc::clone(&self.shared), request);
+    fn call(&mut self, mut request: Req) -> Self::Future {
+        let mut session = Session::new(Arc::clone(&self.shared), &mut request);
         if session.has_first_attempt_jitter() {
             // The attempt goes to a clone made ready after the delay. The readied service is
             // dropped now: kept here, whatever it reserved (a concurrency permit, a buffer slot)
             // would be held through the delay, and the delayed attempt could wait on it forever.
             let fresh = self.inner.clone();
             drop(std::mem::replace(&mut self.inner, fresh));
+            session.store(request);
             return ResponseFuture::delayed(session, self.inner.clone());
         }
         if session.may_retry() {
             let clone = self.inner.clone();
             let ready = std::mem::replace(&mut self.inner, clone);
-            ResponseFuture::sent(session, ready)
+            ResponseFuture::sent(session, request, ready)
         } else {
-            ResponseFuture::sent_once(session, &mut self.inner)
+            ResponseFuture::sent_once(session, request, &mut self.inner)
         }
     }
 }
