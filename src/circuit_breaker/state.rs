@@ -18,10 +18,9 @@
 
 use super::error::CircuitOpen;
 use super::window::Window;
-use crate::retry::{AbortSignal, Backoff, Jitter, Outcome, RandomSource};
+use crate::retry::{uniform, AbortSignal, Backoff, Jitter, Outcome, RandomSource};
 use http::uri::Authority;
 use rand::rngs::SmallRng;
-use rand::RngExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -379,7 +378,11 @@ impl Breaker {
     /// Opens the circuit for the (grown, jittered) open duration. Returns `true`.
     fn open(&self, inner: &mut Inner, now: Instant) -> bool {
         let base = self.config.open.ceiling(inner.reopenings);
-        let extra = base.mul_f64(self.config.open_jitter * inner.rng.random::<f64>());
+        let extra = uniform(
+            Duration::ZERO,
+            base.mul_f64(self.config.open_jitter),
+            &mut inner.rng,
+        );
         let until = now + base + extra;
         inner.reopenings = inner.reopenings.saturating_add(1);
         inner.phase = Phase::Open { until };

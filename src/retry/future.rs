@@ -132,12 +132,11 @@ pub(crate) struct Session<Req, C> {
     /// Set when the request must not be sent again, and why.
     not_retryable: Option<StopReason>,
     attempts: u32,
-    previous_delay: Duration,
     /// This request's own random stream, created when first needed.
     rng: Option<SmallRng>,
     /// When the request started, if a deadline is configured.
     started: Option<Instant>,
-    slept: Duration,
+    /// Every sleep so far; the time slept and the previous delay are read from it.
     delays: Vec<Delay>,
     slot: Option<ReportSlot>,
 }
@@ -181,13 +180,27 @@ macro_rules! decision {
 }
 
 impl<Req, C> Session<Req, C> {
+    /// Total time slept (an aborted sleep counts the time it lasted).
+    fn slept(&self) -> Duration {
+        self.delays.iter().map(|delay| delay.duration).sum()
+    }
+
+    /// The delay before the last retry, or `base` before the first one (what decorrelated
+    /// jitter grows from). The first-attempt delay does not count.
+    fn previous_delay(&self) -> Duration {
+        self.delays
+            .last()
+            .filter(|delay| delay.after_attempt > 0)
+            .map_or(self.shared.backoff.base(), |delay| delay.duration)
+    }
+
     /// The report so far, with the reason the request stopped.
     fn report(&mut self, stop: StopReason) -> RetryReport {
         self.shared.stats.stop(stop);
         decision!(attempts = self.attempts, %stop, "finished");
         RetryReport {
             attempts: self.attempts,
-            slept: self.slept,
+            slept: self.slept(),
             delays: std::mem::take(&mut self.delays),
             stop,
         }
@@ -223,13 +236,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Self {
             started: shared.deadline.map(|_| Instant::now()),
             slot: request.report_slot().cloned(),
-            previous_delay: shared.backoff.base(),
             shared,
             request: None,
             not_retryable,
             attempts: 0,
             rng,
-            slept: Duration::ZERO,
             delays: Vec::new(),
         }
     }
@@ -284,15 +295,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     fn record_delay(&mut self, duration: Duration, source: DelaySource) {
-        self.slept += duration;
         self.delays.push(Delay {
             after_attempt: self.attempts,
             duration,
             source,
         });
-        if self.attempts > 0 {
-            self.previous_delay = duration;
-        }
     }
 
     /// The last sleep is over, run out or cut short: the histogram counts the time it lasted
@@ -305,7 +312,6 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// The last sleep was aborted with `remaining` left: the report shows the time slept.
     fn cut_last_sleep(&mut self, remaining: Duration) {
-        self.slept = self.slept.saturating_sub(remaining);
         if let Some(last) = self.delays.last_mut() {
             last.duration = last.duration.saturating_sub(remaining);
         }
@@ -429,7 +435,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
         }
         let retry = self.attempts - 1;
-        let previous = self.previous_delay;
+        let previous = self.previous_delay();
         let delay = shared.backoff.delay(retry, previous, self.rng());
         Ok((delay, DelaySource::Backoff))
     }
@@ -622,7 +628,7 @@ where
         f.debug_struct("ResponseFuture")
             .field("state", &state)
             .field("attempts", &self.session.attempts)
-            .field("slept", &self.session.slept)
+            .field("slept", &self.session.slept())
             .finish_non_exhaustive()
     }
 }

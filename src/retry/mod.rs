@@ -81,6 +81,7 @@ mod service;
 mod stats;
 
 pub use abort::AbortSignal;
+pub(crate) use backoff::uniform;
 pub use backoff::{Backoff, Jitter, MAX_DELAY};
 pub use budget::{RetryBudget, TokenBucket, TokenBucketBuilder};
 pub use classify::{classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, Outcome};
