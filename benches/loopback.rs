@@ -141,7 +141,7 @@ fn main() {
             (paired - 1.0) * 100.0
         );
 
-        let stats = layer.stats().snapshot();
+        let stats = layer.stats();
         assert_eq!(stats.retries, 0, "nothing failed, nothing was retried");
         assert_eq!(stats.requests, stats.attempts);
     });

@@ -95,7 +95,7 @@ fn retry_path(c: &mut Criterion) {
         ours.layer(Endpoint::failing_every_other_call()),
     );
     let ours_no_budget = RetryLayer::builder()
-        .no_budget()
+        .without_budget()
         .build()
         .expect("a valid configuration");
     row(

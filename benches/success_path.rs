@@ -58,7 +58,7 @@ fn success_path(c: &mut Criterion) {
         RetryLayer::new().layer(Endpoint::ok()),
     );
     let no_budget = RetryLayer::builder()
-        .no_budget()
+        .without_budget()
         .build()
         .expect("a valid configuration");
     row(

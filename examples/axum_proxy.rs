@@ -37,7 +37,7 @@ use std::time::Duration;
 use tower::timeout::error::Elapsed;
 use tower::timeout::Timeout;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
-use tower_http_retry::circuit_breaker::CircuitBreaker;
+use tower_http_retry::CircuitBreaker;
 use tower_http_retry::{
     CircuitBreakerLayer, CircuitOpen, HttpClassifier, ReportSlot, Retry, RetryLayer,
 };

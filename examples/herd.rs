@@ -145,7 +145,7 @@ fn delay_histogram(run: &Run, p: &Params) -> Result<String, std::fmt::Error> {
     )?;
     writeln!(
         out,
-        "From `RetryLayer::stats().snapshot().delays` (bucket upper bounds, inclusive):\n"
+        "From `RetryLayer::stats().delays` (bucket upper bounds, inclusive):\n"
     )?;
     if let Some(stats) = &run.stats {
         writeln!(out, "```text\n{}```\n", stats.delays)?;

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::timeout::error::Elapsed;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::circuit_breaker::CircuitState;
+use tower_http_retry::CircuitState;
 use tower_http_retry::{
     AbortSignal, Backoff, CircuitBreakerLayer, CircuitOpen, Jitter, RandomSource, RetryLayer,
     StopReason,
@@ -169,7 +169,7 @@ async fn main() -> Result<(), BoxError> {
             }
             last_state = state;
         }
-        let woken = retry.stats().snapshot().stopped(StopReason::Aborted);
+        let woken = retry.stats().stopped(StopReason::Aborted);
         if woken != last_woken {
             println!(
                 "{} retry: {} request(s) stopped by the opening (woken from their sleep, or \
@@ -186,7 +186,7 @@ async fn main() -> Result<(), BoxError> {
     }
 
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let stats = retry.stats().snapshot();
+    let stats = retry.stats();
     let circuit = breaker.stats();
     println!("\nwhat the callers got:");
     println!("  200 OK                           {:>4}", load(&tally.ok));

@@ -27,7 +27,7 @@
 //! * the outcome of every delivery, failures included, learnt from a [`ReportSlot`]: delivered,
 //!   or dead-lettered grouped by [`StopReason`];
 //! * attempts in total and per delivery, `Retry-After` hints honoured, budget denials, and the
-//!   histogram of realised delays (`StatsSnapshot::delays`);
+//!   histogram of realised delays (`RetryStats::delays`);
 //! * that the receiver, which deduplicates by `Idempotency-Key`, applied no webhook twice, and
 //!   how many repeats it recognised (each one a double delivery without the key).
 //!
@@ -373,7 +373,7 @@ async fn show_progress(progress: Arc<Progress>, wire: Arc<Semaphore>) {
 
 /// Prints the summary tables; returns how many consistency checks failed.
 fn summary(deliveries: &[Delivery], layer: &RetryLayer, receiver: &Receiver) -> usize {
-    let stats = layer.stats().snapshot();
+    let stats = layer.stats();
     let total = deliveries.len() as f64;
     let delivered = deliveries.iter().filter(|d| d.delivered).count();
     let dead: Vec<&Delivery> = deliveries.iter().filter(|d| !d.delivered).collect();

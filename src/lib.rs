@@ -32,18 +32,21 @@
 //! # let _ = client;
 //! ```
 //!
-//! See the [`retry`] module for how a request flows through the layer, why a budget, and how this
+//! See [`RetryLayer`] for how a request flows through the layer, why a budget, and how this
 //! differs from `tower::retry`.
 //!
-//! A [`circuit_breaker`] goes between the retry layer and the per-attempt timeout; give both the
-//! same [`AbortSignal`] so that an opening circuit ends the sleeps of the requests behind it.
+//! A [`CircuitBreakerLayer`] goes between the retry layer and the per-attempt timeout; give both
+//! the same [`AbortSignal`] so that an opening circuit ends the sleeps of the requests behind it.
+//!
+//! Every public item is at the crate root; the modules are private.
 //!
 //! # Features
 //!
 //! * `hyper` (default): the classifier recognises `hyper::Error` and hyper-util's client error.
 //! * `tracing`: one `tracing` event per decision (attempt sent, delay chosen, stop).
-//! * `reqwest`: [`RetryRequest`](retry::RetryRequest) and friends for `reqwest::Request` and
-//!   `reqwest::Response`, so the layers wrap reqwest's `Client` (a tower `Service`).
+//! * `reqwest`: [`RequestHead`], [`RetryRequest`], [`RetryResponse`] and [`AsStdError`] for
+//!   `reqwest::Request`, `reqwest::Response` and `reqwest::Error`, so the layers wrap reqwest's
+//!   `Client` (a tower `Service`). See [Retrying reqwest](RetryLayer#retrying-reqwest).
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -56,21 +59,32 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod circuit_breaker;
+mod abort;
+mod circuit_breaker;
+mod classify;
+mod error;
+mod message;
+mod random;
+mod report;
 #[cfg(feature = "reqwest")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
-pub mod reqwest;
-pub mod retry;
+mod reqwest;
+mod retry;
 
+pub use abort::AbortSignal;
 pub use circuit_breaker::{
-    CircuitBreakerLayer, CircuitBreakerLayerBuilder, CircuitOpen, KeyedCircuitBreakerLayer,
+    CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayer, CircuitBreakerLayerBuilder,
+    CircuitState, CircuitStats, KeyedCircuitBreaker, KeyedCircuitBreakerLayer, SlowTrip,
 };
-
+pub use classify::{classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, Outcome};
+pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
+pub use message::{RequestHead, RetryRequest, RetryResponse};
+pub use random::RandomSource;
+pub use report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
-    classify_fn, AbortSignal, Backoff, Classify, Delay, DelayHistogram, DelaySource,
-    HttpClassifier, Idempotency, InvalidConfig, Jitter, Outcome, RandomSource, ReplayBody,
-    ReportSlot, Retry, RetryAfter, RetryBudget, RetryLayer, RetryLayerBuilder, RetryReport,
-    RetryStats, StatsSnapshot, StopReason, TokenBucket, WhenLonger, DEFAULT_REPLAY_LIMIT,
+    parse_retry_after, Backoff, DelayHistogram, Idempotency, Jitter, ReplayBody, Retry, RetryAfter,
+    RetryAfterHint, RetryBudget, RetryFuture, RetryLayer, RetryLayerBuilder, RetryStats,
+    TokenBucket, TokenBucketBuilder, WhenLonger, DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS,
+    IDEMPOTENCY_KEY,
 };
 
 // The README's code blocks are compiled and run as doctests, so the README stays true.

@@ -182,7 +182,7 @@ fn success_allocates_only_the_request_copy_when_the_copy_allocates() {
 #[test]
 fn success_without_a_budget_allocates_nothing_beyond_the_copy() {
     let layer = RetryLayer::builder()
-        .no_budget()
+        .without_budget()
         .build()
         .expect("a valid configuration");
     let (clone, bare, layered) = measure(&layer, || Request::new(String::new()));

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::retry::{parse_retry_after, RetryAfterHint, MAX_DELAY};
+use tower_http_retry::{parse_retry_after, RetryAfterHint, MAX_DELAY};
 use tower_http_retry::{
     Backoff, DelaySource, Jitter, RandomSource, RetryAfter, RetryLayer, RetryReport, StopReason,
     WhenLonger,
@@ -455,17 +455,18 @@ struct Policy {
 }
 
 impl Policy {
-    fn retry_after(&self) -> RetryAfter {
+    /// The policy, or `None` when hints are ignored.
+    fn retry_after(&self) -> Option<RetryAfter> {
         if !self.honored {
-            return RetryAfter::ignored();
+            return None;
         }
         let policy = RetryAfter::honored()
             .jitter(self.jitter)
             .when_longer(self.when_longer);
-        match self.max_delay {
+        Some(match self.max_delay {
             Some(max) => policy.max_delay(max),
             None => policy,
-        }
+        })
     }
 }
 
@@ -545,11 +546,15 @@ struct Run {
 /// Sends one GET through a `RetryLayer` to an endpoint that answers the scripted responses in
 /// order, on a fresh runtime with paused time.
 fn run_layer(case: &DecisionCase, scripted: Vec<(u16, HeaderMap)>) -> Run {
-    let layer = RetryLayer::builder()
+    let builder = RetryLayer::builder()
         .max_attempts(case.responses.len() as u32)
-        .backoff(case.backoff)
-        .retry_after(case.policy.retry_after())
-        .no_budget()
+        .backoff(case.backoff);
+    let builder = match case.policy.retry_after() {
+        Some(policy) => builder.retry_after(policy),
+        None => builder.without_retry_after(),
+    };
+    let layer = builder
+        .without_budget()
         .random_source(RandomSource::seeded(case.seed))
         .wall_clock({
             let now = case.now;
@@ -580,7 +585,7 @@ fn run_layer(case: &DecisionCase, scripted: Vec<(u16, HeaderMap)>) -> Run {
         let response = ready.call(http::Request::new(())).await.unwrap();
         (RetryReport::of(&response).clone(), start.elapsed())
     });
-    let stats = layer.stats().snapshot();
+    let stats = layer.stats();
     Run {
         report,
         calls: calls.load(Ordering::SeqCst),

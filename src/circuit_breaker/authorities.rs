@@ -9,7 +9,7 @@
 //! and is left alone, so a run of calls to one authority only reads the clock; calls that
 //! alternate between authorities advance it with one atomic add each.
 
-use super::layer::{Shared, Template};
+use super::config::{Shared, Template};
 use http::uri::Authority;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,8 +1,8 @@
 //! A configuration check across the two layers: does the breaker trip before the retries it
 //! guards have run their course?
 
+use super::config::Config;
 use super::layer::CircuitBreakerLayer;
-use super::state::Config;
 use super::window::BUCKETS;
 use crate::retry::RetryLayer;
 use std::fmt;
@@ -65,8 +65,7 @@ impl<C> CircuitBreakerLayer<C> {
     /// their sleeps (taken at the backoff's ceiling) fit in the window.
     ///
     /// ```
-    /// use tower_http_retry::circuit_breaker::CircuitBreakerLayer;
-    /// use tower_http_retry::RetryLayer;
+    /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer};
     ///
     /// let retry = RetryLayer::builder().max_attempts(3).build().unwrap();
     /// let slow = CircuitBreakerLayer::builder().consecutive_failures(10).build().unwrap();

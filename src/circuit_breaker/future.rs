@@ -1,9 +1,10 @@
-//! [`ResponseFuture`]: a call that went through (holding its ticket) or was refused.
+//! [`CircuitBreakerFuture`]: a call that went through (holding its ticket) or was refused.
 
-use super::error::CircuitOpen;
-use super::layer::Shared;
+use super::config::Shared;
 use super::state::{Admission, Pass};
-use crate::retry::Classify;
+use crate::classify::Classify;
+use crate::error::CircuitOpen;
+use http::Method;
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -14,10 +15,11 @@ use tokio::time::Instant;
 use tower::BoxError;
 
 pin_project! {
-    /// The future of [`CircuitBreaker`](super::CircuitBreaker): the inner service's outcome, or
+    /// The future of [`CircuitBreaker`](crate::CircuitBreaker) and
+    /// [`KeyedCircuitBreaker`](crate::KeyedCircuitBreaker): the inner service's outcome, or
     /// [`CircuitOpen`] at once when the call was refused.
     #[must_use = "futures do nothing unless you `.await` or poll them"]
-    pub struct ResponseFuture<F, C> {
+    pub struct CircuitBreakerFuture<F, C> {
         #[pin]
         state: State<F>,
         // `None` once the outcome is recorded, or when the call was refused.
@@ -43,6 +45,8 @@ pin_project! {
 pub(crate) struct Ticket<C> {
     shared: Arc<Shared<C>>,
     pass: Pass,
+    /// The request's method, for classifiers that look at it.
+    method: Method,
     recorded: bool,
 }
 
@@ -50,12 +54,17 @@ impl<C> Ticket<C> {
     /// Asks the breaker in `shared` whether a call made now goes through. `inner_ready` says
     /// whether the inner service was made ready for it: when not (`poll_ready` saw the circuit
     /// open), a call the breaker would let through is refused all the same.
-    pub(crate) fn admit(shared: Arc<Shared<C>>, inner_ready: bool) -> Result<Self, CircuitOpen> {
+    pub(crate) fn admit(
+        shared: Arc<Shared<C>>,
+        inner_ready: bool,
+        method: Method,
+    ) -> Result<Self, CircuitOpen> {
         match shared.breaker.admit(Instant::now) {
             Admission::Rejected(open) => Err(open),
             Admission::Admitted(pass) if inner_ready => Ok(Self {
                 shared,
                 pass,
+                method,
                 recorded: false,
             }),
             Admission::Admitted(pass) => Err(shared.breaker.turn_away(pass, Instant::now())),
@@ -66,11 +75,7 @@ impl<C> Ticket<C> {
     where
         C: Classify<Res, E>,
     {
-        let classifier = &self.shared.classifier;
-        let outcome = match result {
-            Ok(response) => classifier.classify_response(response),
-            Err(error) => classifier.classify_error(error),
-        };
+        let outcome = self.shared.classifier.classify(&self.method, result);
         self.shared.breaker.record(self.pass, outcome, Instant::now);
         self.recorded = true;
     }
@@ -84,7 +89,7 @@ impl<C> Drop for Ticket<C> {
     }
 }
 
-impl<F, C> ResponseFuture<F, C> {
+impl<F, C> CircuitBreakerFuture<F, C> {
     /// A call that went through; `None` for one no breaker tracks (a keyed layer that is full).
     pub(crate) fn called(future: F, ticket: Option<Ticket<C>>) -> Self {
         Self {
@@ -101,7 +106,7 @@ impl<F, C> ResponseFuture<F, C> {
     }
 }
 
-impl<F, C, Res, E> Future for ResponseFuture<F, C>
+impl<F, C, Res, E> Future for CircuitBreakerFuture<F, C>
 where
     F: Future<Output = Result<Res, E>>,
     E: Into<BoxError>,
@@ -122,20 +127,20 @@ where
             StateProj::Refused { error } => {
                 let error = error
                     .take()
-                    .expect("ResponseFuture polled after completion");
+                    .expect("CircuitBreakerFuture polled after completion");
                 Poll::Ready(Err(error.into()))
             }
         }
     }
 }
 
-impl<F, C> fmt::Debug for ResponseFuture<F, C> {
+impl<F, C> fmt::Debug for CircuitBreakerFuture<F, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Called { .. } => "called",
             State::Refused { .. } => "refused",
         };
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("CircuitBreakerFuture")
             .field("state", &state)
             .field("pass", &self.ticket.as_ref().map(|t| t.pass))
             .finish()

@@ -2,11 +2,14 @@
 
 use super::authorities::Authorities;
 use super::check::{check_retry, SlowTrip};
-use super::future::{ResponseFuture, Ticket};
-use super::layer::Template;
+use super::config::Template;
+use super::future::{CircuitBreakerFuture, Ticket};
+use super::layer::CircuitBreakerLayer;
 use super::state::{CircuitState, CircuitStats};
-use super::CircuitBreakerLayer;
-use crate::retry::{AbortSignal, Classify, HttpClassifier, RetryLayer};
+use crate::abort::AbortSignal;
+use crate::classify::{Classify, HttpClassifier};
+use crate::message::RequestHead;
+use crate::retry::RetryLayer;
 use http::uri::Authority;
 use std::fmt;
 use std::sync::Arc;
@@ -18,11 +21,11 @@ use tower_service::Service;
 
 /// Wraps a service in a [`KeyedCircuitBreaker`]: one breaker per authority of the request URI,
 /// so that one dead upstream does not fail the calls to the healthy ones behind the same client.
-/// Built by [`CircuitBreakerLayerBuilder::build_per_authority`](super::CircuitBreakerLayerBuilder::build_per_authority);
+/// Built by [`CircuitBreakerLayerBuilder::build_per_authority`](crate::CircuitBreakerLayerBuilder::build_per_authority);
 /// every breaker has the builder's configuration. Every clone of the layer, and every service it
 /// makes, shares the breakers.
 ///
-/// See [one breaker per authority](super#one-breaker-per-authority) for the bound on their
+/// See [one breaker per authority](crate::CircuitBreakerLayer#one-breaker-per-authority) for the bound on their
 /// number, what is evicted, and how an opening wakes the retry layer.
 #[must_use]
 pub struct KeyedCircuitBreakerLayer<C = HttpClassifier> {
@@ -35,7 +38,7 @@ impl KeyedCircuitBreakerLayer {
     pub const DEFAULT_MAX_AUTHORITIES: usize = 1024;
 
     /// The default breaker configuration (see
-    /// [`CircuitBreakerLayerBuilder`](super::CircuitBreakerLayerBuilder)) for at most
+    /// [`CircuitBreakerLayerBuilder`](crate::CircuitBreakerLayerBuilder)) for at most
     /// [`DEFAULT_MAX_AUTHORITIES`](Self::DEFAULT_MAX_AUTHORITIES) authorities.
     pub fn new() -> Self {
         CircuitBreakerLayer::builder()
@@ -136,16 +139,17 @@ impl<C: fmt::Debug> fmt::Debug for KeyedCircuitBreakerLayer<C> {
 }
 
 /// Fails calls to an authority fast while that authority is failing, and lets the calls to the
-/// others through. Made by [`KeyedCircuitBreakerLayer`]; a service of `http::Request`s.
+/// others through. Made by [`KeyedCircuitBreakerLayer`]; a service of any [`RequestHead`]
+/// (`http::Request`, `reqwest::Request`).
 ///
 /// # Readiness
 ///
 /// `poll_ready` delegates to the inner service: it cannot tell which authority the next call is
 /// for. A call to an authority whose circuit is open is refused with
-/// [`CircuitOpen`](super::CircuitOpen) (naming the authority) without reaching the inner
+/// [`CircuitOpen`](crate::CircuitOpen) (naming the authority) without reaching the inner
 /// service, whose readiness is then kept for the next call. An inner service that is not ready
 /// (a concurrency limit filled by calls hanging on one upstream, say) holds back the calls to
-/// every authority; an unkeyed [`CircuitBreaker`](super::CircuitBreaker) skips the wait while
+/// every authority; an unkeyed [`CircuitBreaker`](crate::CircuitBreaker) skips the wait while
 /// its circuit is open.
 ///
 /// # Clone
@@ -174,15 +178,16 @@ impl<S, C> KeyedCircuitBreaker<S, C> {
     }
 }
 
-impl<S, C, B> Service<http::Request<B>> for KeyedCircuitBreaker<S, C>
+impl<S, C, Req> Service<Req> for KeyedCircuitBreaker<S, C>
 where
-    S: Service<http::Request<B>>,
+    S: Service<Req>,
     S::Error: Into<BoxError>,
+    Req: RequestHead,
     C: Classify<S::Response, S::Error>,
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, C>;
+    type Future = CircuitBreakerFuture<S::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         let result = ready!(self.inner.poll_ready(cx)).map_err(Into::into);
@@ -190,18 +195,22 @@ where
         Poll::Ready(result)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, request: Req) -> Self::Future {
         assert!(
             std::mem::take(&mut self.ready),
             "poll_ready must be called before call"
         );
-        let authority = request.uri().authority();
-        let Some(shared) = self.authorities.breaker(authority) else {
-            return ResponseFuture::called(self.inner.call(request), None);
+        let authority = request.authority();
+        let Some(shared) = self.authorities.breaker(authority.as_deref()) else {
+            drop(authority);
+            return CircuitBreakerFuture::called(self.inner.call(request), None);
         };
-        match Ticket::admit(shared, true) {
-            Ok(ticket) => ResponseFuture::called(self.inner.call(request), Some(ticket)),
-            Err(open) => ResponseFuture::refused(open.for_authority(authority)),
+        match Ticket::admit(shared, true, request.method().clone()) {
+            Ok(ticket) => {
+                drop(authority);
+                CircuitBreakerFuture::called(self.inner.call(request), Some(ticket))
+            }
+            Err(open) => CircuitBreakerFuture::refused(open.for_authority(authority.as_deref())),
         }
     }
 }

@@ -1,9 +1,10 @@
 //! [`CircuitBreaker`]: the service that admits, refuses and reports calls.
 
-use super::future::{ResponseFuture, Ticket};
-use super::layer::Shared;
+use super::config::Shared;
+use super::future::{CircuitBreakerFuture, Ticket};
 use super::state::{CircuitState, CircuitStats};
-use crate::retry::{Classify, HttpClassifier};
+use crate::classify::{Classify, HttpClassifier};
+use crate::message::RequestHead;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -12,13 +13,13 @@ use tower::BoxError;
 use tower_service::Service;
 
 /// Fails calls fast while the endpoint behind it is failing. Made by
-/// [`CircuitBreakerLayer`](super::CircuitBreakerLayer).
+/// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer).
 ///
 /// # Readiness
 ///
 /// While the circuit is open, `poll_ready` returns `Ready(Ok(()))` at once without polling the
 /// inner service (whose readiness would not be used), and `call` returns a future that fails with
-/// [`CircuitOpen`](super::CircuitOpen). tower's contract makes a `poll_ready` error final, so an
+/// [`CircuitOpen`](crate::CircuitOpen). tower's contract makes a `poll_ready` error final, so an
 /// open circuit, which is temporary, never shows there. Otherwise `poll_ready` delegates to the
 /// inner service and passes its errors on.
 ///
@@ -84,11 +85,12 @@ impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
+    Req: RequestHead,
     C: Classify<S::Response, S::Error>,
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, C>;
+    type Future = CircuitBreakerFuture<S::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if self.polled == Polled::Ready {
@@ -113,9 +115,10 @@ where
     fn call(&mut self, request: Req) -> Self::Future {
         let polled = std::mem::replace(&mut self.polled, Polled::No);
         assert_ne!(polled, Polled::No, "poll_ready must be called before call");
-        match Ticket::admit(Arc::clone(&self.shared), polled == Polled::Ready) {
-            Ok(ticket) => ResponseFuture::called(self.inner.call(request), Some(ticket)),
-            Err(open) => ResponseFuture::refused(open),
+        let method = request.method().clone();
+        match Ticket::admit(Arc::clone(&self.shared), polled == Polled::Ready, method) {
+            Ok(ticket) => CircuitBreakerFuture::called(self.inner.call(request), Some(ticket)),
+            Err(open) => CircuitBreakerFuture::refused(open),
         }
     }
 }

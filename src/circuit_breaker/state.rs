@@ -16,9 +16,12 @@
 //! against the phase it was admitted in (each transition starts a new *generation*), so a slow
 //! failure that arrives after the circuit opened cannot re-open it, nor a late success close it.
 
-use super::error::CircuitOpen;
+use super::config::Config;
 use super::window::Window;
-use crate::retry::{uniform, AbortSignal, Backoff, Jitter, Outcome, RandomSource};
+use crate::abort::AbortSignal;
+use crate::classify::Outcome;
+use crate::error::CircuitOpen;
+use crate::random::{uniform, RandomSource};
 use http::uri::Authority;
 use rand::rngs::SmallRng;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -31,22 +34,8 @@ const OPEN: u64 = 1;
 const HALF_OPEN: u64 = 2;
 const PHASE_BITS: u32 = 2;
 
-/// The breaker's configuration, checked by the builder.
-#[derive(Clone, Debug)]
-pub(crate) struct Config {
-    pub(crate) consecutive_failures: Option<u32>,
-    pub(crate) failure_ratio: Option<f64>,
-    pub(crate) minimum_calls: u32,
-    pub(crate) window: Duration,
-    /// Open duration, its growth per re-opening and its cap, as an unjittered backoff.
-    pub(crate) open: Backoff,
-    pub(crate) open_jitter: f64,
-    pub(crate) half_open_probes: u32,
-    pub(crate) successes_to_close: u32,
-}
-
-/// The state of a breaker, as [`CircuitBreakerLayer::state`](super::CircuitBreakerLayer::state)
-/// reports it.
+/// The state of a breaker, as [`CircuitBreakerLayer::state`](crate::CircuitBreakerLayer::state)
+/// reports it. Instants are tokio's ([`tokio::time::Instant`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CircuitState {
     /// Calls go through; failures are counted.
@@ -446,14 +435,10 @@ impl std::fmt::Debug for Breaker {
     }
 }
 
-/// The open-duration policy as a backoff: `open_duration * multiplier^n`, capped.
-pub(crate) fn open_backoff(open: Duration, multiplier: f64, max: Duration) -> Backoff {
-    Backoff::new(Jitter::None, open, max).multiplier(multiplier)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::retry::{Backoff, Jitter};
 
     const SEC: Duration = Duration::from_secs(1);
 
@@ -463,7 +448,7 @@ mod tests {
             failure_ratio: Some(0.5),
             minimum_calls: 4,
             window: 10 * SEC,
-            open: open_backoff(SEC, 2.0, 8 * SEC),
+            open: Backoff::new(Jitter::None, SEC, 8 * SEC).multiplier(2.0),
             open_jitter: 0.0,
             half_open_probes: 1,
             successes_to_close: 1,

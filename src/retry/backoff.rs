@@ -2,15 +2,10 @@
 //! [`Backoff`]). Every policy is a pure function of the retry number, the previous delay and a
 //! random stream, so it is tested without a runtime.
 
-use super::error::{in_range, non_zero, InvalidConfig};
-use rand::{Rng, RngExt};
+use crate::error::{duration_at_most_max, in_range, non_zero, not_below, InvalidConfig};
+use crate::random::uniform;
+use rand::Rng;
 use std::time::Duration;
-
-/// The longest delay any policy may be configured to produce (one year).
-///
-/// Longer caps are rejected at build time: they are certainly a unit mistake, and staying far
-/// below `Duration::MAX` keeps the floating-point maths exact to the nanosecond range that matters.
-pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// How the delay before a retry is drawn. The formulas are in the table on [`Backoff`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,21 +96,8 @@ impl Backoff {
     /// Checks the bounds: `0 < base <= cap <= MAX_DELAY` and `1 <= multiplier < inf`.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         non_zero("backoff.base", self.base)?;
-        if self.cap < self.base {
-            return Err(InvalidConfig::new(
-                "backoff.cap",
-                format!(
-                    "({:?}) must not be below backoff.base ({:?})",
-                    self.cap, self.base
-                ),
-            ));
-        }
-        if self.cap > MAX_DELAY {
-            return Err(InvalidConfig::new(
-                "backoff.cap",
-                format!("({:?}) must not exceed {:?}", self.cap, MAX_DELAY),
-            ));
-        }
+        not_below("backoff.cap", self.cap, "backoff.base", self.base)?;
+        duration_at_most_max("backoff.cap", self.cap)?;
         in_range("backoff.multiplier", self.multiplier, 1.0, f64::MAX)
     }
 
@@ -154,16 +136,6 @@ impl Default for Backoff {
             Duration::from_secs(10),
         )
     }
-}
-
-/// `U(low, high)`, the bounds included up to rounding; `low` when `high <= low`.
-pub(crate) fn uniform<R: Rng + ?Sized>(low: Duration, high: Duration, rng: &mut R) -> Duration {
-    let span = high.saturating_sub(low);
-    if span.is_zero() {
-        return low;
-    }
-    let fraction: f64 = rng.random();
-    low + span.mul_f64(fraction).min(span)
 }
 
 /// `min(cap, seconds)` as a `Duration`, treating NaN and infinity as "above the cap".

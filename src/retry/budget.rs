@@ -11,7 +11,7 @@
 //! `AtomicU64` of micro-tokens, and the time-based refill is claimed by whoever advances a second
 //! atomic timestamp.
 
-use super::error::{in_range, InvalidConfig};
+use crate::error::{in_range, InvalidConfig};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,7 +64,7 @@ const MICROS_PER_TOKEN: f64 = 1_000_000.0;
 /// A lock-free token-bucket [`RetryBudget`].
 ///
 /// ```
-/// use tower_http_retry::retry::{RetryBudget, TokenBucket};
+/// use tower_http_retry::{RetryBudget, TokenBucket};
 ///
 /// // 2 retries of burst, 0.5 token per success, no time-based refill.
 /// let bucket = TokenBucket::builder()

@@ -1,15 +1,16 @@
-//! [`RetryLayer`] and its builder: the configuration shared by every clone.
+//! [`RetryLayer`] and its builder.
 
-use super::abort::AbortSignal;
-use super::backoff::{Backoff, MAX_DELAY};
-use super::budget::{RetryBudget, TokenBucket};
-use super::classify::HttpClassifier;
-use super::error::{non_zero, InvalidConfig};
+use super::backoff::Backoff;
+use super::budget::RetryBudget;
+use super::config::{Config, Settings};
 use super::idempotency::Idempotency;
-use super::random::RandomSource;
 use super::retry_after::RetryAfter;
 use super::service::Retry;
 use super::stats::RetryStats;
+use crate::abort::AbortSignal;
+use crate::classify::HttpClassifier;
+use crate::error::InvalidConfig;
+use crate::random::RandomSource;
 use http::header::HeaderName;
 use std::fmt;
 use std::sync::Arc;
@@ -41,35 +42,12 @@ use tower_layer::Layer;
 /// ```
 #[must_use]
 pub struct RetryLayer<C = HttpClassifier> {
-    shared: Arc<Shared<C>>,
+    config: Arc<Config<C>>,
 }
-
-/// Everything a request session reads; one `Arc` per layer.
-pub(crate) struct Shared<C> {
-    pub(crate) classifier: C,
-    pub(crate) backoff: Backoff,
-    pub(crate) max_attempts: u32,
-    pub(crate) first_attempt_jitter: Duration,
-    pub(crate) retry_after: RetryAfter,
-    /// `retry_after`'s clamp, resolved against the backoff cap at build time.
-    pub(crate) retry_after_clamp: Duration,
-    pub(crate) idempotency: Idempotency,
-    pub(crate) stamp_idempotency_key: bool,
-    pub(crate) attempt_header: Option<HeaderName>,
-    pub(crate) deadline: Option<Duration>,
-    pub(crate) budget: Option<Arc<dyn RetryBudget>>,
-    pub(crate) abort: Option<AbortSignal>,
-    pub(crate) random: RandomSource,
-    pub(crate) wall_clock: WallClock,
-    pub(crate) stats: RetryStats,
-}
-
-/// The clock HTTP-date `Retry-After` values are measured against.
-type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 impl RetryLayer {
     /// The default configuration: up to 3 attempts, full jitter from 100 ms capped at 10 s,
-    /// `Retry-After` honoured up to the cap, a default [`TokenBucket`] budget, idempotent
+    /// `Retry-After` honoured up to the cap, a default [`TokenBucket`](crate::TokenBucket) budget, idempotent
     /// requests only.
     pub fn new() -> Self {
         RetryLayerBuilder::default()
@@ -84,24 +62,24 @@ impl RetryLayer {
 }
 
 impl<C> RetryLayer<C> {
-    /// The counters shared by every clone of this layer.
-    pub fn stats(&self) -> &RetryStats {
-        &self.shared.stats
+    /// The counters of this layer and every clone of it (and every service they made), now.
+    pub fn stats(&self) -> RetryStats {
+        self.config.counters.snapshot()
     }
 
     /// The retry budget, if one is configured.
     pub fn budget(&self) -> Option<&Arc<dyn RetryBudget>> {
-        self.shared.budget.as_ref()
+        self.config.settings.budget.as_ref()
     }
 
     /// The backoff policy.
     pub fn backoff(&self) -> &Backoff {
-        &self.shared.backoff
+        &self.config.settings.backoff
     }
 
     /// The most attempts per request, the first included.
     pub fn max_attempts(&self) -> u32 {
-        self.shared.max_attempts
+        self.config.settings.max_attempts
     }
 }
 
@@ -114,7 +92,7 @@ impl Default for RetryLayer {
 impl<C> Clone for RetryLayer<C> {
     fn clone(&self) -> Self {
         Self {
-            shared: Arc::clone(&self.shared),
+            config: Arc::clone(&self.config),
         }
     }
 }
@@ -123,33 +101,13 @@ impl<S, C> Layer<S> for RetryLayer<C> {
     type Service = Retry<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Retry::new(inner, Arc::clone(&self.shared))
+        Retry::new(inner, Arc::clone(&self.config))
     }
 }
 
 impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RetryLayer").field(&*self.shared).finish()
-    }
-}
-
-impl<C: fmt::Debug> fmt::Debug for Shared<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryConfig")
-            .field("classifier", &self.classifier)
-            .field("backoff", &self.backoff)
-            .field("max_attempts", &self.max_attempts)
-            .field("first_attempt_jitter", &self.first_attempt_jitter)
-            .field("retry_after", &self.retry_after)
-            .field("retry_after_clamp", &self.retry_after_clamp)
-            .field("idempotency", &self.idempotency)
-            .field("stamp_idempotency_key", &self.stamp_idempotency_key)
-            .field("attempt_header", &self.attempt_header)
-            .field("deadline", &self.deadline)
-            .field("budget", &self.budget)
-            .field("abort", &self.abort)
-            .field("random", &self.random)
-            .finish_non_exhaustive()
+        f.debug_tuple("RetryLayer").field(&*self.config).finish()
     }
 }
 
@@ -160,48 +118,27 @@ impl<C: fmt::Debug> fmt::Debug for Shared<C> {
 /// | [`max_attempts`](Self::max_attempts) | 3 (the first attempt included) |
 /// | [`backoff`](Self::backoff) | [`Jitter::Full`](crate::Jitter::Full), base 100 ms, cap 10 s, multiplier 2 |
 /// | [`first_attempt_jitter`](Self::first_attempt_jitter) | none |
-/// | [`retry_after`](Self::retry_after) | honoured, clamped to the backoff cap, +0–10 % jitter |
-/// | [`budget`](Self::budget) | [`TokenBucket::default`]: 20 % extra load + 10/s, burst 100 |
+/// | [`retry_after`](Self::retry_after) (off: [`without_retry_after`](Self::without_retry_after)) | honoured, clamped to the backoff cap, +0–10 % jitter |
+/// | [`budget`](Self::budget) (off: [`without_budget`](Self::without_budget)) | [`TokenBucket::default`](crate::TokenBucket::default): 20 % extra load + 10/s, burst 100 |
 /// | [`idempotency`](Self::idempotency) | [`Idempotency::MethodOrKey`] |
 /// | [`stamp_idempotency_key`](Self::stamp_idempotency_key) | off |
 /// | [`attempt_header`](Self::attempt_header) | none |
 /// | [`deadline`](Self::deadline) | none |
 /// | [`abort_signal`](Self::abort_signal) | none |
 /// | [`random_source`](Self::random_source) | [`RandomSource::from_entropy`] |
+/// | [`wall_clock`](Self::wall_clock) | `SystemTime::now` |
 /// | [`classifier`](Self::classifier) | [`HttpClassifier::new`] |
 #[must_use]
 pub struct RetryLayerBuilder<C = HttpClassifier> {
     classifier: C,
-    backoff: Backoff,
-    max_attempts: u32,
-    first_attempt_jitter: Duration,
-    retry_after: RetryAfter,
-    idempotency: Idempotency,
-    stamp_idempotency_key: bool,
-    attempt_header: Option<HeaderName>,
-    deadline: Option<Duration>,
-    budget: Option<Arc<dyn RetryBudget>>,
-    abort: Option<AbortSignal>,
-    random: RandomSource,
-    wall_clock: WallClock,
+    settings: Settings,
 }
 
 impl Default for RetryLayerBuilder {
     fn default() -> Self {
         Self {
             classifier: HttpClassifier::new(),
-            backoff: Backoff::default(),
-            max_attempts: 3,
-            first_attempt_jitter: Duration::ZERO,
-            retry_after: RetryAfter::honored(),
-            idempotency: Idempotency::default(),
-            stamp_idempotency_key: false,
-            attempt_header: None,
-            deadline: None,
-            budget: Some(Arc::new(TokenBucket::default())),
-            abort: None,
-            random: RandomSource::default(),
-            wall_clock: Arc::new(SystemTime::now),
+            settings: Settings::default(),
         }
     }
 }
@@ -209,32 +146,32 @@ impl Default for RetryLayerBuilder {
 impl<C> RetryLayerBuilder<C> {
     /// Sets the backoff policy.
     pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
+        self.settings.backoff = backoff;
         self
     }
 
     /// Sets the most attempts per request, the first included (at least 1; 1 turns retries off).
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts;
+        self.settings.max_attempts = attempts;
         self
     }
 
     /// Delays every first attempt by `U(0, jitter)`, to spread a bulk fan-out (a batch of
     /// webhooks sent at once) before anything has failed.
     pub fn first_attempt_jitter(mut self, jitter: Duration) -> Self {
-        self.first_attempt_jitter = jitter;
+        self.settings.first_attempt_jitter = jitter;
         self
     }
 
     /// Sets how `Retry-After` is used.
     pub fn retry_after(mut self, retry_after: RetryAfter) -> Self {
-        self.retry_after = retry_after;
+        self.settings.retry_after = Some(retry_after);
         self
     }
 
     /// Sets which requests may be retried.
     pub fn idempotency(mut self, idempotency: Idempotency) -> Self {
-        self.idempotency = idempotency;
+        self.settings.idempotency = idempotency;
         self
     }
 
@@ -242,14 +179,14 @@ impl<C> RetryLayerBuilder<C> {
     /// the same on every attempt, which makes it retryable. Use only when the endpoint honours
     /// the header.
     pub fn stamp_idempotency_key(mut self, stamp: bool) -> Self {
-        self.stamp_idempotency_key = stamp;
+        self.settings.stamp_idempotency_key = stamp;
         self
     }
 
     /// Sets a header that carries the attempt number (1 for the first attempt) on every attempt,
     /// e.g. `x-retry-attempt`.
     pub fn attempt_header(mut self, name: HeaderName) -> Self {
-        self.attempt_header = Some(name);
+        self.settings.attempt_header = Some(name);
         self
     }
 
@@ -257,39 +194,45 @@ impl<C> RetryLayerBuilder<C> {
     /// included: a sleep that would end later is not started and the last outcome is returned at
     /// once. (It does not cut an attempt in flight; an outer `TimeoutLayer` does that.)
     pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = Some(deadline);
+        self.settings.deadline = Some(deadline);
         self
     }
 
     /// Sets the retry budget, shared by every clone of the layer. To share one budget between
     /// several layers, pass an `Arc` of it to each.
     pub fn budget(mut self, budget: impl RetryBudget + 'static) -> Self {
-        self.budget = Some(Arc::new(budget));
+        self.settings.budget = Some(Arc::new(budget));
+        self
+    }
+
+    /// Ignores `Retry-After`: the backoff policy alone decides every delay.
+    pub fn without_retry_after(mut self) -> Self {
+        self.settings.retry_after = None;
         self
     }
 
     /// Turns the retry budget off: only `max_attempts` bounds retries.
-    pub fn no_budget(mut self) -> Self {
-        self.budget = None;
+    pub fn without_budget(mut self) -> Self {
+        self.settings.budget = None;
         self
     }
 
     /// Sets the signal that wakes sleeping requests (process shutdown, an opening breaker).
     pub fn abort_signal(mut self, signal: AbortSignal) -> Self {
-        self.abort = Some(signal);
+        self.settings.abort = Some(signal);
         self
     }
 
     /// Sets where per-request random streams come from (seed it in tests and simulations).
     pub fn random_source(mut self, random: RandomSource) -> Self {
-        self.random = random;
+        self.settings.random = random;
         self
     }
 
     /// Sets the clock HTTP-date `Retry-After` values are measured against (default:
     /// `SystemTime::now`).
     pub fn wall_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
-        self.wall_clock = Arc::new(clock);
+        self.settings.wall_clock = Arc::new(clock);
         self
     }
 
@@ -297,18 +240,7 @@ impl<C> RetryLayerBuilder<C> {
     pub fn classifier<C2>(self, classifier: C2) -> RetryLayerBuilder<C2> {
         RetryLayerBuilder {
             classifier,
-            backoff: self.backoff,
-            max_attempts: self.max_attempts,
-            first_attempt_jitter: self.first_attempt_jitter,
-            retry_after: self.retry_after,
-            idempotency: self.idempotency,
-            stamp_idempotency_key: self.stamp_idempotency_key,
-            attempt_header: self.attempt_header,
-            deadline: self.deadline,
-            budget: self.budget,
-            abort: self.abort,
-            random: self.random,
-            wall_clock: self.wall_clock,
+            settings: self.settings,
         }
     }
 
@@ -316,54 +248,11 @@ impl<C> RetryLayerBuilder<C> {
     ///
     /// Fails, naming the field, on a backoff that cannot work (see [`Backoff::validate`]), zero
     /// `max_attempts`, a zero deadline, a first-attempt jitter or `Retry-After` clamp above
-    /// [`MAX_DELAY`], a first-attempt jitter not below the deadline, a zero `Retry-After` clamp,
-    /// or a `Retry-After` jitter outside `[0, 1]`.
+    /// [`MAX_DELAY`](crate::MAX_DELAY), a first-attempt jitter not below the deadline, a zero
+    /// `Retry-After` clamp, or a `Retry-After` jitter outside `[0, 1]`.
     pub fn build(self) -> Result<RetryLayer<C>, InvalidConfig> {
-        self.backoff.validate()?;
-        self.retry_after.validate()?;
-        if self.max_attempts == 0 {
-            return Err(InvalidConfig::new(
-                "max_attempts",
-                "must be at least 1 (the first attempt counts)",
-            ));
-        }
-        if self.first_attempt_jitter > MAX_DELAY {
-            return Err(InvalidConfig::new(
-                "first_attempt_jitter",
-                format!("must not exceed {MAX_DELAY:?}"),
-            ));
-        }
-        if let Some(deadline) = self.deadline {
-            non_zero("deadline", deadline)?;
-            // The deadline counts from the call, so the first-attempt delay is part of it.
-            if self.first_attempt_jitter >= deadline {
-                return Err(InvalidConfig::new(
-                    "first_attempt_jitter",
-                    format!(
-                        "({:?}) must be below the deadline ({deadline:?})",
-                        self.first_attempt_jitter
-                    ),
-                ));
-            }
-        }
         Ok(RetryLayer {
-            shared: Arc::new(Shared {
-                retry_after_clamp: self.retry_after.clamp_or(self.backoff.cap()),
-                classifier: self.classifier,
-                backoff: self.backoff,
-                max_attempts: self.max_attempts,
-                first_attempt_jitter: self.first_attempt_jitter,
-                retry_after: self.retry_after,
-                idempotency: self.idempotency,
-                stamp_idempotency_key: self.stamp_idempotency_key,
-                attempt_header: self.attempt_header,
-                deadline: self.deadline,
-                budget: self.budget,
-                abort: self.abort,
-                random: self.random,
-                wall_clock: self.wall_clock,
-                stats: RetryStats::default(),
-            }),
+            config: Arc::new(Config::new(self.classifier, self.settings)?),
         })
     }
 }
@@ -372,11 +261,8 @@ impl<C: fmt::Debug> fmt::Debug for RetryLayerBuilder<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryLayerBuilder")
             .field("classifier", &self.classifier)
-            .field("backoff", &self.backoff)
-            .field("max_attempts", &self.max_attempts)
-            .field("deadline", &self.deadline)
-            .field("budget", &self.budget)
-            .finish_non_exhaustive()
+            .field("settings", &self.settings)
+            .finish()
     }
 }
 
@@ -424,6 +310,6 @@ mod tests {
             ))
             .build()
             .unwrap();
-        assert_eq!(layer.shared.retry_after_clamp, Duration::from_secs(7));
+        assert_eq!(layer.config.retry_after_clamp, Duration::from_secs(7));
     }
 }

@@ -23,7 +23,7 @@
 //! use std::sync::atomic::{AtomicU32, Ordering};
 //! use std::sync::Arc;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_http_retry::retry::{ReplayBody, DEFAULT_REPLAY_LIMIT};
+//! use tower_http_retry::{ReplayBody, DEFAULT_REPLAY_LIMIT};
 //! use tower_http_retry::RetryLayer;
 //!
 //! // An endpoint that answers 503 once, then echoes the body back.
@@ -48,6 +48,8 @@
 //! # }
 //! ```
 
+use crate::message::RetryRequest;
+use crate::report::ReportSlot;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
@@ -66,7 +68,7 @@ pin_project! {
     ///
     /// Built by [`buffer`](Self::buffer) or [`buffer_request`](Self::buffer_request); see the
     /// [module docs](self). `http::Request<ReplayBody<B>>` implements
-    /// [`RetryRequest`](crate::retry::RetryRequest) whatever `B` is. `ReplayBody` deliberately
+    /// [`RetryRequest`](crate::RetryRequest) whatever `B` is. `ReplayBody` deliberately
     /// does not implement `Clone`: [`try_clone`](Self::try_clone) says whether a copy exists.
     pub struct ReplayBody<B> {
         #[pin]
@@ -259,6 +261,24 @@ impl<B> fmt::Debug for ReplayBody<B> {
                 .field("prefix_chunks", &prefix.len())
                 .finish_non_exhaustive(),
         }
+    }
+}
+
+/// A request whose body was read into a bounded buffer: copied when the whole body fit, sent once
+/// otherwise. (`ReplayBody` is not `Clone`, so this does not overlap the impl for `Clone` bodies.)
+impl<B> RetryRequest for http::Request<ReplayBody<B>> {
+    fn try_clone(&self) -> Option<Self> {
+        let mut copy = http::Request::new(self.body().try_clone()?);
+        *copy.method_mut() = self.method().clone();
+        *copy.uri_mut() = self.uri().clone();
+        *copy.version_mut() = self.version();
+        *copy.headers_mut() = self.headers().clone();
+        *copy.extensions_mut() = self.extensions().clone();
+        Some(copy)
+    }
+
+    fn report_slot(&self) -> Option<&ReportSlot> {
+        self.extensions().get()
     }
 }
 

@@ -9,7 +9,8 @@
 //! neither park a request nor bring the whole herd back at the clamp in one instant. A hint of 0
 //! (or a date in the past) means "now", and is taken at its word.
 
-use super::error::{in_range, non_zero, InvalidConfig};
+use crate::error::{in_range, positive_duration, InvalidConfig};
+use crate::random::uniform;
 use http::header::{HeaderMap, RETRY_AFTER};
 use rand::Rng;
 use std::time::{Duration, SystemTime};
@@ -35,7 +36,7 @@ pub enum RetryAfterHint {
 /// ```
 /// use http::{HeaderMap, HeaderValue};
 /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
-/// use tower_http_retry::retry::{parse_retry_after, RetryAfterHint};
+/// use tower_http_retry::{parse_retry_after, RetryAfterHint};
 ///
 /// let now = UNIX_EPOCH + Duration::from_secs(784_111_770); // Sun, 06 Nov 1994 08:49:30 GMT
 /// let mut headers = HeaderMap::new();
@@ -115,7 +116,6 @@ pub enum WhenLonger {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RetryAfter {
-    honored: bool,
     max_delay: Option<Duration>,
     when_longer: WhenLonger,
     jitter: f64,
@@ -132,18 +132,9 @@ impl RetryAfter {
     /// Honour hints, clamped to the backoff cap, with up to 10 % upward jitter (the default).
     pub const fn honored() -> Self {
         Self {
-            honored: true,
             max_delay: None,
             when_longer: WhenLonger::Clamp,
             jitter: 0.1,
-        }
-    }
-
-    /// Ignore `Retry-After` entirely; the backoff policy alone decides.
-    pub const fn ignored() -> Self {
-        Self {
-            honored: false,
-            ..Self::honored()
         }
     }
 
@@ -165,11 +156,6 @@ impl RetryAfter {
         self
     }
 
-    /// Whether hints are used at all.
-    pub const fn is_honored(&self) -> bool {
-        self.honored
-    }
-
     /// The clamp: the configured maximum, or `backoff_cap` when none was set.
     pub fn clamp_or(&self, backoff_cap: Duration) -> Duration {
         self.max_delay.unwrap_or(backoff_cap)
@@ -177,13 +163,7 @@ impl RetryAfter {
 
     pub(crate) fn validate(&self) -> Result<(), InvalidConfig> {
         if let Some(max) = self.max_delay {
-            non_zero("retry_after.max_delay", max)?;
-            if max > super::backoff::MAX_DELAY {
-                return Err(InvalidConfig::new(
-                    "retry_after.max_delay",
-                    format!("({max:?}) must not exceed {:?}", super::backoff::MAX_DELAY),
-                ));
-            }
+            positive_duration("retry_after.max_delay", max)?;
         }
         in_range("retry_after.jitter", self.jitter, 0.0, 1.0)
     }
@@ -204,7 +184,7 @@ impl RetryAfter {
             // `hint <= clamp <= MAX_DELAY`, so the spread cannot overflow.
             let spread = hint.mul_f64(self.jitter);
             if hint + spread <= clamp {
-                let delay = super::backoff::uniform(hint, hint + spread, rng);
+                let delay = uniform(hint, hint + spread, rng);
                 return Resolved::Delay {
                     delay,
                     clamped: false,
@@ -215,7 +195,7 @@ impl RetryAfter {
         }
         // `mul_f64` goes through floating point and may round above `clamp`.
         let below = clamp.mul_f64(self.jitter).min(clamp);
-        let delay = super::backoff::uniform(clamp - below, clamp, rng);
+        let delay = uniform(clamp - below, clamp, rng);
         Resolved::Delay {
             delay,
             clamped: delay < hint,

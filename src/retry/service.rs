@@ -1,10 +1,11 @@
 //! [`Retry`]: the service that sends each request until it succeeds or there is reason to stop.
 
-use super::classify::{Classify, HttpClassifier};
-use super::future::{ResponseFuture, Session};
-use super::layer::Shared;
-use super::message::{RetryRequest, RetryResponse};
+use super::config::Config;
+use super::future::RetryFuture;
+use super::session::Session;
 use super::stats::RetryStats;
+use crate::classify::{Classify, HttpClassifier};
+use crate::message::{RetryRequest, RetryResponse};
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -24,12 +25,12 @@ use tower_service::Service;
 /// first-attempt jitter delays it (the delayed attempt goes to a clone made ready after the delay).
 pub struct Retry<S, C = HttpClassifier> {
     inner: S,
-    shared: Arc<Shared<C>>,
+    config: Arc<Config<C>>,
 }
 
 impl<S, C> Retry<S, C> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<C>>) -> Self {
-        Self { inner, shared }
+    pub(crate) fn new(inner: S, config: Arc<Config<C>>) -> Self {
+        Self { inner, config }
     }
 
     /// The inner service.
@@ -47,9 +48,9 @@ impl<S, C> Retry<S, C> {
         self.inner
     }
 
-    /// The counters shared with the layer and its other services.
-    pub fn stats(&self) -> &RetryStats {
-        &self.shared.stats
+    /// The counters of the layer that made this service, and of every service it made, now.
+    pub fn stats(&self) -> RetryStats {
+        self.config.counters.snapshot()
     }
 }
 
@@ -62,14 +63,14 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S, Req, C>;
+    type Future = RetryFuture<S, Req, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: Req) -> Self::Future {
-        let mut session = Session::new(Arc::clone(&self.shared), &mut request);
+        let mut session = Session::new(Arc::clone(&self.config), &mut request);
         if session.has_first_attempt_jitter() {
             // The attempt goes to a clone made ready after the delay. The readied service is
             // dropped now: kept here, whatever it reserved (a concurrency permit, a buffer slot)
@@ -77,14 +78,14 @@ where
             let fresh = self.inner.clone();
             drop(std::mem::replace(&mut self.inner, fresh));
             session.store(request);
-            return ResponseFuture::delayed(session, self.inner.clone());
+            return RetryFuture::delayed(session, self.inner.clone());
         }
         if session.may_retry() {
             let clone = self.inner.clone();
             let ready = std::mem::replace(&mut self.inner, clone);
-            ResponseFuture::sent(session, request, ready)
+            RetryFuture::sent(session, request, ready)
         } else {
-            ResponseFuture::sent_once(session, request, &mut self.inner)
+            RetryFuture::sent_once(session, request, &mut self.inner)
         }
     }
 }
@@ -93,7 +94,7 @@ impl<S: Clone, C> Clone for Retry<S, C> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
+            config: Arc::clone(&self.config),
         }
     }
 }
@@ -102,7 +103,7 @@ impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for Retry<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("inner", &self.inner)
-            .field("config", &*self.shared)
+            .field("config", &*self.config)
             .finish()
     }
 }

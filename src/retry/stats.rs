@@ -1,6 +1,6 @@
-//! Counters shared by every clone of a layer, and the histogram of realised delays.
+//! Cells shared by every clone of a layer, and the histogram of realised delays.
 
-use super::report::StopReason;
+use crate::report::StopReason;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -36,25 +36,16 @@ pub const DELAY_ROWS: usize = 9;
 
 const COLUMNS: usize = DELAY_BUCKETS.len() + 1;
 
-/// Live counters of a [`RetryLayer`](crate::RetryLayer), shared by all its clones.
-///
-/// Updating them costs a relaxed atomic increment; reading them takes a
-/// [`snapshot`](Self::snapshot).
-///
-/// ```
-/// use tower_http_retry::RetryLayer;
-///
-/// let layer = RetryLayer::new();
-/// let stats = layer.stats().snapshot();
-/// assert_eq!(stats.requests, 0);
-/// ```
+/// The live counters of a [`RetryLayer`](crate::RetryLayer), shared by all its clones. Updating
+/// them costs a relaxed atomic increment; [`RetryLayer::stats`](crate::RetryLayer::stats) reads
+/// them into a [`RetryStats`].
 #[derive(Clone, Default)]
-pub struct RetryStats {
-    counters: Arc<Counters>,
+pub(crate) struct Counters {
+    counters: Arc<Cells>,
 }
 
 #[derive(Default)]
-struct Counters {
+struct Cells {
     attempts: AtomicU64,
     retries: AtomicU64,
     retry_after_seen: AtomicU64,
@@ -67,10 +58,20 @@ struct Counters {
     delays: [[AtomicU64; COLUMNS]; DELAY_ROWS],
 }
 
-/// A point-in-time copy of [`RetryStats`].
+/// The counters of a [`RetryLayer`](crate::RetryLayer) and every clone of it, copied at one
+/// point in time by [`RetryLayer::stats`](crate::RetryLayer::stats) (or
+/// [`Retry::stats`](crate::Retry::stats)).
+///
+/// ```
+/// use tower_http_retry::RetryLayer;
+///
+/// let layer = RetryLayer::new();
+/// let stats = layer.stats();
+/// assert_eq!(stats.requests, 0);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct StatsSnapshot {
+pub struct RetryStats {
     /// Logical requests finished, cancelled ones included (the sum of `stops`).
     pub requests: u64,
     /// Attempts sent, first attempts included.
@@ -100,7 +101,7 @@ pub struct StatsSnapshot {
     pub delays: DelayHistogram,
 }
 
-impl StatsSnapshot {
+impl RetryStats {
     /// Finished requests that stopped for `reason`.
     pub fn stopped(&self, reason: StopReason) -> u64 {
         self.stops[reason.index()]
@@ -168,12 +169,12 @@ fn column_of(delay: Duration) -> usize {
     DELAY_BUCKETS.partition_point(|bound| *bound < delay)
 }
 
-impl RetryStats {
+impl Counters {
     /// A copy of every counter now.
-    pub fn snapshot(&self) -> StatsSnapshot {
+    pub(crate) fn snapshot(&self) -> RetryStats {
         let c = &*self.counters;
         let stops: [u64; StopReason::ALL.len()] = std::array::from_fn(|i| c.stops[i].load(Relaxed));
-        StatsSnapshot {
+        RetryStats {
             requests: stops.iter().sum(),
             attempts: c.attempts.load(Relaxed),
             retries: c.retries.load(Relaxed),
@@ -232,9 +233,9 @@ impl RetryStats {
     }
 }
 
-impl fmt::Debug for RetryStats {
+impl fmt::Debug for Counters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RetryStats").field(&self.snapshot()).finish()
+        f.debug_tuple("Counters").field(&self.snapshot()).finish()
     }
 }
 
@@ -244,7 +245,7 @@ mod tests {
 
     #[test]
     fn delays_land_in_their_bucket_and_row() {
-        let stats = RetryStats::default();
+        let stats = Counters::default();
         stats.delay(1, Duration::ZERO);
         stats.delay(1, Duration::from_millis(1));
         stats.delay(1, Duration::from_micros(1001));

@@ -42,8 +42,8 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tower::timeout::TimeoutLayer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::circuit_breaker::CircuitBreakerLayer;
-use tower_http_retry::retry::IDEMPOTENCY_KEY;
+use tower_http_retry::CircuitBreakerLayer;
+use tower_http_retry::IDEMPOTENCY_KEY;
 use tower_http_retry::{
     AbortSignal, Backoff, Jitter, RandomSource, ReportSlot, RetryAfter, RetryLayer, RetryReport,
     StopReason, TokenBucket,
@@ -223,7 +223,7 @@ async fn chaos_run_accounts_for_every_request_attempt_and_token() {
         .into_iter()
         .map(|slot| slot.into_inner().unwrap().expect("every request ended"))
         .collect();
-    let stats = retry.stats().snapshot();
+    let stats = retry.stats();
     assert_eq!(stats.requests, REQUESTS);
     assert_eq!(stats.stops.iter().sum::<u64>(), REQUESTS);
 
@@ -295,7 +295,7 @@ async fn chaos_run_accounts_for_every_request_attempt_and_token() {
     assert_eq!(server_side_leaks, 0, "tasks left after the server stopped");
 }
 
-fn stop_counts(stats: &tower_http_retry::StatsSnapshot) -> Vec<(StopReason, u64)> {
+fn stop_counts(stats: &tower_http_retry::RetryStats) -> Vec<(StopReason, u64)> {
     StopReason::ALL
         .iter()
         .map(|reason| (*reason, stats.stopped(*reason)))

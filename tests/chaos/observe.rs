@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tower::BoxError;
 use tower::Service;
-use tower_http_retry::circuit_breaker::CircuitOpen;
-use tower_http_retry::retry::RetryBudget;
+use tower_http_retry::CircuitOpen;
+use tower_http_retry::RetryBudget;
 use tower_http_retry::TokenBucket;
 
 /// How one attempt ended, as the client saw it.

@@ -9,14 +9,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio_test::{assert_ready, assert_ready_ok};
 use tower::{BoxError, Layer, Service, ServiceExt};
-use tower_http_retry::circuit_breaker::{
-    CircuitBreaker, CircuitBreakerLayerBuilder, ResponseFuture,
-};
-use tower_http_retry::retry::TokenBucket;
+use tower_http_retry::TokenBucket;
 use tower_http_retry::{
     AbortSignal, Backoff, CircuitBreakerLayer, CircuitOpen, HttpClassifier, Jitter, RandomSource,
     RetryLayer, RetryLayerBuilder,
 };
+use tower_http_retry::{CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayerBuilder};
 
 pub type Req = http::Request<()>;
 pub type Res = http::Response<()>;
@@ -139,7 +137,7 @@ pub type Mock = tower_test::mock::Mock<Req, Res>;
 pub type Handle = tower_test::mock::Handle<Req, Res>;
 /// A response future of the breaker, on a mock task that records wake-ups.
 pub type Fut = tokio_test::task::Spawn<
-    ResponseFuture<tower_test::mock::future::ResponseFuture<Res>, HttpClassifier>,
+    CircuitBreakerFuture<tower_test::mock::future::ResponseFuture<Res>, HttpClassifier>,
 >;
 
 pub fn status(code: u16) -> Res {

@@ -4,7 +4,7 @@ use crate::support::*;
 use std::collections::BTreeSet;
 use tokio::time::{advance, Instant};
 use tower::Layer;
-use tower_http_retry::circuit_breaker::CircuitState;
+use tower_http_retry::CircuitState;
 use tower_http_retry::RandomSource;
 
 #[tokio::test(start_paused = true)]

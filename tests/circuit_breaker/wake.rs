@@ -5,7 +5,7 @@ use crate::support::*;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready, assert_ready_ok};
 use tower::{BoxError, Layer, Service};
-use tower_http_retry::circuit_breaker::CircuitBreaker;
+use tower_http_retry::CircuitBreaker;
 use tower_http_retry::{
     AbortSignal, CircuitBreakerLayer, HttpClassifier, Outcome, ReportSlot, Retry, RetryLayer,
     RetryReport, StopReason,
@@ -58,7 +58,7 @@ async fn opening_wakes_a_request_sleeping_in_a_30s_backoff() {
     assert_eq!(assert_ready_ok!(tripper.poll()).status(), 503);
     assert!(matches!(
         stack.breaker.state(),
-        tower_http_retry::circuit_breaker::CircuitState::Open { .. }
+        tower_http_retry::CircuitState::Open { .. }
     ));
 
     assert!(sleeper.is_woken(), "woken by the opening, not by the clock");

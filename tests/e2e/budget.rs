@@ -29,7 +29,7 @@ async fn budget_bounds_retries_against_an_always_failing_server() {
     // No success ever deposits and nothing refills, so exactly the 5 tokens become retries;
     // without the budget the server would see 150 requests.
     assert_eq!(server.total_hits(), REQUESTS + TOKENS);
-    let stats = layer.stats().snapshot();
+    let stats = layer.stats();
     assert_eq!(stats.retries, u64::from(TOKENS));
     assert!(stats.budget_denied > 0, "{stats:?}");
     let denied = reports

@@ -31,7 +31,7 @@ use tower::retry::backoff::{
 use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::Policy;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::retry::StatsSnapshot;
+use tower_http_retry::RetryStats;
 use tower_http_retry::{
     Backoff, Jitter, RandomSource, RetryLayer, RetryReport, StopReason, TokenBucket,
 };
@@ -304,7 +304,7 @@ impl Row {
         builder = if budget {
             builder.budget(p.token_bucket())
         } else {
-            builder.no_budget()
+            builder.without_budget()
         };
         if first_attempt {
             builder = builder.first_attempt_jitter(p.first_attempt_jitter);
@@ -353,7 +353,7 @@ pub struct Run {
     /// Our rows only (tower reports nothing).
     pub delays: Vec<RealisedDelay>,
     /// Our rows only.
-    pub stats: Option<StatsSnapshot>,
+    pub stats: Option<RetryStats>,
     pub gave_up: GaveUp,
 }
 
@@ -375,7 +375,7 @@ async fn simulate(p: &Params, model: Model, row: Row, seed: u64) -> Run {
     let (completions, delays, stats, gave_up) = match row.layer(p, seed) {
         Some(layer) => {
             let (completions, delays) = deliver(layer.layer(endpoint.clone()), n, start).await;
-            let stats = layer.stats().snapshot();
+            let stats = layer.stats();
             let gave_up = GaveUp {
                 budget: stats.stopped(StopReason::BudgetEmpty),
                 attempts: stats.stopped(StopReason::AttemptsExhausted),

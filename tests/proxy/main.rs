@@ -29,7 +29,7 @@ fn retry() -> RetryLayer {
         .max_attempts(3)
         .backoff(Backoff::new(Jitter::Full, 5 * MS, 20 * MS))
         .random_source(RandomSource::seeded(5))
-        .no_budget()
+        .without_budget()
         .build()
         .unwrap()
 }

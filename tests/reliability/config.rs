@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::retry::{TokenBucketBuilder, MAX_DELAY};
 use tower_http_retry::{
     Backoff, DelaySource, InvalidConfig, Jitter, RandomSource, RetryAfter, RetryLayer,
     RetryLayerBuilder, RetryReport, StopReason, TokenBucket, WhenLonger,
 };
+use tower_http_retry::{TokenBucketBuilder, MAX_DELAY};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -194,13 +194,17 @@ async fn extreme_but_valid_values_saturate_at_request_time() {
         Jitter::Decorrelated,
     ] {
         for retry_after in [
-            RetryAfter::honored().max_delay(MAX_DELAY).jitter(1.0),
-            RetryAfter::ignored(),
+            Some(RetryAfter::honored().max_delay(MAX_DELAY).jitter(1.0)),
+            None,
         ] {
-            let layer = RetryLayer::builder()
+            let builder = RetryLayer::builder();
+            let builder = match retry_after {
+                Some(policy) => builder.retry_after(policy),
+                None => builder.without_retry_after(),
+            };
+            let layer = builder
                 .max_attempts(u32::MAX)
                 .backoff(Backoff::new(jitter, MAX_DELAY, MAX_DELAY).multiplier(f64::MAX))
-                .retry_after(retry_after)
                 .first_attempt_jitter(MAX_DELAY)
                 .deadline(Duration::MAX)
                 .budget(

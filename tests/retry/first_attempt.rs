@@ -3,7 +3,7 @@
 use crate::support::*;
 use std::collections::HashSet;
 use std::time::Duration;
-use tower_http_retry::retry::DelaySource;
+use tower_http_retry::DelaySource;
 use tower_http_retry::{AbortSignal, RandomSource, StopReason};
 
 const JITTER: Duration = Duration::from_millis(200);

@@ -2,8 +2,8 @@
 
 use crate::support::*;
 use http::header::HeaderName;
-use tower_http_retry::retry::{RetryRequest, IDEMPOTENCY_KEY};
 use tower_http_retry::{Idempotency, RetryLayerBuilder, StopReason};
+use tower_http_retry::{RequestHead, RetryRequest, IDEMPOTENCY_KEY};
 
 fn keyed(mut request: Req, key: &'static str) -> Req {
     request
@@ -110,7 +110,7 @@ async fn attempt_header_carries_the_attempt_number() {
 /// A request that cannot be copied, like one with a streaming body.
 struct Streaming(Req);
 
-impl RetryRequest for Streaming {
+impl RequestHead for Streaming {
     fn method(&self) -> &http::Method {
         self.0.method()
     }
@@ -120,6 +120,12 @@ impl RetryRequest for Streaming {
     fn headers_mut(&mut self) -> &mut http::HeaderMap {
         self.0.headers_mut()
     }
+    fn authority(&self) -> Option<std::borrow::Cow<'_, http::uri::Authority>> {
+        RequestHead::authority(&self.0)
+    }
+}
+
+impl RetryRequest for Streaming {
     fn try_clone(&self) -> Option<Self> {
         None
     }

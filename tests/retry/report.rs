@@ -4,8 +4,8 @@ use crate::support::*;
 use std::io::ErrorKind;
 use std::time::Duration;
 use tokio_test::{assert_pending, assert_ready_err, assert_ready_ok};
-use tower_http_retry::retry::{DelaySource, DELAY_BUCKETS};
 use tower_http_retry::{AbortSignal, Backoff, Jitter, RetryReport, StopReason};
+use tower_http_retry::{DelaySource, DELAY_BUCKETS};
 
 /// The column of the delay histogram `delay` falls in.
 fn bucket(delay: Duration) -> usize {

@@ -4,7 +4,7 @@ use crate::support::*;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tokio_test::assert_pending;
-use tower_http_retry::retry::DelaySource;
+use tower_http_retry::DelaySource;
 use tower_http_retry::{
     Backoff, Jitter, RetryAfter, RetryLayerBuilder, RetryReport, StopReason, WhenLonger,
 };
@@ -172,7 +172,7 @@ async fn malformed_retry_after_falls_back_to_the_backoff() {
 
 #[tokio::test(start_paused = true)]
 async fn ignored_retry_after_leaves_the_backoff_in_charge() {
-    let builder = short_backoff(10 * SECOND).retry_after(RetryAfter::ignored());
+    let builder = short_backoff(10 * SECOND).without_retry_after();
     let (arrived, report, client) =
         retry_arrival(builder, with_retry_after(503, "5"), 9 * MS, 5 * MS).await;
     assert_eq!(

@@ -11,11 +11,11 @@ use tokio::time::Instant;
 use tokio_test::task;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{BoxError, Layer, Service};
-use tower_http_retry::retry::{ResponseFuture, RetryBudget, StatsSnapshot};
 use tower_http_retry::{
     Backoff, HttpClassifier, Jitter, RandomSource, ReportSlot, Retry, RetryLayer,
     RetryLayerBuilder, RetryReport,
 };
+use tower_http_retry::{RetryBudget, RetryFuture, RetryStats};
 
 pub type Req = http::Request<String>;
 pub type Res = http::Response<String>;
@@ -23,7 +23,7 @@ pub type Mock = tower_test::mock::Mock<Req, Res>;
 pub type Handle = tower_test::mock::Handle<Req, Res>;
 pub type Reply = tower_test::mock::SendResponse<Res>;
 /// A response future of the layer, on a mock task that records wake-ups.
-pub type Fut<S = Mock> = task::Spawn<ResponseFuture<S, Req, HttpClassifier>>;
+pub type Fut<S = Mock> = task::Spawn<RetryFuture<S, Req, HttpClassifier>>;
 
 pub const MS: Duration = Duration::from_millis(1);
 
@@ -33,7 +33,7 @@ pub fn builder() -> RetryLayerBuilder {
     RetryLayer::builder()
         .backoff(Backoff::new(Jitter::None, 100 * MS, 10_000 * MS))
         .random_source(RandomSource::seeded(7))
-        .no_budget()
+        .without_budget()
 }
 
 pub fn get() -> Req {
@@ -180,8 +180,8 @@ where
         request
     }
 
-    pub fn stats(&self) -> StatsSnapshot {
-        self.layer.stats().snapshot()
+    pub fn stats(&self) -> RetryStats {
+        self.layer.stats()
     }
 }
 

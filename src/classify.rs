@@ -1,22 +1,10 @@
 //! Sorting outcomes into success, transient and permanent.
 //!
-//! Only transient outcomes are retried. The default table, [`HttpClassifier`]:
-//!
-//! | outcome | classified as |
-//! |---|---|
-//! | 1xx, 2xx, 3xx | success |
-//! | 408, 429, 500, 502, 503, 504 | transient |
-//! | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
-//! | timeout (`tower::timeout::error::Elapsed`, `hyper::Error::is_timeout`) | transient |
-//! | connection refused, reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
-//! | hyper: incomplete message, canceled, channel closed; hyper-util: connect error | transient |
-//! | any other error | permanent (configurable) |
-//!
-//! Errors are recognised by walking [`Error::source`] and downcasting each link, never by
-//! matching message text.
+//! The table of [`HttpClassifier`] is written on it, where rustdoc shows it.
 
-use super::message::RetryResponse;
-use http::StatusCode;
+use crate::error::CircuitOpen;
+use crate::message::RetryResponse;
+use http::{Method, StatusCode};
 use std::error::Error;
 use std::fmt;
 use std::io;
@@ -36,12 +24,57 @@ pub enum Outcome {
 ///
 /// The retry layer and the circuit breaker take the same classifier, so that a failure that is
 /// retried is also a failure that trips the breaker. Closures work through [`classify_fn`].
+///
+/// Both middlewares call [`classify`](Self::classify), which sees the request's method as well.
+/// Override it where the method matters:
+///
+/// ```
+/// use http::{Method, StatusCode};
+/// use tower_http_retry::{Classify, HttpClassifier, Outcome};
+///
+/// /// The default table, and a 409 is worth another attempt for a PUT (and only for a PUT).
+/// #[derive(Clone, Debug)]
+/// struct PutConflicts(HttpClassifier);
+///
+/// impl<B> Classify<http::Response<B>, std::io::Error> for PutConflicts {
+///     fn classify_response(&self, response: &http::Response<B>) -> Outcome {
+///         self.0.classify_status(response.status())
+///     }
+///     fn classify_error(&self, error: &std::io::Error) -> Outcome {
+///         self.0.classify_error_chain(error)
+///     }
+///     fn classify(&self, method: &Method, result: &Result<http::Response<B>, std::io::Error>) -> Outcome {
+///         match result {
+///             Ok(response) if method == Method::PUT && response.status() == StatusCode::CONFLICT => {
+///                 Outcome::Transient
+///             }
+///             Ok(response) => self.classify_response(response),
+///             Err(error) => self.0.classify_error_chain(error),
+///         }
+///     }
+/// }
+///
+/// let classifier = PutConflicts(HttpClassifier::new());
+/// let conflict: Result<_, std::io::Error> = Ok(http::Response::builder().status(409).body(()).unwrap());
+/// assert_eq!(classifier.classify(&Method::PUT, &conflict), Outcome::Transient);
+/// assert_eq!(classifier.classify(&Method::POST, &conflict), Outcome::Permanent);
+/// ```
 pub trait Classify<Res, E> {
     /// Classifies a response.
     fn classify_response(&self, response: &Res) -> Outcome;
 
     /// Classifies an error of the inner service.
     fn classify_error(&self, error: &E) -> Outcome;
+
+    /// Classifies the outcome of an attempt of a request with `method`: by default, the
+    /// response or the error alone.
+    fn classify(&self, method: &Method, result: &Result<Res, E>) -> Outcome {
+        let _ = method;
+        match result {
+            Ok(response) => self.classify_response(response),
+            Err(error) => self.classify_error(error),
+        }
+    }
 }
 
 /// Gives the classifier access to an error's [`std::error::Error`] chain.
@@ -91,7 +124,24 @@ impl AsStdError for std::convert::Infallible {
     }
 }
 
-/// The default HTTP classification table (see the [module docs](self)), adjustable per status.
+/// The default HTTP classification table, adjustable per status.
+///
+/// Only transient outcomes are retried. The default table, [`HttpClassifier`]:
+///
+/// | outcome | classified as |
+/// |---|---|
+/// | 1xx, 2xx, 3xx | success |
+/// | 408, 429, 500, 502, 503, 504 | transient |
+/// | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
+/// | timeout (`tower::timeout::error::Elapsed`, `hyper::Error::is_timeout`) | transient |
+/// | connection refused, reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
+/// | hyper: incomplete message, canceled, channel closed; hyper-util: connect error | transient |
+/// | reqwest (feature `reqwest`): `is_timeout`, `is_connect` | transient |
+/// | [`CircuitOpen`] (a breaker refused the call) | permanent, whatever `unknown_errors` says |
+/// | any other error | permanent (configurable with [`unknown_errors`](Self::unknown_errors)) |
+///
+/// Errors are recognised by walking [`Error::source`] and downcasting each link, never by
+/// matching message text.
 ///
 /// ```
 /// use http::StatusCode;
@@ -165,7 +215,7 @@ impl HttpClassifier {
         while let Some(error) = link {
             // Refused by a circuit breaker: retrying this request cannot help, whatever the
             // setting for unknown errors.
-            if error.is::<crate::circuit_breaker::CircuitOpen>() {
+            if error.is::<CircuitOpen>() {
                 return Outcome::Permanent;
             }
             if is_transient_error(error) {
@@ -205,9 +255,12 @@ fn is_transient_error(error: &(dyn Error + 'static)) -> bool {
                 | io::ErrorKind::UnexpectedEof
         );
     }
+    // reqwest's own timeouts and connection failures; its other errors (a bad URL, a redirect
+    // loop, a body that failed to decode) are not transient by themselves, and the chain walk
+    // goes on to their sources.
     #[cfg(feature = "reqwest")]
     if let Some(error) = error.downcast_ref::<reqwest::Error>() {
-        return crate::reqwest::is_transient(error);
+        return error.is_timeout() || error.is_connect();
     }
     #[cfg(feature = "hyper")]
     {

@@ -1,5 +1,6 @@
 //! What happened to one logical request: attempts, sleeps and why retrying stopped.
 
+use crate::message::RetryResponse;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -143,10 +144,11 @@ impl RetryReport {
         stop: StopReason::Success,
     };
 
-    /// The report attached to `response`, or [`FIRST_TRY`](Self::FIRST_TRY) when none is.
-    pub fn of<B>(response: &http::Response<B>) -> &RetryReport {
+    /// The report attached to `response` (an `http::Response`, or a `reqwest::Response` with
+    /// the `reqwest` feature), or [`FIRST_TRY`](Self::FIRST_TRY) when none is.
+    pub fn of<R: RetryResponse>(response: &R) -> &RetryReport {
         static FIRST_TRY: RetryReport = RetryReport::FIRST_TRY;
-        response.extensions().get().unwrap_or(&FIRST_TRY)
+        response.report().unwrap_or(&FIRST_TRY)
     }
 
     /// Sleeps whose duration came from `Retry-After`.

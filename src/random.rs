@@ -1,9 +1,10 @@
 //! Where each request session gets its random stream.
 
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, RngExt, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The source of the per-request random streams that jitter is drawn from.
 ///
@@ -50,6 +51,16 @@ impl RandomSource {
             None => SmallRng::from_rng(&mut rand::rng()),
         }
     }
+}
+
+/// `U(low, high)`, the bounds included up to rounding; `low` when `high <= low`.
+pub(crate) fn uniform<R: Rng + ?Sized>(low: Duration, high: Duration, rng: &mut R) -> Duration {
+    let span = high.saturating_sub(low);
+    if span.is_zero() {
+        return low;
+    }
+    let fraction: f64 = rng.random();
+    low + span.mul_f64(fraction).min(span)
 }
 
 #[cfg(test)]

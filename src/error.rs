@@ -1,0 +1,235 @@
+//! The errors both middlewares share, and the one set of checks every builder validates with.
+//!
+//! They sit at the crate level, beside [`classify`](crate::Classify) and the
+//! [`AbortSignal`](crate::AbortSignal), so that the retry layer and the circuit breaker can both
+//! use them without one importing the other.
+
+use http::uri::Authority;
+use std::fmt;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The longest duration any setting may have (a year): longer ones are configuration mistakes.
+pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// A configuration value that cannot work, reported when a layer (or a budget, or a backoff) is
+/// built, never at request time.
+///
+/// The message names the offending field, so `InvalidConfig` is meant to be shown to whoever
+/// wrote the configuration.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_http_retry::{Backoff, Jitter, RetryLayer};
+///
+/// let err = RetryLayer::builder()
+///     .backoff(Backoff::new(Jitter::Full, Duration::from_secs(2), Duration::from_secs(1)))
+///     .build()
+///     .unwrap_err();
+/// assert_eq!(err.field(), "backoff.cap");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidConfig {
+    field: &'static str,
+    message: String,
+}
+
+impl InvalidConfig {
+    pub(crate) fn new(field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// The configuration field that holds the bad value, e.g. `"backoff.cap"`.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+
+    /// Why the value cannot work.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid configuration: `{}` {}",
+            self.field, self.message
+        )
+    }
+}
+
+impl std::error::Error for InvalidConfig {}
+
+// One helper per kind of bound, each with one wording, for every builder of the crate.
+
+/// A count that must be at least 1.
+pub(crate) fn at_least_one(field: &'static str, value: u64) -> Result<(), InvalidConfig> {
+    if value == 0 {
+        Err(InvalidConfig::new(field, "must be at least 1"))
+    } else {
+        Ok(())
+    }
+}
+
+/// A duration that is not zero (a bound, which any length can be).
+pub(crate) fn non_zero(field: &'static str, value: Duration) -> Result<(), InvalidConfig> {
+    if value.is_zero() {
+        Err(InvalidConfig::new(field, "must be greater than zero"))
+    } else {
+        Ok(())
+    }
+}
+
+/// A duration in `(0, MAX_DELAY]`.
+pub(crate) fn positive_duration(field: &'static str, value: Duration) -> Result<(), InvalidConfig> {
+    non_zero(field, value)?;
+    duration_at_most_max(field, value)
+}
+
+/// A duration in `[0, MAX_DELAY]`.
+pub(crate) fn duration_at_most_max(
+    field: &'static str,
+    value: Duration,
+) -> Result<(), InvalidConfig> {
+    if value > MAX_DELAY {
+        Err(InvalidConfig::new(
+            field,
+            format!("({value:?}) must not exceed {MAX_DELAY:?} (a year)"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// `value` must not be below `floor`, named `floor_field` in the message.
+pub(crate) fn not_below(
+    field: &'static str,
+    value: Duration,
+    floor_field: &'static str,
+    floor: Duration,
+) -> Result<(), InvalidConfig> {
+    if value < floor {
+        Err(InvalidConfig::new(
+            field,
+            format!("({value:?}) must not be below {floor_field} ({floor:?})"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A float that is finite and inside `[min, max]`.
+pub(crate) fn in_range(
+    field: &'static str,
+    value: f64,
+    min: f64,
+    max: f64,
+) -> Result<(), InvalidConfig> {
+    if value.is_finite() && value >= min && value <= max {
+        Ok(())
+    } else {
+        Err(InvalidConfig::new(
+            field,
+            format!("must be a finite number in [{min}, {max}], got {value}"),
+        ))
+    }
+}
+
+/// A fraction in `(0, 1]`.
+pub(crate) fn ratio(field: &'static str, value: f64) -> Result<(), InvalidConfig> {
+    if value > 0.0 && value <= 1.0 {
+        Ok(())
+    } else {
+        Err(InvalidConfig::new(
+            field,
+            format!("must be a finite number in (0, 1], got {value}"),
+        ))
+    }
+}
+
+/// The call was refused by a circuit breaker without reaching the inner service: the circuit is
+/// open (or half-open with every probe slot taken).
+///
+/// It is returned as a `tower::BoxError`; find it with `downcast_ref`. The retry layer's
+/// [`HttpClassifier`](crate::HttpClassifier) classifies it as permanent for this call, whatever
+/// its `unknown_errors` setting, so an open circuit is never retried by the same request.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use tower::{service_fn, Service, ServiceExt};
+/// use tower_http_retry::{CircuitBreakerLayer, CircuitOpen};
+///
+/// let breaker = CircuitBreakerLayer::builder().consecutive_failures(1).build().unwrap();
+/// let mut svc = tower::ServiceBuilder::new().layer(breaker).service(service_fn(|_: http::Request<()>| async {
+///     Ok::<_, std::io::Error>(http::Response::builder().status(503).body(()).unwrap())
+/// }));
+/// let _ = svc.ready().await.unwrap().call(http::Request::new(())).await; // trips
+/// let error = svc.ready().await.unwrap().call(http::Request::new(())).await.unwrap_err();
+/// let open = error.downcast_ref::<CircuitOpen>().expect("failed fast");
+/// assert!(open.retry_after() > std::time::Duration::ZERO);
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CircuitOpen {
+    half_open_at: Instant,
+    authority: Option<Authority>,
+}
+
+impl CircuitOpen {
+    pub(crate) fn new(half_open_at: Instant) -> Self {
+        Self {
+            half_open_at,
+            authority: None,
+        }
+    }
+
+    /// The same refusal, from the breaker of `authority`.
+    pub(crate) fn for_authority(mut self, authority: Option<&Authority>) -> Self {
+        self.authority = authority.cloned();
+        self
+    }
+
+    /// The authority (`host:port` as the request URI wrote it) whose breaker refused the call,
+    /// when it came from a [`KeyedCircuitBreakerLayer`](crate::KeyedCircuitBreakerLayer) and the
+    /// request had one; `None` from a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), or
+    /// from the keyed layer's breaker shared by requests without an authority.
+    pub fn authority(&self) -> Option<&Authority> {
+        self.authority.as_ref()
+    }
+
+    /// When the breaker expects to let a probe through, on tokio's clock
+    /// ([`tokio::time::Instant`]). For a half-open breaker whose probe slots are all taken, the
+    /// moment it half-opened (already past).
+    pub fn half_open_at(&self) -> Instant {
+        self.half_open_at
+    }
+
+    /// How long from now until [`half_open_at`](Self::half_open_at); zero once it has passed.
+    /// Suitable for a `Retry-After` header sent further up.
+    pub fn retry_after(&self) -> Duration {
+        self.half_open_at.saturating_duration_since(Instant::now())
+    }
+}
+
+impl fmt::Display for CircuitOpen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("circuit open")?;
+        if let Some(authority) = &self.authority {
+            write!(f, " for {authority}")?;
+        }
+        let wait = self.retry_after();
+        if wait.is_zero() {
+            f.write_str(": every half-open probe slot is taken")
+        } else {
+            write!(f, ": next probe in {wait:?}")
+        }
+    }
+}
+
+impl std::error::Error for CircuitOpen {}

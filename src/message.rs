@@ -1,0 +1,122 @@
+//! What the middlewares need to know about requests and responses, as traits so that other HTTP
+//! types (reqwest's, for one) can be retried and guarded too.
+
+use crate::report::{ReportSlot, RetryReport};
+use http::uri::Authority;
+use http::{HeaderMap, Method, StatusCode};
+use std::borrow::Cow;
+
+/// What every request exposes to the middlewares: its method, headers and authority.
+///
+/// Implemented for every `http::Request<B>`, whatever its body, and for `reqwest::Request`
+/// (feature `reqwest`). The circuit breakers need only this; the retry layer also needs to copy
+/// the request ([`RetryRequest`]).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a request type these middlewares know",
+    note = "`http::Request<B>` and `reqwest::Request` (feature `reqwest`) implement `RequestHead`"
+)]
+pub trait RequestHead {
+    /// The method, to decide whether the request is idempotent.
+    fn method(&self) -> &Method;
+
+    /// The headers, to find an `Idempotency-Key`.
+    fn headers(&self) -> &HeaderMap;
+
+    /// The headers, to stamp an `Idempotency-Key` or an attempt number.
+    fn headers_mut(&mut self) -> &mut HeaderMap;
+
+    /// The authority (`host:port`) the request goes to, if known: a keyed circuit breaker has one
+    /// breaker per authority, and an [`AbortSignal`](crate::AbortSignal) held for one authority
+    /// stops only its requests.
+    fn authority(&self) -> Option<Cow<'_, Authority>>;
+}
+
+/// A request the retry layer can inspect and copy.
+///
+/// Implemented for `http::Request<B>` whose body is `Clone` (e.g. `Full<Bytes>`, `String`,
+/// `Empty<Bytes>`): copying such a request is cheap, as `Bytes` is reference-counted. A request
+/// with a streaming body (e.g. hyper's `Incoming`, axum's `Body`) is made retryable by reading
+/// its body into a bounded buffer with [`ReplayBody::buffer_request`](crate::ReplayBody::buffer_request).
+#[diagnostic::on_unimplemented(
+    message = "the retry layer cannot copy `{Self}` for another attempt",
+    label = "this request type is not `RetryRequest`",
+    note = "`http::Request<B>` is `RetryRequest` when its body `B` is `Clone` (`String`, `Full<Bytes>`, `Empty<Bytes>`, ...)",
+    note = "a streaming body (axum's `Body`, hyper's `Incoming`) must first be buffered: `ReplayBody::buffer_request(request, limit).await`"
+)]
+pub trait RetryRequest: RequestHead + Sized {
+    /// A copy for another attempt, or `None` when the request cannot be repeated (it is then
+    /// sent once and reported as [`StopReason::NotReplayable`](crate::StopReason::NotReplayable)
+    /// if it fails).
+    fn try_clone(&self) -> Option<Self>;
+
+    /// The [`ReportSlot`] the caller attached, if any.
+    fn report_slot(&self) -> Option<&ReportSlot> {
+        None
+    }
+}
+
+impl<B> RequestHead for http::Request<B> {
+    fn method(&self) -> &Method {
+        self.method()
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        self.headers()
+    }
+
+    fn headers_mut(&mut self) -> &mut HeaderMap {
+        self.headers_mut()
+    }
+
+    fn authority(&self) -> Option<Cow<'_, Authority>> {
+        self.uri().authority().map(Cow::Borrowed)
+    }
+}
+
+impl<B: Clone> RetryRequest for http::Request<B> {
+    fn try_clone(&self) -> Option<Self> {
+        Some(self.clone())
+    }
+
+    fn report_slot(&self) -> Option<&ReportSlot> {
+        self.extensions().get()
+    }
+}
+
+/// A response the middlewares can classify and the retry layer can annotate.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a response type the retry layer knows",
+    note = "`http::Response<B>` and `reqwest::Response` (feature `reqwest`) implement `RetryResponse`"
+)]
+pub trait RetryResponse {
+    /// The status code.
+    fn status(&self) -> StatusCode;
+
+    /// The headers, to read `Retry-After`.
+    fn headers(&self) -> &HeaderMap;
+
+    /// Attaches the report of the request (to the extensions, for `http::Response`).
+    fn attach_report(&mut self, report: RetryReport);
+
+    /// The report attached by [`attach_report`](Self::attach_report), if any; read it with
+    /// [`RetryReport::of`].
+    fn report(&self) -> Option<&RetryReport>;
+}
+
+impl<B> RetryResponse for http::Response<B> {
+    fn status(&self) -> StatusCode {
+        self.status()
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        self.headers()
+    }
+
+    fn attach_report(&mut self, report: RetryReport) {
+        self.extensions_mut().insert(report);
+    }
+
+    fn report(&self) -> Option<&RetryReport> {
+        self.extensions().get()
+    }
+}

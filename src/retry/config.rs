@@ -1,0 +1,139 @@
+//! The configuration every clone of a [`RetryLayer`](crate::RetryLayer) shares: what the builder
+//! collects ([`Settings`]), checked once, and what the layer derives from it ([`Config`]).
+//!
+//! It has a file of its own so that the layer, the service and the future all read it without
+//! importing each other.
+
+use super::backoff::Backoff;
+use super::budget::{RetryBudget, TokenBucket};
+use super::idempotency::Idempotency;
+use super::retry_after::RetryAfter;
+use super::stats::Counters;
+use crate::abort::AbortSignal;
+use crate::error::{at_least_one, duration_at_most_max, non_zero, InvalidConfig};
+use crate::random::RandomSource;
+use http::header::HeaderName;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// The clock HTTP-date `Retry-After` values are measured against.
+pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// Everything but the classifier, as the builder collects it: a type-changing
+/// [`classifier`](crate::RetryLayerBuilder::classifier) setter moves it whole.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) backoff: Backoff,
+    pub(crate) max_attempts: u32,
+    pub(crate) first_attempt_jitter: Duration,
+    /// `None`: `Retry-After` is ignored.
+    pub(crate) retry_after: Option<RetryAfter>,
+    pub(crate) idempotency: Idempotency,
+    pub(crate) stamp_idempotency_key: bool,
+    pub(crate) attempt_header: Option<HeaderName>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) budget: Option<Arc<dyn RetryBudget>>,
+    pub(crate) abort: Option<AbortSignal>,
+    pub(crate) random: RandomSource,
+    pub(crate) wall_clock: WallClock,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            backoff: Backoff::default(),
+            max_attempts: 3,
+            first_attempt_jitter: Duration::ZERO,
+            retry_after: Some(RetryAfter::honored()),
+            idempotency: Idempotency::default(),
+            stamp_idempotency_key: false,
+            attempt_header: None,
+            deadline: None,
+            budget: Some(Arc::new(TokenBucket::default())),
+            abort: None,
+            random: RandomSource::default(),
+            wall_clock: Arc::new(SystemTime::now),
+        }
+    }
+}
+
+impl Settings {
+    /// Checks every value (see [`RetryLayerBuilder::build`](crate::RetryLayerBuilder::build)).
+    pub(crate) fn validate(&self) -> Result<(), InvalidConfig> {
+        self.backoff.validate()?;
+        if let Some(retry_after) = &self.retry_after {
+            retry_after.validate()?;
+        }
+        at_least_one("max_attempts", self.max_attempts.into())?;
+        duration_at_most_max("first_attempt_jitter", self.first_attempt_jitter)?;
+        if let Some(deadline) = self.deadline {
+            non_zero("deadline", deadline)?;
+            // The deadline counts from the call, so the first-attempt delay is part of it.
+            if self.first_attempt_jitter >= deadline {
+                return Err(InvalidConfig::new(
+                    "first_attempt_jitter",
+                    format!(
+                        "({:?}) must be below the deadline ({deadline:?})",
+                        self.first_attempt_jitter
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("backoff", &self.backoff)
+            .field("max_attempts", &self.max_attempts)
+            .field("first_attempt_jitter", &self.first_attempt_jitter)
+            .field("retry_after", &self.retry_after)
+            .field("idempotency", &self.idempotency)
+            .field("stamp_idempotency_key", &self.stamp_idempotency_key)
+            .field("attempt_header", &self.attempt_header)
+            .field("deadline", &self.deadline)
+            .field("budget", &self.budget)
+            .field("abort", &self.abort)
+            .field("random", &self.random)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The checked settings, the classifier and the counters; one `Arc` per layer, read by every
+/// request session.
+pub(crate) struct Config<C> {
+    pub(crate) classifier: C,
+    pub(crate) settings: Settings,
+    /// The `Retry-After` clamp, resolved against the backoff cap.
+    pub(crate) retry_after_clamp: Duration,
+    pub(crate) counters: Counters,
+}
+
+impl<C> Config<C> {
+    /// Checks `settings` and derives what the sessions read.
+    pub(crate) fn new(classifier: C, settings: Settings) -> Result<Self, InvalidConfig> {
+        settings.validate()?;
+        let cap = settings.backoff.cap();
+        Ok(Self {
+            retry_after_clamp: settings
+                .retry_after
+                .map_or(cap, |retry_after| retry_after.clamp_or(cap)),
+            classifier,
+            settings,
+            counters: Counters::default(),
+        })
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for Config<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryConfig")
+            .field("classifier", &self.classifier)
+            .field("settings", &self.settings)
+            .field("retry_after_clamp", &self.retry_after_clamp)
+            .finish_non_exhaustive()
+    }
+}
