@@ -663,7 +663,9 @@ fn check_decision(case: &DecisionCase) -> Result<(), TestCaseError> {
         match (case.policy.honored, hint) {
             // The clamp cuts the hint or its spread: spread just below the clamp.
             (true, RetryAfterHint::Delay(h))
-                if h > clamp || h + h.mul_f64(case.policy.jitter) > clamp =>
+                if h > clamp
+                    || (h + h.mul_f64(case.policy.jitter) > clamp
+                        && case.policy.when_longer == WhenLonger::Clamp) =>
             {
                 // `mul_f64` may round above `clamp`, as the layer knows too.
                 let lower = clamp.saturating_sub(clamp.mul_f64(case.policy.jitter));
@@ -679,7 +681,8 @@ fn check_decision(case: &DecisionCase) -> Result<(), TestCaseError> {
             }
             (true, RetryAfterHint::Delay(h)) => {
                 prop_assert_eq!(delay.source, DelaySource::RetryAfter);
-                let upper = h + h.mul_f64(case.policy.jitter);
+                // With `GiveUp` the spread is cut at the clamp, never moved below the hint.
+                let upper = (h + h.mul_f64(case.policy.jitter)).min(clamp);
                 prop_assert!(
                     h <= d && d <= upper,
                     "{:?} outside [{:?}, {:?}]",

@@ -45,9 +45,18 @@ pin_project! {
     {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if !matches!(*this.state, State::Done) {
-                this.session.cancel();
+            match &*this.state {
+                State::Done => return,
+                // Dropped mid-sleep (an outer timeout fired): the report shows the time slept.
+                State::Waiting { wait } => {
+                    if let Phase::Sleeping { sleep } = &wait.phase {
+                        let remaining = sleep.deadline().saturating_duration_since(Instant::now());
+                        this.session.cut_last_sleep(remaining);
+                    }
+                }
+                State::Calling { .. } => {}
             }
+            this.session.cancel();
         }
     }
 }
@@ -225,6 +234,16 @@ where
                         drop(wait.token.take());
                         this.state.set(State::Done);
                         return Poll::Ready(session.finish(Err(error), StopReason::NotReady));
+                    }
+                    // Ready only after the deadline (another request held the permit): the
+                    // retry is not sent and its token goes back. A first attempt, which has no
+                    // outcome to return instead, is sent all the same.
+                    if session.past_deadline(Instant::now()) {
+                        if let Some(result) = wait.last.take() {
+                            drop(wait.token.take());
+                            this.state.set(State::Done);
+                            return Poll::Ready(session.finish(result, StopReason::Deadline));
+                        }
                     }
                     if let Some(token) = wait.token.take() {
                         token.spend();

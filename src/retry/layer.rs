@@ -130,8 +130,8 @@ impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
 /// | [`classifier`](Self::classifier) | [`HttpClassifier::new`] |
 #[must_use]
 pub struct RetryLayerBuilder<C = HttpClassifier> {
-    classifier: C,
-    settings: Settings,
+    pub(super) classifier: C,
+    pub(super) settings: Settings,
 }
 
 impl Default for RetryLayerBuilder {

@@ -96,9 +96,12 @@ fn trim_ows(mut value: &[u8]) -> &[u8] {
 #[non_exhaustive]
 pub enum WhenLonger {
     /// Wait the clamp instead (the default): the retry may come sooner than the server asked.
+    /// A hint whose upward spread does not fit under the clamp is spread just below it, so a
+    /// herd told the same long hint does not come back in one instant.
     Clamp,
     /// Stop retrying now and return the response, with
-    /// [`StopReason::RetryAfterTooLong`](crate::StopReason::RetryAfterTooLong).
+    /// [`StopReason::RetryAfterTooLong`](crate::StopReason::RetryAfterTooLong). A hint that fits
+    /// under the clamp is never retried sooner than asked: its spread is cut at the clamp.
     GiveUp,
 }
 
@@ -174,17 +177,26 @@ impl RetryAfter {
     /// sooner than asked. Otherwise the clamp cuts it, and the delay is spread just below the
     /// clamp, `U(clamp * (1 - jitter), clamp)`, so that clients told the same long hint do not
     /// all come back at the clamp in the same instant.
+    ///
+    /// `room` is how long the request may still wait (the time left before its deadline): the
+    /// upward spread of a hint that fits is cut there, so the client's own jitter does not push
+    /// a hint that fits the deadline past it.
     pub(crate) fn resolve<R: Rng + ?Sized>(
         &self,
         hint: Duration,
         clamp: Duration,
+        room: Duration,
         rng: &mut R,
     ) -> Resolved {
         if hint <= clamp {
             // `hint <= clamp <= MAX_DELAY`, so the spread cannot overflow.
             let spread = hint.mul_f64(self.jitter);
-            if hint + spread <= clamp {
-                let delay = uniform(hint, hint + spread, rng);
+            let fits = hint + spread <= clamp;
+            if fits || self.when_longer == WhenLonger::GiveUp {
+                // `GiveUp` promises never to come back sooner than asked: the spread is cut at
+                // the clamp instead of being moved below it.
+                let high = (hint + spread).min(clamp).min(room.max(hint));
+                let delay = uniform(hint, high, rng);
                 return Resolved::Delay {
                     delay,
                     clamped: false,
@@ -296,10 +308,12 @@ mod tests {
     fn delays(policy: RetryAfter, hint: Duration, clamp: Duration) -> Vec<(Duration, bool)> {
         let mut rng = SmallRng::seed_from_u64(1);
         (0..1000)
-            .map(|_| match policy.resolve(hint, clamp, &mut rng) {
-                Resolved::Delay { delay, clamped } => (delay, clamped),
-                Resolved::GiveUp => panic!("gave up"),
-            })
+            .map(
+                |_| match policy.resolve(hint, clamp, Duration::MAX, &mut rng) {
+                    Resolved::Delay { delay, clamped } => (delay, clamped),
+                    Resolved::GiveUp => panic!("gave up"),
+                },
+            )
             .collect()
     }
 
@@ -340,7 +354,10 @@ mod tests {
         let give_up = RetryAfter::honored().when_longer(WhenLonger::GiveUp);
         let long = Duration::from_secs(3600);
         let clamp = Duration::from_secs(10);
-        assert_eq!(give_up.resolve(long, clamp, &mut rng), Resolved::GiveUp);
+        assert_eq!(
+            give_up.resolve(long, clamp, Duration::MAX, &mut rng),
+            Resolved::GiveUp
+        );
     }
 
     #[test]
@@ -350,7 +367,7 @@ mod tests {
         let five = Duration::from_secs(5);
         let delays: Vec<_> = (0..1000)
             .map(
-                |_| match policy.resolve(five, Duration::from_secs(60), &mut rng) {
+                |_| match policy.resolve(five, Duration::from_secs(60), Duration::MAX, &mut rng) {
                     Resolved::Delay { delay, .. } => delay,
                     Resolved::GiveUp => unreachable!(),
                 },
@@ -412,7 +429,7 @@ mod tests {
             let hint = Duration::from_nanos(hint_ns);
             let policy = RetryAfter::honored().jitter(jitter);
             let mut rng = SmallRng::seed_from_u64(seed);
-            match policy.resolve(hint, clamp, &mut rng) {
+            match policy.resolve(hint, clamp, Duration::MAX, &mut rng) {
                 Resolved::Delay { delay, clamped } => {
                     prop_assert!(delay <= clamp);
                     prop_assert!(clamped || delay >= hint);

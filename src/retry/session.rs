@@ -145,6 +145,26 @@ impl<Req, C> Session<Req, C> {
         }
     }
 
+    /// How long the request may still wait at `now` before its deadline (`Duration::MAX`
+    /// without one).
+    fn room(&self, now: Instant) -> Duration {
+        match (self.config.settings.deadline, self.started) {
+            (Some(deadline), Some(started)) => {
+                deadline.saturating_sub(now.saturating_duration_since(started))
+            }
+            _ => Duration::MAX,
+        }
+    }
+
+    /// Whether the deadline has passed at `now`: a retry whose service became ready only then
+    /// is not sent.
+    pub(crate) fn past_deadline(&self, now: Instant) -> bool {
+        match (self.config.settings.deadline, self.started) {
+            (Some(deadline), Some(started)) => now.saturating_duration_since(started) > deadline,
+            _ => false,
+        }
+    }
+
     fn record_delay(&mut self, duration: Duration, source: DelaySource) {
         self.delays.push(Delay {
             after_attempt: self.attempts,
@@ -309,14 +329,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
             None => None,
         };
-        let (delay, source) = match self.delay_for(result) {
+        let (delay, source) = match self.delay_for(result, now) {
             Ok(chosen) => chosen,
             Err(reason) => return Next::Stop(reason),
         };
-        if let (Some(deadline), Some(started)) = (settings.deadline, self.started) {
-            if now.saturating_duration_since(started).saturating_add(delay) > deadline {
-                return Next::Stop(StopReason::Deadline);
-            }
+        if delay > self.room(now) {
+            return Next::Stop(StopReason::Deadline);
         }
         let token = match &settings.budget {
             Some(budget) if !budget.withdraw() => {
@@ -352,6 +370,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     fn delay_for<Res: RetryResponse, E>(
         &mut self,
         result: &Result<Res, E>,
+        now: Instant,
     ) -> Result<(Duration, DelaySource), StopReason> {
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
@@ -366,7 +385,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 RetryAfterHint::Delay(hint) => {
                     counters.retry_after_seen();
                     let clamp = config.retry_after_clamp;
-                    return match retry_after.resolve(hint, clamp, self.rng()) {
+                    let room = self.room(now);
+                    return match retry_after.resolve(hint, clamp, room, self.rng()) {
                         Resolved::Delay { delay, clamped } => {
                             if clamped {
                                 counters.retry_after_clamped();
@@ -419,5 +439,228 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 Err(error)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The decision ladder on its own: no runtime timers, no inner service, `now` passed in.
+
+    use super::*;
+    use crate::retry::{Backoff, Jitter, RetryLayer, RetryLayerBuilder, TokenBucket};
+    use crate::{AbortSignal, HttpClassifier, RandomSource};
+    use std::convert::Infallible;
+
+    type Req = http::Request<String>;
+    type Res = http::Response<String>;
+    const MS: Duration = Duration::from_millis(1);
+
+    /// No jitter (100 ms, 200 ms, ...), seeded, no budget.
+    fn builder() -> RetryLayerBuilder {
+        RetryLayer::builder()
+            .backoff(Backoff::new(
+                Jitter::None,
+                100 * MS,
+                Duration::from_secs(10),
+            ))
+            .random_source(RandomSource::seeded(1))
+            .without_budget()
+    }
+
+    fn config<C>(builder: RetryLayerBuilder<C>) -> Arc<Config<C>> {
+        let RetryLayerBuilder {
+            classifier,
+            settings,
+        } = builder;
+        Arc::new(Config::new(classifier, settings).unwrap())
+    }
+
+    fn request(method: Method) -> Req {
+        http::Request::builder()
+            .method(method)
+            .uri("http://a.test/")
+            .body(String::new())
+            .unwrap()
+    }
+
+    fn response(code: u16) -> Result<Res, Infallible> {
+        Ok(http::Response::builder()
+            .status(code)
+            .body(String::new())
+            .unwrap())
+    }
+
+    /// A session whose first attempt was just sent.
+    fn sent<C>(config: &Arc<Config<C>>, method: Method) -> Session<Req, C> {
+        let mut request = request(method);
+        let mut session = Session::new(Arc::clone(config), &mut request);
+        let mut service = tower::service_fn(|_: Req| async { response(200) });
+        drop(session.send_request(request, &mut service));
+        session
+    }
+
+    fn stop(next: Next) -> StopReason {
+        match next {
+            Next::Stop(reason) => reason,
+            Next::Sleep { delay, .. } => panic!("expected a stop, got a sleep of {delay:?}"),
+        }
+    }
+
+    fn sleep(next: Next) -> Duration {
+        match next {
+            Next::Sleep { delay, .. } => delay,
+            Next::Stop(reason) => panic!("expected a sleep, got a stop: {reason}"),
+        }
+    }
+
+    #[test]
+    fn success_and_permanent_outcomes_stop_at_once() {
+        let config = config(builder());
+        let now = Instant::now();
+        let mut session = sent(&config, Method::GET);
+        assert_eq!(
+            stop(session.decide(&response(200), now)),
+            StopReason::Success
+        );
+        let mut session = sent(&config, Method::GET);
+        assert_eq!(
+            stop(session.decide(&response(404), now)),
+            StopReason::Permanent
+        );
+    }
+
+    #[test]
+    fn a_transient_outcome_of_a_get_sleeps_the_backoff_delay() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::GET);
+        assert_eq!(
+            sleep(session.decide(&response(503), Instant::now())),
+            100 * MS
+        );
+    }
+
+    #[test]
+    fn a_post_without_a_key_is_not_repeated() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::POST);
+        let next = session.decide(&response(503), Instant::now());
+        assert_eq!(stop(next), StopReason::NotIdempotent);
+    }
+
+    #[test]
+    fn the_last_attempt_is_not_followed_by_a_sleep() {
+        let config = config(builder().max_attempts(1));
+        let mut session = sent(&config, Method::GET);
+        let next = session.decide(&response(503), Instant::now());
+        assert_eq!(stop(next), StopReason::AttemptsExhausted);
+    }
+
+    #[test]
+    fn a_shut_down_signal_stops_before_a_delay_is_drawn() {
+        let abort = AbortSignal::new();
+        let config = config(builder().abort_signal(abort.clone()));
+        abort.shutdown();
+        let mut session = sent(&config, Method::GET);
+        assert_eq!(
+            stop(session.decide(&response(503), Instant::now())),
+            StopReason::Aborted
+        );
+        assert!(session.delays.is_empty());
+    }
+
+    #[test]
+    fn a_valid_retry_after_replaces_the_backoff_delay() {
+        let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
+        let mut session = sent(&config, Method::GET);
+        let mut hinted = response(503);
+        if let Ok(response) = &mut hinted {
+            let value = http::HeaderValue::from_static("2");
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, value);
+        }
+        assert_eq!(
+            sleep(session.decide(&hinted, Instant::now())),
+            2 * 1000 * MS
+        );
+        assert_eq!(session.delays[0].source, DelaySource::RetryAfter);
+    }
+
+    #[test]
+    fn the_deadline_is_measured_at_the_now_it_is_given() {
+        let config = config(builder().deadline(Duration::from_secs(1)));
+        let mut session = sent(&config, Method::GET);
+        let started = session.started.unwrap();
+        // 900 ms in, the 100 ms delay ends exactly at the deadline: allowed.
+        assert_eq!(
+            sleep(session.decide(&response(503), started + 900 * MS)),
+            100 * MS
+        );
+        let mut session = sent(&config, Method::GET);
+        let started = session.started.unwrap();
+        let next = session.decide(&response(503), started + 901 * MS);
+        assert_eq!(stop(next), StopReason::Deadline);
+        assert!(!session.past_deadline(started + 1000 * MS));
+        assert!(session.past_deadline(started + 1001 * MS));
+    }
+
+    #[test]
+    fn the_deadline_is_asked_before_the_budget() {
+        let bucket = Arc::new(TokenBucket::default());
+        let config = config(builder().deadline(MS).budget(Arc::clone(&bucket)));
+        let mut session = sent(&config, Method::GET);
+        let before = bucket.available();
+        let started = session.started.unwrap();
+        assert_eq!(
+            stop(session.decide(&response(503), started)),
+            StopReason::Deadline
+        );
+        assert_eq!(
+            bucket.available(),
+            before,
+            "no token taken for a sleep not started"
+        );
+    }
+
+    #[test]
+    fn an_empty_budget_stops_the_retry() {
+        let empty = TokenBucket::builder()
+            .capacity(1.0)
+            .deposit_per_success(0.0)
+            .refill_per_second(0.0)
+            .build()
+            .unwrap();
+        assert!(empty.withdraw());
+        let config = config(builder().budget(empty));
+        let mut session = sent(&config, Method::GET);
+        let next = session.decide(&response(503), Instant::now());
+        assert_eq!(stop(next), StopReason::BudgetEmpty);
+    }
+
+    #[test]
+    fn the_classifier_sees_the_method() {
+        #[derive(Debug)]
+        struct PutConflicts;
+        impl Classify<Res, Infallible> for PutConflicts {
+            fn classify_response(&self, response: &Res) -> Outcome {
+                HttpClassifier::new().classify_status(response.status())
+            }
+            fn classify_error(&self, error: &Infallible) -> Outcome {
+                match *error {}
+            }
+            fn classify(&self, method: &Method, result: &Result<Res, Infallible>) -> Outcome {
+                match result {
+                    Ok(r) if method == Method::PUT && r.status() == 409 => Outcome::Transient,
+                    Ok(r) => self.classify_response(r),
+                    Err(e) => self.classify_error(e),
+                }
+            }
+        }
+        let config = config(builder().classifier(PutConflicts));
+        let mut put = sent(&config, Method::PUT);
+        assert_eq!(sleep(put.decide(&response(409), Instant::now())), 100 * MS);
+        let mut delete = sent(&config, Method::DELETE);
+        let next = delete.decide(&response(409), Instant::now());
+        assert_eq!(stop(next), StopReason::Permanent);
     }
 }

@@ -201,3 +201,36 @@ async fn a_finished_future_is_not_reported_cancelled_when_dropped() {
     assert_eq!(stats.stopped(StopReason::Cancelled), 0);
     assert_eq!((stats.requests, stats.stopped(StopReason::Success)), (1, 1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_future_dropped_mid_sleep_reports_the_time_it_slept() {
+    let mut client = Client::new(builder().build().unwrap());
+    let (request, slot) = with_slot(get());
+    let mut future = client.sleeping(request); // a 100 ms backoff
+    advance(30 * MS).await;
+    assert_pending!(future.poll());
+    drop(future);
+    let report = slot.take().expect("the slot is filled on drop");
+    assert_eq!(report.stop, StopReason::Cancelled);
+    assert_eq!(report.slept, 30 * MS);
+    assert_eq!(report.delays[0].duration, 30 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_future_dropped_during_the_first_attempt_jitter_reports_the_time_it_waited() {
+    let layer = builder()
+        .first_attempt_jitter(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let mut client = Client::new(layer);
+    let (request, slot) = with_slot(get());
+    let mut future = client.start(request);
+    assert_pending!(future.poll());
+    advance(MS).await;
+    assert_pending!(future.poll());
+    client.assert_no_request(); // still waiting out the jitter
+    drop(future);
+    let report = slot.take().expect("the slot is filled on drop");
+    assert_eq!(report.stop, StopReason::Cancelled);
+    assert_eq!(report.slept, MS);
+}

@@ -181,3 +181,30 @@ async fn ignored_retry_after_leaves_the_backoff_in_charge() {
     );
     assert_eq!(client.stats().retry_after_seen, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn give_up_never_retries_sooner_than_a_hint_just_under_the_clamp() {
+    let policy = RetryAfter::honored()
+        .max_delay(10 * SECOND)
+        .when_longer(WhenLonger::GiveUp);
+    for seed in 0..20 {
+        let layer = builder()
+            .random_source(tower_http_retry::RandomSource::seeded(seed))
+            .retry_after(policy)
+            .build()
+            .unwrap();
+        let mut client = Client::new(layer);
+        let mut future = client.start(get());
+        client.reply_with(with_retry_after(503, "10"));
+        assert_pending!(future.poll());
+        advance(10 * SECOND - MS).await;
+        assert_pending!(future.poll());
+        client.assert_no_request();
+        advance(MS).await;
+        assert_pending!(future.poll());
+        client.reply(200);
+        let (code, report) = finished(future.poll());
+        assert_eq!(code, 200);
+        assert_eq!(report.delays[0].duration, 10 * SECOND, "seed {seed}");
+    }
+}
