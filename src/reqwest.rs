@@ -1,37 +1,5 @@
-//! Retrying reqwest's `Client` (feature `reqwest`).
-//!
-//! reqwest 0.13's `Client` is a tower `Service<reqwest::Request>`, so the retry layer and the
-//! circuit breaker wrap it like any other client. This module makes reqwest's types fit:
-//!
-//! * `reqwest::Request` is a [`RetryRequest`]: its method and headers decide idempotency, its
-//!   URL's host and port are its authority (for a keyed circuit breaker and the abort signal's
-//!   holds), and it is copied for another attempt with `Request::try_clone`. A request whose body
-//!   is a stream cannot be copied: it is sent once
-//!   ([`StopReason::NotReplayable`](crate::StopReason::NotReplayable)).
-//! * `reqwest::Response` is a [`RetryResponse`]: classified by status, `Retry-After` read from its
-//!   headers, and the [`RetryReport`] put in its extensions, read with
-//!   [`RetryReport::of(&response)`](RetryReport::of) as for an `http::Response`. reqwest keeps a
-//!   request's extensions private, so a [`ReportSlot`](crate::ReportSlot) cannot be attached to
-//!   a `reqwest::Request`: the report of a request that ends in an error is not available.
-//! * `reqwest::Error` is an [`AsStdError`]: [`HttpClassifier`](crate::HttpClassifier) treats its
-//!   timeouts and connection errors as transient and walks its `source()` chain for the rest.
-//!
-//! ```no_run
-//! # async fn run() -> Result<(), tower::BoxError> {
-//! use tower::{Service, ServiceBuilder, ServiceExt};
-//! use tower_http_retry::{CircuitBreakerLayer, RetryLayer, RetryReport};
-//!
-//! let client = reqwest::Client::new();
-//! let mut service = ServiceBuilder::new()
-//!     .layer(RetryLayer::new())
-//!     .layer(CircuitBreakerLayer::new())
-//!     .service(client.clone());
-//! let request = client.get("http://127.0.0.1:8080/health").build()?;
-//! let response = service.ready().await?.call(request).await?;
-//! println!("{} after {} attempts", response.status(), RetryReport::of(&response).attempts);
-//! # Ok(())
-//! # }
-//! ```
+//! reqwest's types as the middlewares' request, response and error (feature `reqwest`); the
+//! user-facing text is on [`RetryLayer`](crate::RetryLayer#retrying-reqwest).
 
 use crate::classify::AsStdError;
 use crate::message::{RequestHead, RetryRequest, RetryResponse};

@@ -1,15 +1,4 @@
-//! The retry budget: a token bucket shared by every clone of a layer.
-//!
-//! Backoff spreads *when* retries arrive; a budget bounds *how many* arrive. Every success
-//! deposits a fraction of a token, every retry withdraws a whole one, and a steady refill keeps a
-//! floor of retries per second for clients with little traffic. When the bucket is empty the
-//! request is not retried: its last response or error is returned at once, without sleeping.
-//! During an outage that turns "every request times `max_attempts`" into "every request, plus
-//! 20 %", which is the difference between an endpoint that recovers and one that is held down.
-//!
-//! The bucket is lock-free: a deposit and a withdrawal are one compare-and-swap loop each on an
-//! `AtomicU64` of micro-tokens, and the time-based refill is claimed by whoever advances a second
-//! atomic timestamp.
+//! The retry budget: a token bucket shared by every clone of a layer. (the user-facing text is on the public item below).
 
 use crate::error::{in_range, InvalidConfig};
 use std::fmt;
@@ -62,6 +51,17 @@ const REFILL_GRANULARITY_NANOS: u64 = 1_000_000;
 const MICROS_PER_TOKEN: f64 = 1_000_000.0;
 
 /// A lock-free token-bucket [`RetryBudget`].
+///
+/// Backoff spreads *when* retries arrive; a budget bounds *how many* arrive. Every success
+/// deposits a fraction of a token, every retry withdraws a whole one, and a steady refill keeps a
+/// floor of retries per second for clients with little traffic. When the bucket is empty the
+/// request is not retried: its last response or error is returned at once, without sleeping.
+/// During an outage that turns "every request times `max_attempts`" into "every request, plus
+/// 20 %", which is the difference between an endpoint that recovers and one that is held down.
+///
+/// The bucket is lock-free: a deposit and a withdrawal are one compare-and-swap loop each on an
+/// `AtomicU64` of micro-tokens, and the time-based refill is claimed by whoever advances a second
+/// atomic timestamp.
 ///
 /// ```
 /// use tower_http_retry::{RetryBudget, TokenBucket};

@@ -1,9 +1,4 @@
-//! Which requests are safe to send more than once.
-//!
-//! A request that timed out may still have been applied: the server committed the write and the
-//! answer was lost. Repeating an idempotent request (GET, PUT, DELETE, ...) is harmless; repeating
-//! a POST can charge a card twice. So by default only idempotent methods are retried, and any
-//! request that carries an `Idempotency-Key` header, by which the server can recognise a repeat.
+//! Which requests are safe to send more than once. (the user-facing text is on the public item below).
 
 use http::header::HeaderName;
 use http::{HeaderMap, Method};
@@ -12,6 +7,11 @@ use http::{HeaderMap, Method};
 pub static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// Which requests may be retried.
+///
+/// A request that timed out may still have been applied: the server committed the write and the
+/// answer was lost. Repeating an idempotent request (GET, PUT, DELETE, ...) is harmless; repeating
+/// a POST can charge a card twice. So by default only idempotent methods are retried, and any
+/// request that carries an `Idempotency-Key` header, by which the server can recognise a repeat.
 ///
 /// ```
 /// use http::{HeaderMap, HeaderValue, Method};

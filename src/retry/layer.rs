@@ -40,6 +40,108 @@ use tower_layer::Layer;
 ///     .service(client);
 /// # let _ = client;
 /// ```
+///
+/// # How a request flows through the layer
+///
+/// Each request goes through [`Retry`] like this: the outcome of an attempt is
+/// [classified](HttpClassifier) as success, transient or permanent. Only a transient outcome of a
+/// repeatable request (see [`Idempotency`]) with attempts left is retried; the delay is the
+/// server's `Retry-After` if valid ([`RetryAfter`], clamped) or else a draw from the
+/// [`Backoff`] policy; the delay must fit the optional deadline; and the [`RetryBudget`] must grant
+/// a token. Then, and only then, the request sleeps on tokio's clock, and an [`AbortSignal`] can
+/// end the sleep early. When it stops, the layer returns the last real response or error,
+/// untouched, and a [`RetryReport`](crate::RetryReport) says why it stopped.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use std::sync::Arc;
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_http_retry::{RetryLayer, RetryReport, StopReason};
+///
+/// // An endpoint that answers 503 twice, then 200.
+/// let calls = Arc::new(AtomicU32::new(0));
+/// let counter = calls.clone();
+/// let flaky = service_fn(move |_req: http::Request<String>| {
+///     let n = counter.fetch_add(1, Ordering::SeqCst);
+///     async move {
+///         let status = if n < 2 { 503 } else { 200 };
+///         Ok::<_, std::io::Error>(http::Response::builder().status(status).body(String::new()).unwrap())
+///     }
+/// });
+///
+/// let mut client = ServiceBuilder::new().layer(RetryLayer::new()).service(flaky);
+/// let response = client.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// let report = RetryReport::of(&response);
+/// assert_eq!((report.attempts, report.stop), (3, StopReason::Success));
+/// # }
+/// ```
+///
+/// # Why a budget, and not only a maximum number of attempts
+///
+/// `max_attempts` bounds what one request may do; it says nothing about all of them. When an
+/// endpoint goes down, every request fails and every one of them retries, so the endpoint sees
+/// its normal load times `max_attempts` at the worst moment. Jitter spreads *when* that load
+/// arrives; only a budget bounds *how much* arrives. The [`TokenBucket`](crate::TokenBucket) lets retries add about
+/// 20 % to the load that succeeds (plus a small floor per second), so during an outage most
+/// requests fail fast with their real error instead of piling on.
+///
+/// # Differences from `tower::retry`
+///
+/// * Jitter that actually de-synchronises: each request session draws from its own random
+///   stream ([`RandomSource`]). `tower::retry::backoff::ExponentialBackoffMaker` clones one
+///   generator into every session, so requests that fail together wait the same "random" delay.
+/// * The budget is asked *before* sleeping, and a token taken for a sleep that is abandoned is
+///   refunded. `TpsBudget` takes a mutex per operation; [`TokenBucket`](crate::TokenBucket) is lock-free.
+/// * HTTP semantics built in: the status table, transport errors found through `source()`,
+///   `Retry-After`, idempotency.
+/// * The sleep can be aborted ([`AbortSignal`]), the request can have a deadline, and the
+///   caller learns what happened ([`RetryReport`](crate::RetryReport), [`RetryStats`]).
+///
+/// # Where the timeout goes
+///
+/// A `tower::timeout::TimeoutLayer` *inside* the retry layer bounds each attempt (its
+/// `Elapsed` error is transient, so a slow attempt is retried); one *outside* bounds the whole
+/// request, sleeps included. Usually both: `timeout(total) -> retry -> timeout(per attempt)`.
+///
+/// # Retrying reqwest
+///
+/// With the `reqwest` feature:
+///
+/// reqwest 0.13's `Client` is a tower `Service<reqwest::Request>`, so the retry layer and the
+/// circuit breaker wrap it like any other client. This module makes reqwest's types fit:
+///
+/// * `reqwest::Request` is a [`RetryRequest`](crate::RetryRequest): its method and headers decide idempotency, its
+///   URL's host and port are its authority (for a keyed circuit breaker and the abort signal's
+///   holds), and it is copied for another attempt with `Request::try_clone`. A request whose body
+///   is a stream cannot be copied: it is sent once
+///   ([`StopReason::NotReplayable`](crate::StopReason::NotReplayable)).
+/// * `reqwest::Response` is a [`RetryResponse`](crate::RetryResponse): classified by status, `Retry-After` read from its
+///   headers, and the [`RetryReport`](crate::RetryReport) put in its extensions, read with
+///   [`RetryReport::of(&response)`](crate::RetryReport::of) as for an `http::Response`. reqwest keeps a
+///   request's extensions private, so a [`ReportSlot`](crate::ReportSlot) cannot be attached to
+///   a `reqwest::Request`: the report of a request that ends in an error is not available.
+/// * `reqwest::Error` is an [`AsStdError`](crate::AsStdError): [`HttpClassifier`](crate::HttpClassifier) treats its
+///   timeouts and connection errors as transient and walks its `source()` chain for the rest.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), tower::BoxError> {
+/// use tower::{Service, ServiceBuilder, ServiceExt};
+/// use tower_http_retry::{CircuitBreakerLayer, RetryLayer, RetryReport};
+///
+/// let client = reqwest::Client::new();
+/// let mut service = ServiceBuilder::new()
+///     .layer(RetryLayer::new())
+///     .layer(CircuitBreakerLayer::new())
+///     .service(client.clone());
+/// let request = client.get("http://127.0.0.1:8080/health").build()?;
+/// let response = service.ready().await?.call(request).await?;
+/// println!("{} after {} attempts", response.status(), RetryReport::of(&response).attempts);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use]
 pub struct RetryLayer<C = HttpClassifier> {
     config: Arc<Config<C>>,

@@ -1,13 +1,4 @@
-//! `Retry-After`: parsing (delta-seconds and HTTP-date) and the clamp that keeps a hostile value
-//! from parking a request.
-//!
-//! A server that answers 429 or 503 with `Retry-After` knows when it wants to see the client again,
-//! so a valid hint replaces the computed backoff delay. It is spread upward by a small random
-//! fraction (10 % by default), so that ten thousand clients told "5" come back over half a second
-//! rather than in the same millisecond, never sooner than asked. A hint the clamp (by default the
-//! backoff cap) cuts is spread just *below* the clamp instead, so a hostile or huge hint can
-//! neither park a request nor bring the whole herd back at the clamp in one instant. A hint of 0
-//! (or a date in the past) means "now", and is taken at its word.
+//! `Retry-After`: parsing (delta-seconds and HTTP-date) and the clamp that keeps a hostile value (the user-facing text is on the public item below).
 
 use crate::error::{in_range, positive_duration, InvalidConfig};
 use crate::random::uniform;
@@ -106,6 +97,15 @@ pub enum WhenLonger {
 }
 
 /// How `Retry-After` hints are used.
+///
+///
+/// A server that answers 429 or 503 with `Retry-After` knows when it wants to see the client again,
+/// so a valid hint replaces the computed backoff delay. It is spread upward by a small random
+/// fraction (10 % by default), so that ten thousand clients told "5" come back over half a second
+/// rather than in the same millisecond, never sooner than asked. A hint the clamp (by default the
+/// backoff cap) cuts is spread just *below* the clamp instead, so a hostile or huge hint can
+/// neither park a request nor bring the whole herd back at the clamp in one instant. A hint of 0
+/// (or a date in the past) means "now", and is taken at its word.
 ///
 /// ```
 /// use std::time::Duration;
