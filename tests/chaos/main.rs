@@ -23,7 +23,7 @@
 //!
 //! Real sockets mean real time: delays are small, and nothing is asserted on durations.
 
-#[path = "../support.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 mod observe;

@@ -4,7 +4,7 @@
 //! Real sockets mean real time: backoff is small (5 ms base, 50 ms cap) and the tests assert on
 //! server hit counts, reports and counters, never on measured durations.
 
-#[path = "../support.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 mod budget;

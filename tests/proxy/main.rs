@@ -2,7 +2,7 @@
 //! sends to the proxy, which forwards to a scripted loopback upstream through retry, breaker and
 //! per-attempt timeout. Real sockets, so real time with small delays.
 
-#[path = "../support.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 // The example's proxy itself, not a copy of it; its `main` goes unused here.

@@ -1,13 +1,12 @@
-//! Reliability under bad input and shutdown: streaming bodies, shutdown and dropped futures,
-//! configuration validation, and the budget under concurrency.
+//! Reliability under bad input and shutdown: streaming bodies, shutdown and dropped futures, and
+//! the budget under concurrency.
 //!
 //! The fuzzing of `Retry-After` lives in `tests/fuzz_retry_after.rs`, the chaos run against a
-//! real server in `tests/chaos/`.
+//! real server in `tests/chaos/`, the validation of every builder in `tests/config/`.
 
-#[path = "../support.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 mod budget;
-mod config;
 mod replay;
 mod shutdown;

@@ -1,7 +1,7 @@
 //! The retry layer and the circuit breaker around reqwest's `Client`, against a loopback hyper
 //! server (real sockets, so real time with small delays; assertions on counts, not durations).
 
-#[path = "../support.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 use http::Method;

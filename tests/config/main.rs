@@ -1,4 +1,4 @@
-//! Configuration: every value that cannot work is a typed error at build time naming its field;
+//! Configuration of every builder (retry layer, budget, backoff, breaker): every value that cannot work is a typed error at build time naming its field;
 //! extreme values that can work saturate, and no configuration that builds panics at request time.
 
 use proptest::prelude::*;
@@ -419,4 +419,47 @@ proptest! {
             prop_assert!(delay.duration <= bound, "{:?} > {:?}", delay, bound);
         }
     }
+}
+
+#[test]
+fn the_same_bound_has_the_same_wording_in_every_builder() {
+    use tower_http_retry::CircuitBreakerLayer;
+    let retry_count = RetryLayer::builder().max_attempts(0).build().unwrap_err();
+    let breaker_count = CircuitBreakerLayer::builder()
+        .half_open_probes(0)
+        .build()
+        .unwrap_err();
+    assert_eq!(retry_count.message(), breaker_count.message());
+    let retry_zero = RetryLayer::builder()
+        .deadline(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    let breaker_zero = CircuitBreakerLayer::builder()
+        .window(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(retry_zero.message(), breaker_zero.message());
+    let retry_long = RetryLayer::builder()
+        .first_attempt_jitter(Duration::MAX)
+        .build()
+        .unwrap_err();
+    let breaker_long = CircuitBreakerLayer::builder()
+        .open_duration(Duration::MAX)
+        .build()
+        .unwrap_err();
+    let tail = |e: &InvalidConfig| e.message().split(") ").nth(1).unwrap_or("").to_owned();
+    assert_eq!(
+        tail(&retry_long),
+        tail(&breaker_long),
+        "{retry_long} / {breaker_long}"
+    );
+    let retry_jitter = RetryLayer::builder()
+        .retry_after(RetryAfter::honored().jitter(2.0))
+        .build()
+        .unwrap_err();
+    let breaker_jitter = CircuitBreakerLayer::builder()
+        .open_jitter(2.0)
+        .build()
+        .unwrap_err();
+    assert_eq!(retry_jitter.message(), breaker_jitter.message());
 }

@@ -3,7 +3,7 @@
 //! Include it from a test binary with
 //!
 //! ```text
-//! #[path = "../support.rs"]
+//! #[path = "../support/mod.rs"]
 //! mod support;
 //! ```
 //!
