@@ -5,8 +5,9 @@
 //! their first poll and are polled directly (no executor in the measurement); a tokio runtime is
 //! entered so that anything reaching for the clock would find one.
 //!
-//! Rows: no layer (the baseline), `tower::retry::Retry` with a minimal policy and `TpsBudget`,
-//! this crate with the default configuration, and with the budget turned off.
+//! Rows: no layer (the baseline); `tower::retry::Retry` with a minimal policy and `TpsBudget`; this
+//! crate's retry layer with the default configuration, and with the budget turned off; the circuit
+//! breaker alone (closed: every call is admitted and recorded as a success).
 //!
 //! Run: `cargo bench --all-features --bench success_path`
 
@@ -20,7 +21,7 @@ use std::time::Duration;
 use support::{bench_calls, noop_waker, poll_now, Body, Endpoint, TowerPolicy};
 use tower::retry::budget::TpsBudget;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::RetryLayer;
+use tower_http_retry::{CircuitBreakerLayer, RetryLayer};
 
 fn row<S>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut service: S)
 where
@@ -65,6 +66,11 @@ fn success_path(c: &mut Criterion) {
         &mut group,
         "ours_no_budget",
         no_budget.layer(Endpoint::ok()),
+    );
+    row(
+        &mut group,
+        "circuit_breaker",
+        CircuitBreakerLayer::new().layer(Endpoint::ok()),
     );
     group.finish();
 }

@@ -81,13 +81,13 @@ pub struct TowerPolicy {
     pub delay: Duration,
 }
 
-impl<B: Clone, E> Policy<Request<B>, Response<Body>, E> for TowerPolicy {
+impl<B: Clone, R, E> Policy<Request<B>, Response<R>, E> for TowerPolicy {
     type Future = Sleep;
 
     fn retry(
         &mut self,
         _: &mut Request<B>,
-        result: &mut Result<Response<Body>, E>,
+        result: &mut Result<Response<R>, E>,
     ) -> Option<Self::Future> {
         let failed = match result {
             Ok(response) => response.status().is_server_error(),

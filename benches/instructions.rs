@@ -1,0 +1,274 @@
+//! Instructions per successful call through each service stack, counted by callgrind.
+//!
+//! Wall-clock numbers on a shared machine vary from run to run; an instruction count is the same
+//! every run, so small differences between the rows stay visible. The inner service is a
+//! `tower::service_fn` that answers `200` at once; the request is a GET with an empty body. Each
+//! row sends a batch of [`CALLS`] requests through one service and divides the count by
+//! [`CALLS`]. Everything else happens outside the counted function: the service, the requests and
+//! a current-thread runtime (entered, as a client's would be) are made beforehand, one warm-up call
+//! runs lazy initialisation, the futures are polled once with a no-op waker (nothing waits), and
+//! the responses are checked and dropped afterwards.
+//!
+//! Rows, as in `success_path`: no layer (the baseline), `tower::retry::Retry` with a minimal policy
+//! and `TpsBudget`, this crate's `RetryLayer` with the default configuration and with the budget
+//! turned off, and the circuit breaker alone (closed).
+//!
+//! Callgrind counts instructions, not time: a clock read shows up as a few instructions plus a
+//! system call that is not counted, and cache misses and atomics cost no more than other
+//! instructions.
+//!
+//! Run (needs valgrind, and the `gungraun-runner` binary of exactly the version of the `gungraun`
+//! dev-dependency):
+//!
+//! ```text
+//! cargo install gungraun-runner --version 0.20.0
+//! cargo bench --all-features --bench instructions -- --nocapture
+//! ```
+//!
+//! gungraun prints each row's counts; `--nocapture` also lets through the table printed at the
+//! end, instructions per call and their ratios to `tower::retry` and to the baseline. The table
+//! reads the latest callgrind profile of each row, kept under `target/gungraun/` (also for
+//! `callgrind_annotate`), so a filtered run mixes fresh and earlier rows.
+
+mod support;
+
+use gungraun::{library_benchmark, library_benchmark_group, main};
+use http::{Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::env;
+use std::fmt::Debug;
+use std::fs;
+use std::future::ready;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+use support::{noop_waker, poll_now, TowerPolicy};
+use tokio::runtime::{EnterGuard, Runtime};
+use tower::retry::budget::TpsBudget;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_http_retry::{CircuitBreakerLayer, RetryLayer};
+
+/// Calls per counted batch.
+const CALLS: usize = 100;
+
+type Req = Request<String>;
+type Resp = Response<String>;
+
+/// The same small GET in every row. The URI is parsed, as a real client's would be, so copying the
+/// request bumps reference counts; the empty body copies without allocating.
+fn request() -> Req {
+    Request::get("http://example.test/ping")
+        .body(String::new())
+        .expect("a valid request")
+}
+
+/// The inner service: always ready, answers `200` at once.
+fn endpoint() -> impl Service<Req, Response = Resp, Error = Infallible> + Clone {
+    service_fn(|_: Req| ready(Ok(Response::new(String::new()))))
+}
+
+/// A batch of calls prepared outside the counted function. A trait object, so that one benchmark
+/// function serves every stack; its single dynamic call per batch is the only cost it adds.
+trait Batch {
+    /// Sends every prepared request and keeps the responses (the counted part).
+    fn run(&mut self);
+    /// Asserts that every call was answered with a `200`, so a row cannot count a failure.
+    fn check(&self);
+}
+
+struct Calls<S> {
+    service: S,
+    requests: Vec<Req>,
+    // Capacity reserved beforehand: keeping a response does not allocate.
+    responses: Vec<Resp>,
+    waker: Waker,
+    _runtime: EnterGuard<'static>,
+}
+
+impl<S> Batch for Calls<S>
+where
+    S: Service<Req, Response = Resp>,
+    S::Error: Debug,
+{
+    fn run(&mut self) {
+        for request in self.requests.drain(..) {
+            let response = call(&mut self.service, request, &self.waker);
+            self.responses.push(response);
+        }
+    }
+
+    fn check(&self) {
+        assert_eq!(self.responses.len(), CALLS);
+        for response in &self.responses {
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+    }
+}
+
+fn call<S>(service: &mut S, request: Req, waker: &Waker) -> Resp
+where
+    S: Service<Req, Response = Resp>,
+    S::Error: Debug,
+{
+    let call = async { service.ready().await?.call(request).await };
+    poll_now(call, waker).expect("the call succeeds")
+}
+
+/// Builds the stack inside an entered runtime, makes one warm-up call, and prepares the batch.
+fn batch<S>(stack: impl FnOnce() -> S) -> Box<dyn Batch>
+where
+    S: Service<Req, Response = Resp> + 'static,
+    S::Error: Debug,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    // The process runs one row and exits; the runtime lives until then.
+    let runtime: &'static Runtime = Box::leak(Box::new(runtime));
+    let entered = runtime.enter();
+    let mut service = stack();
+    let waker = noop_waker();
+    let warm_up = call(&mut service, request(), &waker);
+    assert_eq!(warm_up.status(), StatusCode::OK);
+    Box::new(Calls {
+        service,
+        requests: (0..CALLS).map(|_| request()).collect(),
+        responses: Vec::with_capacity(CALLS),
+        waker,
+        _runtime: entered,
+    })
+}
+
+fn no_layer() -> Box<dyn Batch> {
+    batch(endpoint)
+}
+
+fn tower_retry_tps_budget() -> Box<dyn Batch> {
+    batch(|| {
+        let policy = TowerPolicy {
+            budget: Arc::new(TpsBudget::default()),
+            delay: Duration::from_millis(100),
+        };
+        tower::retry::Retry::new(policy, endpoint())
+    })
+}
+
+fn ours_default() -> Box<dyn Batch> {
+    batch(|| RetryLayer::new().layer(endpoint()))
+}
+
+fn ours_no_budget() -> Box<dyn Batch> {
+    batch(|| {
+        RetryLayer::builder()
+            .no_budget()
+            .build()
+            .expect("a valid configuration")
+            .layer(endpoint())
+    })
+}
+
+fn circuit_breaker() -> Box<dyn Batch> {
+    batch(|| CircuitBreakerLayer::new().layer(endpoint()))
+}
+
+fn check(batch: Box<dyn Batch>) {
+    batch.check();
+}
+
+#[library_benchmark(teardown = check)]
+#[bench::no_layer(no_layer())]
+#[bench::tower_retry_tps_budget(tower_retry_tps_budget())]
+#[bench::ours_default(ours_default())]
+#[bench::ours_no_budget(ours_no_budget())]
+#[bench::circuit_breaker(circuit_breaker())]
+fn success_x100(mut batch: Box<dyn Batch>) -> Box<dyn Batch> {
+    batch.run();
+    batch
+}
+
+library_benchmark_group!(name = success_path, benchmarks = success_x100);
+
+/// The bench ids above, in table order. The ratios are taken to the first two rows.
+const ROWS: [&str; 5] = [
+    "no_layer",
+    "tower_retry_tps_budget",
+    "ours_default",
+    "ours_no_budget",
+    "circuit_breaker",
+];
+
+/// Where gungraun keeps its output: `GUNGRAUN_HOME`, else `$CARGO_TARGET_DIR/gungraun`, else
+/// `gungraun` in the target directory this binary was built in (`<target>/release/deps/<bench>`).
+fn gungraun_home() -> Option<PathBuf> {
+    if let Some(home) = env::var_os("GUNGRAUN_HOME") {
+        return Some(home.into());
+    }
+    if let Some(target) = env::var_os("CARGO_TARGET_DIR") {
+        return Some(Path::new(&target).join("gungraun"));
+    }
+    let exe = env::current_exe().ok()?;
+    Some(exe.ancestors().nth(3)?.join("gungraun"))
+}
+
+/// The instruction count (`Ir`) of one row, from the `summary:` line of its callgrind profile.
+fn instructions(home: &Path, row: &str) -> Option<u64> {
+    let bench = format!("success_x100.{row}");
+    let profile = home
+        .join(env!("CARGO_PKG_NAME"))
+        .join("instructions")
+        .join("success_path")
+        .join(&bench)
+        .join(format!("callgrind.{bench}.out"));
+    let text = fs::read_to_string(profile).ok()?;
+    let events = text.lines().find_map(|line| line.strip_prefix("events:"))?;
+    let column = events.split_whitespace().position(|event| event == "Ir")?;
+    let summary = text
+        .lines()
+        .find_map(|line| line.strip_prefix("summary:"))?;
+    summary.split_whitespace().nth(column)?.parse().ok()
+}
+
+/// Runs once, after all rows: prints instructions per call, their ratios to `tower::retry` and to the
+/// baseline, and what each layer adds to the baseline. (gungraun hides this output unless it runs
+/// with `--nocapture`.)
+fn print_table() {
+    let Some(home) = gungraun_home() else {
+        eprintln!("instructions: cannot find the gungraun output directory");
+        return;
+    };
+    let per_call: Vec<Option<f64>> = ROWS
+        .iter()
+        .map(|row| instructions(&home, row).map(|count| count as f64 / CALLS as f64))
+        .collect();
+    let (Some(baseline), Some(tower)) = (per_call[0], per_call[1]) else {
+        eprintln!(
+            "instructions: the profiles of the first two rows are missing under {}",
+            home.display()
+        );
+        return;
+    };
+    println!();
+    println!("instructions per successful call (callgrind, {CALLS} calls per row)");
+    println!(
+        "{:<24} {:>10} {:>15} {:>11} {:>13}",
+        "row", "instr/call", "vs tower_retry", "vs no_layer", "added/call"
+    );
+    for (row, per_call) in ROWS.iter().zip(per_call) {
+        match per_call {
+            Some(n) => println!(
+                "{row:<24} {n:>10.1} {:>14.2}x {:>10.2}x {:>13.1}",
+                n / tower,
+                n / baseline,
+                n - baseline
+            ),
+            None => println!("{row:<24} {:>10}", "missing"),
+        }
+    }
+}
+
+main!(
+    teardown = print_table();
+    library_benchmark_groups = success_path
+);
