@@ -162,7 +162,7 @@ fn ours_default() -> Box<dyn Batch> {
 fn ours_no_budget() -> Box<dyn Batch> {
     batch(|| {
         RetryLayer::builder()
-            .no_budget()
+            .without_budget()
             .build()
             .expect("a valid configuration")
             .layer(endpoint())
