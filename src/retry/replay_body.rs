@@ -7,7 +7,10 @@
 //! a bound, [`DEFAULT_REPLAY_LIMIT`] (64 KiB) unless told otherwise:
 //!
 //! * a body that ends within the bound is kept as [`Bytes`] and sent again on every attempt;
-//!   copying it for another attempt only increments a reference count;
+//!   copying it for another attempt only increments a reference count. Its trailers are kept and
+//!   sent again too; a body with trailers reports no exact size, so that an HTTP/1 client sends it
+//!   chunked rather than with a `Content-Length` that would leave no room for them (hyper's client
+//!   also sends only the trailer fields that the request's `Trailer` header names);
 //! * a longer body is passed on as it arrives, the part already read first and then the rest of
 //!   the stream, and is sent once: if that attempt fails transiently the request stops with
 //!   [`StopReason::NotReplayable`](crate::StopReason::NotReplayable).
@@ -233,7 +236,19 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Buffered { data, .. } => SizeHint::with_exact(data.len() as u64),
+            Kind::Buffered { data, trailers } => {
+                let len = data.len() as u64;
+                match trailers {
+                    // An exact size makes hyper's HTTP/1 client send `Content-Length`, which has
+                    // no room for trailers; without one it sends the body chunked, trailers last.
+                    Some(_) => {
+                        let mut hint = SizeHint::new();
+                        hint.set_lower(len);
+                        hint
+                    }
+                    None => SizeHint::with_exact(len),
+                }
+            }
             Kind::Streaming { prefix, rest } => {
                 let read: u64 = prefix.iter().map(|chunk| chunk.len() as u64).sum();
                 let rest = rest.size_hint();
@@ -285,6 +300,7 @@ impl<B> RetryRequest for http::Request<ReplayBody<B>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
     use std::convert::Infallible;
 
     /// A body that yields `chunks` one frame at a time, then optional trailers; not `Clone`.
@@ -413,6 +429,48 @@ mod tests {
             frames(copy).await,
             (vec![Bytes::from_static(b"x")], Some(trailers))
         );
+    }
+
+    fn with_trailers(chunks: &[&'static [u8]]) -> Chunks {
+        let mut source = Chunks::new(chunks);
+        let mut trailers = HeaderMap::new();
+        trailers.insert("checksum", "7".parse().unwrap());
+        source.trailers = Some(trailers);
+        source
+    }
+
+    #[tokio::test]
+    async fn a_buffered_body_with_trailers_reports_no_exact_size() {
+        let body = ReplayBody::buffer(with_trailers(&[b"ab", b"cd"]), 10)
+            .await
+            .unwrap();
+        let hint = body.size_hint();
+        assert_eq!((hint.lower(), hint.upper(), hint.exact()), (4, None, None));
+    }
+
+    #[tokio::test]
+    async fn a_replayed_copy_yields_data_then_trailers_then_ends() {
+        let body = ReplayBody::buffer(with_trailers(&[b"ab", b"cd"]), 10)
+            .await
+            .unwrap();
+        let mut copy = body.try_clone().unwrap();
+        let data = copy.frame().await.unwrap().unwrap();
+        assert_eq!(data.into_data().unwrap(), "abcd");
+        assert!(!copy.is_end_stream(), "the trailers are still to come");
+        assert_eq!(copy.size_hint().exact(), None);
+        let trailers = copy.frame().await.unwrap().unwrap();
+        assert_eq!(trailers.trailers_ref().unwrap()["checksum"], "7");
+        assert!(copy.is_end_stream());
+        assert_eq!(copy.size_hint().exact(), Some(0));
+        assert!(copy.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_buffered_body_of_trailers_alone_is_not_at_its_end() {
+        let body = ReplayBody::buffer(with_trailers(&[]), 10).await.unwrap();
+        assert!(!body.is_end_stream());
+        assert_eq!(body.size_hint().exact(), None);
+        assert_eq!(frames(body).await.0, Vec::<Bytes>::new());
     }
 
     #[tokio::test]

@@ -1,20 +1,25 @@
 //! Streaming bodies through the retry layer, end to end over loopback: a body within the bound
-//! is replayed from its buffer; a longer one is sent once and never buffered whole.
+//! is replayed from its buffer, with its trailers; a longer one is sent once and never buffered
+//! whole.
 
 use crate::support::{Reply, TestServer, REQUEST_ID};
 use bytes::Bytes;
-use http::{Method, Request, Response};
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::net::TcpListener;
 use tower::{Layer, Service, ServiceExt};
 use tower_http_retry::{Backoff, Jitter, RandomSource, ReportSlot, RetryLayer, StopReason};
 use tower_http_retry::{ReplayBody, DEFAULT_REPLAY_LIMIT};
@@ -247,4 +252,148 @@ async fn a_hyper_incoming_body_is_replayed_from_its_buffer() {
         (200, 2, StopReason::Success)
     );
     assert_eq!(*bodies.lock().unwrap(), [expected(SIZE), expected(SIZE)]);
+}
+
+/// A body of the given frames in order, of unknown size (so hyper would send it chunked).
+struct Frames(VecDeque<Frame<Bytes>>);
+
+impl Frames {
+    fn new(data: &'static [u8], trailers: Option<HeaderMap>) -> Self {
+        let mut frames = VecDeque::from([Frame::data(Bytes::from_static(data))]);
+        frames.extend(trailers.map(Frame::trailers));
+        Self(frames)
+    }
+}
+
+impl Body for Frames {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(Ok))
+    }
+}
+
+/// One request as [`trailer_sink`] received it.
+#[derive(Debug)]
+struct Received {
+    headers: HeaderMap,
+    body: Bytes,
+    trailers: Option<HeaderMap>,
+}
+
+/// A hyper HTTP/1.1 server on `127.0.0.1:0` that answers with the statuses of `script` in turn
+/// (the last one repeated) and keeps the headers, body and trailers of every request.
+/// (`support::TestServer` collects bodies without their trailers.)
+async fn trailer_sink(script: &'static [u16]) -> (SocketAddr, Arc<Mutex<Vec<Received>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let received = Arc::clone(&log);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let received = Arc::clone(&received);
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let received = Arc::clone(&received);
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let collected = body.collect().await?;
+                    let trailers = collected.trailers().cloned();
+                    let mut log = received.lock().unwrap();
+                    log.push(Received {
+                        headers: parts.headers,
+                        body: collected.to_bytes(),
+                        trailers,
+                    });
+                    let status = script[(log.len() - 1).min(script.len() - 1)];
+                    let mut response = Response::new(Full::new(Bytes::new()));
+                    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+                    Ok::<_, hyper::Error>(response)
+                }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    (addr, log)
+}
+
+/// A `PUT` of `body` to `addr`, declaring a `checksum` trailer: hyper's HTTP/1 client sends only
+/// the trailer fields the `Trailer` header names.
+fn put_with_trailer<B>(addr: SocketAddr, body: B) -> Request<B> {
+    Request::put(format!("http://{addr}/upload"))
+        .header(header::TRAILER, "checksum")
+        .body(body)
+        .unwrap()
+}
+
+fn checksum() -> HeaderMap {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("checksum", HeaderValue::from_static("7"));
+    trailers
+}
+
+#[tokio::test]
+async fn trailers_of_a_buffered_body_reach_the_server_on_every_attempt() {
+    let (addr, log) = trailer_sink(&[503, 200]).await;
+    let body = Frames::new(b"payload", Some(checksum()));
+    let request = ReplayBody::buffer_request(put_with_trailer(addr, body), 1024)
+        .await
+        .unwrap();
+    assert!(request.body().is_replayable());
+
+    let layer = retry_layer();
+    let (status, slot) = send(&layer, request).await;
+
+    let report = slot.take().unwrap();
+    assert_eq!(
+        (status, report.attempts, report.stop),
+        (200, 2, StopReason::Success)
+    );
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 2);
+    for (attempt, received) in log.iter().enumerate() {
+        assert_eq!(
+            received.headers.get(header::TRANSFER_ENCODING),
+            Some(&HeaderValue::from_static("chunked")),
+            "attempt {attempt}: {received:?}"
+        );
+        assert_eq!(received.body, "payload", "attempt {attempt}");
+        assert_eq!(
+            received.trailers.as_ref(),
+            Some(&checksum()),
+            "attempt {attempt}: {received:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_buffered_body_without_trailers_is_sent_with_its_content_length() {
+    let (addr, log) = trailer_sink(&[200]).await;
+    let body = Frames::new(b"payload", None);
+    let request = ReplayBody::buffer_request(put_with_trailer(addr, body), 1024)
+        .await
+        .unwrap();
+
+    let (status, _) = send(&retry_layer(), request).await;
+
+    assert_eq!(status, 200);
+    let log = log.lock().unwrap();
+    let received = &log[0];
+    assert_eq!(
+        received.headers.get(header::CONTENT_LENGTH),
+        Some(&HeaderValue::from_static("7")),
+        "{received:?}"
+    );
+    assert_eq!(received.headers.get(header::TRANSFER_ENCODING), None);
+    assert_eq!(
+        (&received.body, &received.trailers),
+        (&Bytes::from_static(b"payload"), &None)
+    );
 }
