@@ -1,55 +1,4 @@
-//! [`ReplayBody`]: a request body read into a bounded buffer, so that a request whose body is a
-//! stream can still be retried.
-//!
-//! The retry layer repeats a request by copying it, and `http::Request<B>` can be copied only when
-//! `B: Clone`. A streaming body (hyper's `Incoming`, a file, a channel) cannot be. Wrapping it with
-//! [`ReplayBody::buffer`] (or a whole request with [`ReplayBody::buffer_request`]) reads it up to
-//! a bound, [`DEFAULT_REPLAY_LIMIT`] (64 KiB) unless told otherwise:
-//!
-//! * a body that ends within the bound is kept as [`Bytes`] and sent again on every attempt;
-//!   copying it for another attempt only increments a reference count. Its trailers are kept and
-//!   sent again too; a body with trailers reports no exact size, so that an HTTP/1 client sends it
-//!   chunked rather than with a `Content-Length` that would leave no room for them (hyper's client
-//!   also sends only the trailer fields that the request's `Trailer` header names);
-//! * a longer body is passed on as it arrives, the part already read first and then the rest of
-//!   the stream, and is sent once: if that attempt fails transiently the request stops with
-//!   [`StopReason::NotReplayable`](crate::StopReason::NotReplayable).
-//!
-//! Reading stops at the frame that crosses the bound, so no more than the bound plus that one frame
-//! is ever held, and a body whose size hint already exceeds the bound is not read at all.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() {
-//! use bytes::Bytes;
-//! use http_body_util::{BodyExt, Full};
-//! use std::sync::atomic::{AtomicU32, Ordering};
-//! use std::sync::Arc;
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_http_retry::{ReplayBody, DEFAULT_REPLAY_LIMIT};
-//! use tower_http_retry::RetryLayer;
-//!
-//! // An endpoint that answers 503 once, then echoes the body back.
-//! let calls = Arc::new(AtomicU32::new(0));
-//! let counter = calls.clone();
-//! let endpoint = service_fn(move |req: http::Request<ReplayBody<Full<Bytes>>>| {
-//!     let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
-//!     async move {
-//!         let body = req.into_body().collect().await?.to_bytes();
-//!         let status = if first { 503 } else { 200 };
-//!         Ok::<_, std::convert::Infallible>(http::Response::builder().status(status).body(body).unwrap())
-//!     }
-//! });
-//! let mut client = ServiceBuilder::new().layer(RetryLayer::new()).service(endpoint);
-//!
-//! let request = http::Request::put("/doc/7").body(Full::new(Bytes::from("hello"))).unwrap();
-//! let request = ReplayBody::buffer_request(request, DEFAULT_REPLAY_LIMIT).await.unwrap();
-//! assert!(request.body().is_replayable());
-//! let response = client.ready().await.unwrap().call(request).await.unwrap();
-//! assert_eq!((response.status().as_u16(), response.body().as_ref()), (200, &b"hello"[..]));
-//! assert_eq!(calls.load(Ordering::SeqCst), 2);
-//! # }
-//! ```
+//! [`ReplayBody`]: the user-facing text is on the type.
 
 use crate::message::RetryRequest;
 use crate::report::ReportSlot;
@@ -69,10 +18,61 @@ pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 pin_project! {
     /// A request body that is either buffered whole (and can be sent again) or streamed once.
     ///
-    /// Built by [`buffer`](Self::buffer) or [`buffer_request`](Self::buffer_request); see the
-    /// [module docs](self). `http::Request<ReplayBody<B>>` implements
+    /// Built by [`buffer`](Self::buffer) or [`buffer_request`](Self::buffer_request).
+    /// `http::Request<ReplayBody<B>>` implements
     /// [`RetryRequest`](crate::RetryRequest) whatever `B` is. `ReplayBody` deliberately
     /// does not implement `Clone`: [`try_clone`](Self::try_clone) says whether a copy exists.
+    ///
+    ///
+    /// The retry layer repeats a request by copying it, and `http::Request<B>` can be copied only when
+    /// `B: Clone`. A streaming body (hyper's `Incoming`, a file, a channel) cannot be. Wrapping it with
+    /// [`ReplayBody::buffer`] (or a whole request with [`ReplayBody::buffer_request`]) reads it up to
+    /// a bound, [`DEFAULT_REPLAY_LIMIT`] (64 KiB) unless told otherwise:
+    ///
+    /// * a body that ends within the bound is kept as [`Bytes`] and sent again on every attempt;
+    ///   copying it for another attempt only increments a reference count. Its trailers are kept and
+    ///   sent again too; a body with trailers reports no exact size, so that an HTTP/1 client sends it
+    ///   chunked rather than with a `Content-Length` that would leave no room for them (hyper's client
+    ///   also sends only the trailer fields that the request's `Trailer` header names);
+    /// * a longer body is passed on as it arrives, the part already read first and then the rest of
+    ///   the stream, and is sent once: if that attempt fails transiently the request stops with
+    ///   [`StopReason::NotReplayable`](crate::StopReason::NotReplayable).
+    ///
+    /// Reading stops at the frame that crosses the bound, so no more than the bound plus that one frame
+    /// is ever held, and a body whose size hint already exceeds the bound is not read at all.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use bytes::Bytes;
+    /// use http_body_util::{BodyExt, Full};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+    /// use tower_http_retry::{ReplayBody, DEFAULT_REPLAY_LIMIT};
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// // An endpoint that answers 503 once, then echoes the body back.
+    /// let calls = Arc::new(AtomicU32::new(0));
+    /// let counter = calls.clone();
+    /// let endpoint = service_fn(move |req: http::Request<ReplayBody<Full<Bytes>>>| {
+    ///     let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+    ///     async move {
+    ///         let body = req.into_body().collect().await?.to_bytes();
+    ///         let status = if first { 503 } else { 200 };
+    ///         Ok::<_, std::convert::Infallible>(http::Response::builder().status(status).body(body).unwrap())
+    ///     }
+    /// });
+    /// let mut client = ServiceBuilder::new().layer(RetryLayer::new()).service(endpoint);
+    ///
+    /// let request = http::Request::put("/doc/7").body(Full::new(Bytes::from("hello"))).unwrap();
+    /// let request = ReplayBody::buffer_request(request, DEFAULT_REPLAY_LIMIT).await.unwrap();
+    /// assert!(request.body().is_replayable());
+    /// let response = client.ready().await.unwrap().call(request).await.unwrap();
+    /// assert_eq!((response.status().as_u16(), response.body().as_ref()), (200, &b"hello"[..]));
+    /// assert_eq!(calls.load(Ordering::SeqCst), 2);
+    /// # }
+    /// ```
     pub struct ReplayBody<B> {
         #[pin]
         kind: Kind<B>,
