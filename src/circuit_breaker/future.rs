@@ -51,23 +51,17 @@ pub(crate) struct Ticket<C> {
 }
 
 impl<C> Ticket<C> {
-    /// Asks the breaker in `shared` whether a call made now goes through. `inner_ready` says
-    /// whether the inner service was made ready for it: when not (`poll_ready` saw the circuit
-    /// open), a call the breaker would let through is refused all the same.
-    pub(crate) fn admit(
-        shared: Arc<Shared<C>>,
-        inner_ready: bool,
-        method: Method,
-    ) -> Result<Self, CircuitOpen> {
+    /// Asks the breaker in `shared` whether a call made now goes through. Only for a call whose
+    /// inner service was made ready: the call is made if admitted.
+    pub(crate) fn admit(shared: Arc<Shared<C>>, method: Method) -> Result<Self, CircuitOpen> {
         match shared.breaker.admit(Instant::now) {
             Admission::Rejected(open) => Err(open),
-            Admission::Admitted(pass) if inner_ready => Ok(Self {
+            Admission::Admitted(pass) => Ok(Self {
                 shared,
                 pass,
                 method,
                 recorded: false,
             }),
-            Admission::Admitted(pass) => Err(shared.breaker.turn_away(pass, Instant::now())),
         }
     }
 

@@ -205,7 +205,7 @@ where
             drop(authority);
             return CircuitBreakerFuture::called(self.inner.call(request), None);
         };
-        match Ticket::admit(shared, true, request.method().clone()) {
+        match Ticket::admit(shared, request.method().clone()) {
             Ok(ticket) => {
                 drop(authority);
                 CircuitBreakerFuture::called(self.inner.call(request), Some(ticket))

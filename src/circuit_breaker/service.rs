@@ -24,7 +24,9 @@ use tower_service::Service;
 /// inner service and passes its errors on.
 ///
 /// If the circuit half-opens between `poll_ready` (which saw it open and did not ready the inner
-/// service) and `call`, the call is refused all the same; the next one may probe.
+/// service) and `call`, the call is refused all the same, without taking a probe slot; the
+/// [`CircuitOpen`](crate::CircuitOpen) says so, with a zero
+/// [`retry_after`](crate::CircuitOpen::retry_after): the next call may probe.
 ///
 /// # Clone
 ///
@@ -113,13 +115,23 @@ where
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
-        let polled = std::mem::replace(&mut self.polled, Polled::No);
-        assert_ne!(polled, Polled::No, "poll_ready must be called before call");
-        let method = request.method().clone();
-        match Ticket::admit(Arc::clone(&self.shared), polled == Polled::Ready, method) {
-            Ok(ticket) => CircuitBreakerFuture::called(self.inner.call(request), Some(ticket)),
-            Err(open) => CircuitBreakerFuture::refused(open),
-        }
+        let open = match std::mem::replace(&mut self.polled, Polled::No) {
+            Polled::No => panic!("poll_ready must be called before call"),
+            // The inner service was not made ready: this call cannot be sent, whatever the
+            // circuit says now.
+            Polled::Refusing => self.shared.breaker.refuse_unready(Instant::now()),
+            Polled::Ready => {
+                let shared = Arc::clone(&self.shared);
+                match Ticket::admit(shared, request.method().clone()) {
+                    Ok(ticket) => {
+                        let future = self.inner.call(request);
+                        return CircuitBreakerFuture::called(future, Some(ticket));
+                    }
+                    Err(open) => open,
+                }
+            }
+        };
+        CircuitBreakerFuture::refused(open)
     }
 }
 

@@ -232,7 +232,7 @@ impl Breaker {
                     self.probes.fetch_add(1, Ordering::Relaxed);
                     Admission::Admitted(Pass::Probe { generation })
                 } else {
-                    Admission::Rejected(CircuitOpen::new(*since))
+                    Admission::Rejected(CircuitOpen::probes_taken(*since))
                 }
             }
             _ => unreachable!("probes are only taken while half-open"),
@@ -318,12 +318,21 @@ impl Breaker {
         }
     }
 
-    /// Refuses a call that was admitted after all: the circuit half-opened after `poll_ready`
-    /// saw it open, so the inner service was never made ready for this call.
-    pub(crate) fn turn_away(&self, pass: Pass, now: Instant) -> CircuitOpen {
-        self.release(pass);
+    /// Refuses a call whose inner service was not made ready: `poll_ready` saw the circuit open
+    /// and did not poll it. Neither a probe nor a transition: when the circuit would let a call
+    /// through now, it is left for the next one, and the refusal says so.
+    pub(crate) fn refuse_unready(&self, now: Instant) -> CircuitOpen {
+        let open = match self.lock().phase {
+            Phase::Open { until } if now < until => CircuitOpen::new(until),
+            Phase::HalfOpen {
+                since, in_flight, ..
+            } if in_flight >= self.config.half_open_probes => CircuitOpen::probes_taken(since),
+            Phase::Open { .. } | Phase::HalfOpen { .. } | Phase::Closed => {
+                CircuitOpen::not_readied(now)
+            }
+        };
         self.rejected.fetch_add(1, Ordering::Relaxed);
-        CircuitOpen::new(now)
+        open
     }
 
     /// A success while closed: the common path, without the lock unless a bucket must be reset.
