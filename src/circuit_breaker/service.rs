@@ -28,6 +28,11 @@ use tower_service::Service;
 /// [`CircuitOpen`](crate::CircuitOpen) says so, with a zero
 /// [`retry_after`](crate::CircuitOpen::retry_after): the next call may probe.
 ///
+/// If the circuit refuses a call for which `poll_ready` made the inner service ready (it opened
+/// in between), the readied inner service is dropped for a fresh clone: what its readiness held
+/// (a `ConcurrencyLimit` permit, a `Buffer` slot) goes back to the other clones at once rather
+/// than at this clone's next call. That is why the inner service must be `Clone`.
+///
 /// # Clone
 ///
 /// Clones share the breaker and clone the inner service; a clone starts un-ready.
@@ -85,7 +90,7 @@ impl<S, C> CircuitBreaker<S, C> {
 
 impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
 where
-    S: Service<Req>,
+    S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     Req: RequestHead,
     C: Classify<S::Response, S::Error>,
@@ -127,7 +132,11 @@ where
                         let future = self.inner.call(request);
                         return CircuitBreakerFuture::called(future, Some(ticket));
                     }
-                    Err(open) => open,
+                    Err(open) => {
+                        // Gives back what the readiness holds (a clone starts un-ready).
+                        self.inner = self.inner.clone();
+                        open
+                    }
                 }
             }
         };
