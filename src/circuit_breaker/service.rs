@@ -1,7 +1,7 @@
 //! [`CircuitBreaker`]: the service that admits, refuses and reports calls.
 
 use super::config::Shared;
-use super::future::{CircuitBreakerFuture, Ticket};
+use super::future::{CircuitBreakerFuture, Lease, Ticket};
 use super::state::{CircuitState, CircuitStats};
 use crate::classify::{Classify, HttpClassifier};
 use crate::message::RequestHead;
@@ -126,8 +126,8 @@ where
             // circuit says now.
             Polled::Refusing => self.shared.breaker.refuse_unready(Instant::now()),
             Polled::Ready => {
-                let shared = Arc::clone(&self.shared);
-                match Ticket::admit(shared, request.method().clone()) {
+                let lease = Lease::uncounted(Arc::clone(&self.shared));
+                match Ticket::admit(lease, request.method().clone()) {
                     Ok(ticket) => {
                         let future = self.inner.call(request);
                         return CircuitBreakerFuture::called(future, Some(ticket));
