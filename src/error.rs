@@ -153,7 +153,9 @@ pub(crate) fn ratio(field: &'static str, value: f64) -> Result<(), InvalidConfig
 }
 
 /// The call was refused by a circuit breaker without reaching the inner service: the circuit is
-/// open (or half-open with every probe slot taken).
+/// open, or half-open with every probe slot taken, or it was open when the service was polled for
+/// readiness (the inner service was then not made ready, so the call cannot be sent even if the
+/// circuit lets calls through by then).
 ///
 /// It is returned as a `tower::BoxError`; find it with `downcast_ref`. The retry layer's
 /// [`HttpClassifier`](crate::HttpClassifier) classifies it as permanent for this call, whatever
@@ -179,13 +181,44 @@ pub(crate) fn ratio(field: &'static str, value: f64) -> Result<(), InvalidConfig
 pub struct CircuitOpen {
     half_open_at: Instant,
     authority: Option<Authority>,
+    refusal: Refusal,
+}
+
+/// Why the call was refused: each says something different of when to try again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// Open until `half_open_at`.
+    Open,
+    /// Half-open since `half_open_at`, with every probe slot taken.
+    ProbesTaken,
+    /// Open when the service was polled for readiness, no longer refusing at the call.
+    NotReadied,
 }
 
 impl CircuitOpen {
+    /// The circuit is open until `half_open_at`.
     pub(crate) fn new(half_open_at: Instant) -> Self {
         Self {
             half_open_at,
             authority: None,
+            refusal: Refusal::Open,
+        }
+    }
+
+    /// The circuit has been half-open since `since`, and every probe slot is taken.
+    pub(crate) fn probes_taken(since: Instant) -> Self {
+        Self {
+            refusal: Refusal::ProbesTaken,
+            ..Self::new(since)
+        }
+    }
+
+    /// The circuit was open when the service was polled for readiness, so the inner service was
+    /// not made ready; at `now`, the call time, the breaker would have let it through.
+    pub(crate) fn not_readied(now: Instant) -> Self {
+        Self {
+            refusal: Refusal::NotReadied,
+            ..Self::new(now)
         }
     }
 
@@ -205,7 +238,9 @@ impl CircuitOpen {
 
     /// When the breaker expects to let a probe through, on tokio's clock
     /// ([`tokio::time::Instant`]). For a half-open breaker whose probe slots are all taken, the
-    /// moment it half-opened (already past).
+    /// moment it half-opened (already past). For a call refused because the circuit was open when
+    /// the service was polled for readiness, the moment of the call: the breaker would have let
+    /// it through, and may let the next call through (as a probe if it is half-open).
     pub fn half_open_at(&self) -> Instant {
         self.half_open_at
     }
@@ -223,11 +258,18 @@ impl fmt::Display for CircuitOpen {
         if let Some(authority) = &self.authority {
             write!(f, " for {authority}")?;
         }
-        let wait = self.retry_after();
-        if wait.is_zero() {
-            f.write_str(": every half-open probe slot is taken")
-        } else {
-            write!(f, ": next probe in {wait:?}")
+        match self.refusal {
+            Refusal::Open => match self.retry_after() {
+                wait if wait.is_zero() => {
+                    f.write_str(": its open period is over, the next call may probe")
+                }
+                wait => write!(f, ": next probe in {wait:?}"),
+            },
+            Refusal::ProbesTaken => f.write_str(": every half-open probe slot is taken"),
+            Refusal::NotReadied => f.write_str(
+                " when the service was polled for readiness, so the call was not sent; \
+                 the next call may go through now",
+            ),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The breakers of a keyed layer: one per authority, bounded in number.
 //!
 //! A call looks its authority up under a read lock: one hash of the authority, no allocation, no
-//! clock. A new authority takes the write lock to insert its breaker, after evicting one when the
-//! map is full (a scan of the map: it costs only calls to new authorities once the map is full).
+//! clock, and one atomic add to the breaker's count of calls in flight (no breaker is evicted
+//! while it has any; see `Lease`). A new authority takes the write lock to insert its breaker,
+//! after evicting one when the map is full (a scan of the map: it costs only calls to new
+//! authorities once the map is full).
 //!
 //! Recency is a logical clock: each use stamps the entry with the next tick, and eviction takes
 //! the smallest stamp. An entry that already holds the latest tick is the most recently used
@@ -10,6 +12,7 @@
 //! alternate between authorities advance it with one atomic add each.
 
 use super::config::{Shared, Template};
+use super::future::Lease;
 use http::uri::Authority;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,12 +69,14 @@ impl<C> Authorities<C> {
         self.map.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The breaker for a call to `authority`, made if needed. `None` when the map is full and no
-    /// breaker in it may be evicted: the call then goes through untracked.
-    pub(crate) fn breaker(&self, authority: Option<&Authority>) -> Option<Arc<Shared<C>>> {
+    /// The breaker for a call to `authority`, made if needed, leased to the call so that it is
+    /// not evicted before the call ends. `None` when the map is full and no breaker in it may be
+    /// evicted: the call then goes through untracked.
+    pub(crate) fn breaker(&self, authority: Option<&Authority>) -> Option<Lease<C>> {
         let Some(authority) = authority else {
-            return Some(Arc::clone(&self.no_authority));
+            return Some(Lease::uncounted(Arc::clone(&self.no_authority)));
         };
+        // Leased under the lock (read or write): eviction, under the write lock, sees the lease.
         if let Some(entry) = self.read().get(authority) {
             return Some(self.touch(entry));
         }
@@ -84,20 +89,21 @@ impl<C> Authorities<C> {
             return None;
         }
         let shared = self.template.make(Some(authority));
+        let lease = Lease::counted(Arc::clone(&shared));
         let entry = Entry {
-            shared: Arc::clone(&shared),
+            shared,
             used: AtomicU64::new(self.tick()),
         };
         map.insert(authority.clone(), entry);
-        Some(shared)
+        Some(lease)
     }
 
-    /// Stamps `entry` as the most recently used, and returns its breaker.
-    fn touch(&self, entry: &Entry<C>) -> Arc<Shared<C>> {
+    /// Stamps `entry` as the most recently used, and leases its breaker.
+    fn touch(&self, entry: &Entry<C>) -> Lease<C> {
         if entry.used.load(Ordering::Relaxed) != self.clock.load(Ordering::Relaxed) {
             entry.used.store(self.tick(), Ordering::Relaxed);
         }
-        Arc::clone(&entry.shared)
+        Lease::counted(Arc::clone(&entry.shared))
     }
 
     fn tick(&self) -> u64 {
@@ -106,7 +112,8 @@ impl<C> Authorities<C> {
 
     /// Forgets the least recently used closed breaker or, when none is closed, the least recently
     /// used open one whose open period is over. Never one that refuses calls or is probing: that
-    /// would drop its protection. Returns whether one was forgotten.
+    /// would drop its protection; nor one with calls in flight: their outcomes would go to a
+    /// breaker the layer no longer knows. Returns whether one was forgotten.
     fn evict(&self, map: &mut HashMap<Authority, Entry<C>>) -> bool {
         let now = Instant::now();
         let victim = map

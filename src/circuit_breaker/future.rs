@@ -40,10 +40,47 @@ pin_project! {
     }
 }
 
+/// A breaker handed to one call, from the moment a keyed layer looked it up until the call is
+/// refused or its ticket dropped. A keyed layer counts these leases and evicts no breaker that
+/// has any, so an outcome is always recorded against the breaker the layer keeps for its
+/// authority; a breaker that is never evicted hands out uncounted ones.
+pub(crate) struct Lease<C> {
+    shared: Arc<Shared<C>>,
+    counted: bool,
+}
+
+impl<C> Lease<C> {
+    /// A lease on a breaker that is never evicted.
+    pub(crate) fn uncounted(shared: Arc<Shared<C>>) -> Self {
+        Self {
+            shared,
+            counted: false,
+        }
+    }
+
+    /// A counted lease. Taken under the lock eviction takes, so that no breaker is evicted
+    /// between its look-up and the count.
+    pub(crate) fn counted(shared: Arc<Shared<C>>) -> Self {
+        shared.breaker.lend();
+        Self {
+            shared,
+            counted: true,
+        }
+    }
+}
+
+impl<C> Drop for Lease<C> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.shared.breaker.give_back();
+        }
+    }
+}
+
 /// An admitted call's claim on the breaker: its outcome is recorded against the phase it was
 /// admitted in, and a half-open probe slot is freed when the ticket is dropped unused.
 pub(crate) struct Ticket<C> {
-    shared: Arc<Shared<C>>,
+    lease: Lease<C>,
     pass: Pass,
     /// The request's method, for classifiers that look at it.
     method: Method,
@@ -51,23 +88,17 @@ pub(crate) struct Ticket<C> {
 }
 
 impl<C> Ticket<C> {
-    /// Asks the breaker in `shared` whether a call made now goes through. `inner_ready` says
-    /// whether the inner service was made ready for it: when not (`poll_ready` saw the circuit
-    /// open), a call the breaker would let through is refused all the same.
-    pub(crate) fn admit(
-        shared: Arc<Shared<C>>,
-        inner_ready: bool,
-        method: Method,
-    ) -> Result<Self, CircuitOpen> {
-        match shared.breaker.admit(Instant::now) {
+    /// Asks the leased breaker whether a call made now goes through. Only for a call whose
+    /// inner service was made ready: the call is made if admitted.
+    pub(crate) fn admit(lease: Lease<C>, method: Method) -> Result<Self, CircuitOpen> {
+        match lease.shared.breaker.admit(Instant::now) {
             Admission::Rejected(open) => Err(open),
-            Admission::Admitted(pass) if inner_ready => Ok(Self {
-                shared,
+            Admission::Admitted(pass) => Ok(Self {
+                lease,
                 pass,
                 method,
                 recorded: false,
             }),
-            Admission::Admitted(pass) => Err(shared.breaker.turn_away(pass, Instant::now())),
         }
     }
 
@@ -75,8 +106,9 @@ impl<C> Ticket<C> {
     where
         C: Classify<Res, E>,
     {
-        let outcome = self.shared.classifier.classify(&self.method, result);
-        self.shared.breaker.record(self.pass, outcome, Instant::now);
+        let shared = &self.lease.shared;
+        let outcome = shared.classifier.classify(&self.method, result);
+        shared.breaker.record(self.pass, outcome, Instant::now);
         self.recorded = true;
     }
 }
@@ -84,8 +116,9 @@ impl<C> Ticket<C> {
 impl<C> Drop for Ticket<C> {
     fn drop(&mut self) {
         if !self.recorded {
-            self.shared.breaker.release(self.pass);
+            self.lease.shared.breaker.release(self.pass);
         }
+        // The lease goes after this, once the outcome (or the release) is in.
     }
 }
 

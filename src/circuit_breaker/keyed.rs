@@ -90,7 +90,7 @@ impl<C> KeyedCircuitBreakerLayer<C> {
     }
 
     /// How many calls went through without a breaker: their authority was new, the map was
-    /// full, and every breaker in it was open or probing.
+    /// full, and every breaker in it was open, probing, or had calls in flight.
     pub fn untracked_calls(&self) -> u64 {
         self.authorities.untracked()
     }
@@ -201,11 +201,11 @@ where
             "poll_ready must be called before call"
         );
         let authority = request.authority();
-        let Some(shared) = self.authorities.breaker(authority.as_deref()) else {
+        let Some(lease) = self.authorities.breaker(authority.as_deref()) else {
             drop(authority);
             return CircuitBreakerFuture::called(self.inner.call(request), None);
         };
-        match Ticket::admit(shared, true, request.method().clone()) {
+        match Ticket::admit(lease, request.method().clone()) {
             Ok(ticket) => {
                 drop(authority);
                 CircuitBreakerFuture::called(self.inner.call(request), Some(ticket))

@@ -1,7 +1,7 @@
 //! [`CircuitBreaker`]: the service that admits, refuses and reports calls.
 
 use super::config::Shared;
-use super::future::{CircuitBreakerFuture, Ticket};
+use super::future::{CircuitBreakerFuture, Lease, Ticket};
 use super::state::{CircuitState, CircuitStats};
 use crate::classify::{Classify, HttpClassifier};
 use crate::message::RequestHead;
@@ -24,7 +24,14 @@ use tower_service::Service;
 /// inner service and passes its errors on.
 ///
 /// If the circuit half-opens between `poll_ready` (which saw it open and did not ready the inner
-/// service) and `call`, the call is refused all the same; the next one may probe.
+/// service) and `call`, the call is refused all the same, without taking a probe slot; the
+/// [`CircuitOpen`](crate::CircuitOpen) says so, with a zero
+/// [`retry_after`](crate::CircuitOpen::retry_after): the next call may probe.
+///
+/// If the circuit refuses a call for which `poll_ready` made the inner service ready (it opened
+/// in between), the readied inner service is dropped for a fresh clone: what its readiness held
+/// (a `ConcurrencyLimit` permit, a `Buffer` slot) goes back to the other clones at once rather
+/// than at this clone's next call. That is why the inner service must be `Clone`.
 ///
 /// # Clone
 ///
@@ -83,7 +90,7 @@ impl<S, C> CircuitBreaker<S, C> {
 
 impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
 where
-    S: Service<Req>,
+    S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     Req: RequestHead,
     C: Classify<S::Response, S::Error>,
@@ -113,13 +120,27 @@ where
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
-        let polled = std::mem::replace(&mut self.polled, Polled::No);
-        assert_ne!(polled, Polled::No, "poll_ready must be called before call");
-        let method = request.method().clone();
-        match Ticket::admit(Arc::clone(&self.shared), polled == Polled::Ready, method) {
-            Ok(ticket) => CircuitBreakerFuture::called(self.inner.call(request), Some(ticket)),
-            Err(open) => CircuitBreakerFuture::refused(open),
-        }
+        let open = match std::mem::replace(&mut self.polled, Polled::No) {
+            Polled::No => panic!("poll_ready must be called before call"),
+            // The inner service was not made ready: this call cannot be sent, whatever the
+            // circuit says now.
+            Polled::Refusing => self.shared.breaker.refuse_unready(Instant::now()),
+            Polled::Ready => {
+                let lease = Lease::uncounted(Arc::clone(&self.shared));
+                match Ticket::admit(lease, request.method().clone()) {
+                    Ok(ticket) => {
+                        let future = self.inner.call(request);
+                        return CircuitBreakerFuture::called(future, Some(ticket));
+                    }
+                    Err(open) => {
+                        // Gives back what the readiness holds (a clone starts un-ready).
+                        self.inner = self.inner.clone();
+                        open
+                    }
+                }
+            }
+        };
+        CircuitBreakerFuture::refused(open)
     }
 }
 

@@ -24,7 +24,7 @@ use crate::error::CircuitOpen;
 use crate::random::{uniform, RandomSource};
 use http::uri::Authority;
 use rand::rngs::SmallRng;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -100,6 +100,10 @@ pub(crate) struct Breaker {
     trips: AtomicU64,
     rejected: AtomicU64,
     probes: AtomicU64,
+    /// Calls a keyed layer handed this breaker to and that have not ended (see `Lease`): while
+    /// any has, the breaker is not evicted, so that their outcomes reach the breaker the layer
+    /// keeps for their authority. A breaker that is never evicted does not count.
+    leases: AtomicUsize,
 }
 
 struct Inner {
@@ -147,6 +151,7 @@ impl Breaker {
             trips: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             probes: AtomicU64::new(0),
+            leases: AtomicUsize::new(0),
         }
     }
 
@@ -177,8 +182,13 @@ impl Breaker {
 
     /// How readily a keyed layer may forget this breaker to make room for another: `Some(0)`
     /// when closed, `Some(1)` when open with its open period over (a new breaker would let the
-    /// next call through as well), `None` while it refuses calls or probes. Lock-free.
+    /// next call through as well), `None` while it refuses calls or probes, or has calls in
+    /// flight (their outcomes would trip a breaker nobody sees, holding the abort signal for
+    /// its authority). Lock-free.
     pub(crate) fn eviction_rank(&self, now: Instant) -> Option<u8> {
+        if self.leases.load(Ordering::Acquire) != 0 {
+            return None;
+        }
         match self.word.load(Ordering::Acquire) & 3 {
             CLOSED => Some(0),
             OPEN if !self.refuses(|| now) => Some(1),
@@ -232,7 +242,7 @@ impl Breaker {
                     self.probes.fetch_add(1, Ordering::Relaxed);
                     Admission::Admitted(Pass::Probe { generation })
                 } else {
-                    Admission::Rejected(CircuitOpen::new(*since))
+                    Admission::Rejected(CircuitOpen::probes_taken(*since))
                 }
             }
             _ => unreachable!("probes are only taken while half-open"),
@@ -318,12 +328,30 @@ impl Breaker {
         }
     }
 
-    /// Refuses a call that was admitted after all: the circuit half-opened after `poll_ready`
-    /// saw it open, so the inner service was never made ready for this call.
-    pub(crate) fn turn_away(&self, pass: Pass, now: Instant) -> CircuitOpen {
-        self.release(pass);
+    /// Refuses a call whose inner service was not made ready: `poll_ready` saw the circuit open
+    /// and did not poll it. Neither a probe nor a transition: when the circuit would let a call
+    /// through now, it is left for the next one, and the refusal says so.
+    pub(crate) fn refuse_unready(&self, now: Instant) -> CircuitOpen {
+        let open = match self.lock().phase {
+            Phase::Open { until } if now < until => CircuitOpen::new(until),
+            Phase::HalfOpen {
+                since, in_flight, ..
+            } if in_flight >= self.config.half_open_probes => CircuitOpen::probes_taken(since),
+            Phase::Open { .. } | Phase::HalfOpen { .. } | Phase::Closed => {
+                CircuitOpen::not_readied(now)
+            }
+        };
         self.rejected.fetch_add(1, Ordering::Relaxed);
-        CircuitOpen::new(now)
+        open
+    }
+
+    /// Counts a call handed this breaker by a keyed layer; `give_back` ends it.
+    pub(crate) fn lend(&self) {
+        self.leases.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn give_back(&self) {
+        self.leases.fetch_sub(1, Ordering::Release);
     }
 
     /// A success while closed: the common path, without the lock unless a bucket must be reset.

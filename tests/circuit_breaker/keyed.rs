@@ -239,6 +239,65 @@ async fn a_closed_breaker_is_evicted_before_an_open_one_whose_period_is_over() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_breaker_with_a_call_in_flight_is_not_evicted() {
+    let signal = AbortSignal::new();
+    let layer = breaker()
+        .consecutive_failures(1)
+        .abort_signal(signal.clone())
+        .build_per_authority(1)
+        .unwrap();
+    let (mut service, mut handle) = tower_test::mock::spawn_with(|mock| layer.layer(mock));
+    assert_ready_ok!(service.poll_ready());
+    let mut to_a = tokio_test::task::spawn(service.call(to("a.test")));
+    let (_, reply_a) = assert_ready!(handle.poll_request()).unwrap();
+
+    // The map is full, and its one breaker has a call in flight: b.test goes through untracked.
+    assert_ready_ok!(service.poll_ready());
+    let mut to_b = tokio_test::task::spawn(service.call(to("b.test")));
+    let (_, reply_b) = assert_ready!(handle.poll_request()).unwrap();
+    reply_b.send_response(status(200));
+    assert_ready_ok!(to_b.poll());
+
+    // a.test's 503 opens the breaker the layer reports for a.test, the one holding its signal.
+    reply_a.send_response(status(503));
+    assert_eq!(assert_ready_ok!(to_a.poll()).status(), 503);
+    let held = signal.held_until(Some(&key("a.test")));
+    let state = layer.state(Some(&key("a.test")));
+    assert!(
+        held.is_some(),
+        "the 503 opened a circuit (a.test is {state:?})"
+    );
+    assert_eq!(
+        state,
+        held.map(|half_open_at| CircuitState::Open { half_open_at }),
+        "a.test is held until {held:?}"
+    );
+    assert_ready_ok!(service.poll_ready());
+    let mut again = tokio_test::task::spawn(service.call(to("a.test")));
+    refused(assert_ready!(again.poll()).map(|r| r.status().as_u16()));
+    assert!(handle.poll_request().is_pending(), "a.test was not called");
+    assert_eq!((layer.evictions(), layer.untracked_calls()), (0, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_whose_call_was_dropped_can_be_evicted() {
+    let layer = keyed(1);
+    let (mut service, mut handle) = tower_test::mock::spawn_with(|mock| layer.layer(mock));
+    assert_ready_ok!(service.poll_ready());
+    let to_a = tokio_test::task::spawn(service.call(to("a.test")));
+    assert_ready!(handle.poll_request()).unwrap();
+    drop(to_a);
+
+    assert_ready_ok!(service.poll_ready());
+    let mut to_b = tokio_test::task::spawn(service.call(to("b.test")));
+    let (_, reply_b) = assert_ready!(handle.poll_request()).unwrap();
+    reply_b.send_response(status(200));
+    assert_ready_ok!(to_b.poll());
+    assert_eq!((layer.evictions(), layer.untracked_calls()), (1, 0));
+    assert_eq!(layer.state(Some(&key("a.test"))), None, "evicted");
+}
+
 /// The keyed breaker over `tower_test::mock`, with "down.test" tripped.
 fn mocked_with_one_open() -> (
     tower_test::mock::Spawn<impl Service<Req, Response = Res, Error = tower::BoxError>>,

@@ -2,8 +2,10 @@
 //! circuit; checked on `tower_test::mock`, which panics on a call without readiness.
 
 use crate::support::*;
-use tokio::time::advance;
+use std::future::poll_fn;
+use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};
+use tower::limit::ConcurrencyLimit;
 use tower::{Layer, Service};
 
 #[tokio::test(start_paused = true)]
@@ -68,6 +70,71 @@ async fn a_call_readied_while_open_is_refused_after_half_opening() {
     refused(assert_ready!(future.poll()).map(|r| r.status().as_u16()));
     mocked.assert_no_call();
     assert_eq!(mocked.round_trip(200).unwrap(), 200, "the next call probes");
+}
+
+/// A breaker over the mock, tripped and polled ready while open (which leaves the mock
+/// un-readied), then past its open period: the next `call` finds it due to half-open.
+async fn readied_while_open_then_half_open(
+    layer: &tower_http_retry::CircuitBreakerLayer,
+) -> Mocked {
+    let mut mocked = Mocked::new(layer);
+    for _ in 0..3 {
+        mocked.round_trip(503).unwrap();
+    }
+    assert_ready_ok!(mocked.svc.poll_ready());
+    advance(SEC).await;
+    mocked
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_refused_after_half_opening_is_not_counted_as_a_probe() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = readied_while_open_then_half_open(&layer).await;
+    let mut future = tokio_test::task::spawn(mocked.svc.call(get()));
+    refused(assert_ready!(future.poll()).map(|r| r.status().as_u16()));
+
+    let stats = layer.stats();
+    assert_eq!((stats.probes, stats.rejected), (0, 1), "{stats:?}");
+    assert_eq!(mocked.round_trip(200).unwrap(), 200, "the next call probes");
+    assert_eq!(layer.stats().probes, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_refused_after_half_opening_says_the_next_call_may_go_through_now() {
+    let layer = breaker().build().unwrap();
+    let mut mocked = readied_while_open_then_half_open(&layer).await;
+    let mut future = tokio_test::task::spawn(mocked.svc.call(get()));
+    let open = refused(assert_ready!(future.poll()).map(|r| r.status().as_u16()));
+
+    assert_eq!(
+        open.to_string(),
+        "circuit open when the service was polled for readiness, so the call was not sent; \
+         the next call may go through now"
+    );
+    assert_eq!(open.retry_after(), std::time::Duration::ZERO);
+    assert!(open.half_open_at() <= Instant::now());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_call_gives_back_what_the_inner_readiness_held() {
+    let endpoint = Endpoint::answering(200);
+    let layer = breaker().build().unwrap();
+    let mut first = layer.layer(ConcurrencyLimit::new(endpoint.clone(), 1));
+    let mut second = first.clone();
+    let mut ready = tokio_test::task::spawn(poll_fn(|cx| first.poll_ready(cx)));
+    assert_ready_ok!(ready.poll(), "the first clone takes the only permit");
+    drop(ready);
+
+    // Another service of the layer trips the shared breaker before the first clone calls.
+    calls(&mut layer.layer(Endpoint::answering(503)), 3).await;
+    refused(first.call(get()).await.map(|r| r.status().as_u16()));
+    advance(SEC).await;
+
+    let mut ready = tokio_test::task::spawn(poll_fn(|cx| second.poll_ready(cx)));
+    assert_ready_ok!(ready.poll(), "the refused call's permit is free again");
+    drop(ready);
+    assert_eq!(second.call(get()).await.unwrap().status(), 200, "the probe");
+    assert_eq!(endpoint.calls(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -35,6 +35,22 @@ async fn open_circuit_fails_fast_without_calling_the_endpoint() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refusal_shown_after_the_open_period_says_the_next_call_may_probe() {
+    let layer = breaker().build().unwrap();
+    let mut service = layer.layer(Endpoint::answering(503));
+    calls(&mut service, 3).await;
+    let open = refused(call(&mut service).await);
+    assert_eq!(open.to_string(), "circuit open: next probe in 1s");
+
+    advance(SEC).await;
+    assert_eq!(
+        open.to_string(),
+        "circuit open: its open period is over, the next call may probe"
+    );
+    assert!(open.retry_after().is_zero());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_success_resets_the_run_of_failures() {
     let endpoint = Endpoint::answering(503);
     let layer = breaker().build().unwrap();
