@@ -133,23 +133,32 @@ where
     Req: RetryRequest,
 {
     /// The first attempt is sent now to `service` (already ready), which is kept for retries.
-    pub(crate) fn sent(mut session: Session<Req, C>, request: Req, mut service: S) -> Self {
-        let future = session.send_request(request, &mut service);
-        Self {
-            state: State::Calling { future },
+    #[inline]
+    pub(crate) fn sent(session: Session<Req, C>, request: Req, service: S) -> Self {
+        // Built in place and then filled in: the session is large (it holds the request copy),
+        // and every move of it is a copy on the path of every request.
+        let mut this = Self {
+            state: State::Done,
             service: Some(service),
             session,
-        }
+        };
+        let service = this.service.as_mut().expect("just stored");
+        let future = this.session.send_request(request, service);
+        this.state = State::Calling { future };
+        this
     }
 
     /// The only attempt is sent now to `service` (already ready); nothing is kept.
-    pub(crate) fn sent_once(mut session: Session<Req, C>, request: Req, service: &mut S) -> Self {
-        let future = session.send_request(request, service);
-        Self {
-            state: State::Calling { future },
+    #[inline]
+    pub(crate) fn sent_once(session: Session<Req, C>, request: Req, service: &mut S) -> Self {
+        let mut this = Self {
+            state: State::Done,
             service: None,
             session,
-        }
+        };
+        let future = this.session.send_request(request, service);
+        this.state = State::Calling { future };
+        this
     }
 
     /// The first attempt waits `U(0, first_attempt_jitter)`, then goes to `service` once ready.
@@ -178,7 +187,7 @@ where
             match this.state.as_mut().project() {
                 StateProj::Calling { future } => {
                     let result = ready!(future.poll(cx));
-                    match this.session.decide(&result, Instant::now()) {
+                    match this.session.decide(&result, Instant::now) {
                         Next::Stop(reason) => {
                             this.state.set(State::Done);
                             return Poll::Ready(this.session.finish(result, reason));

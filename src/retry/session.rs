@@ -15,7 +15,7 @@ use super::retry_after::{parse_retry_after, Resolved, RetryAfterHint};
 use super::stats::Counters;
 use crate::abort::Listener;
 use crate::classify::{Classify, Outcome};
-use crate::message::{RequestHead, RetryRequest, RetryResponse};
+use crate::message::{RetryRequest, RetryResponse};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 use http::uri::Authority;
@@ -28,22 +28,37 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 /// Everything one logical request remembers between attempts.
+///
+/// It is moved a few times between `call` and the executor, so what only a request that waits
+/// needs is boxed apart ([`Waits`]), made at its first wait: a request that succeeds at once
+/// carries a small session and allocates nothing for it.
 pub(crate) struct Session<Req, C> {
     config: Arc<Config<C>>,
-    /// The request for the next attempt.
-    request: Option<Req>,
-    /// The request's method, for classifiers that look at it.
-    method: Method,
+    kept: Kept<Req>,
     /// Set when the request must not be sent again, and why.
     not_retryable: Option<StopReason>,
     attempts: u32,
-    /// This request's own random stream, created when first needed.
-    rng: Option<SmallRng>,
     /// When the request started, if a deadline is configured.
     started: Option<Instant>,
-    /// Every sleep so far; the time slept and the previous delay are read from it.
-    delays: Vec<Delay>,
     slot: Option<ReportSlot>,
+    waits: Option<Box<Waits>>,
+}
+
+/// What the session keeps of the request between attempts.
+enum Kept<Req> {
+    /// A copy for the next attempt (its method is the classifier's).
+    Copy(Req),
+    /// No copy (no other attempt may follow): only the method, for the classifier.
+    Method(Method),
+}
+
+/// What only a request that waits needs.
+#[derive(Default)]
+struct Waits {
+    /// This request's own random stream, created when first needed.
+    rng: Option<SmallRng>,
+    /// Every wait so far; the time slept and the previous delay are read from it.
+    delays: Vec<Delay>,
 }
 
 /// What to do after an attempt.
@@ -94,15 +109,24 @@ impl<Req, C> Session<Req, C> {
         self.attempts
     }
 
+    /// Every wait so far.
+    fn delays(&self) -> &[Delay] {
+        self.waits.as_ref().map_or(&[], |waits| &waits.delays)
+    }
+
+    fn waits(&mut self) -> &mut Waits {
+        self.waits.get_or_insert_with(Box::default)
+    }
+
     /// Total time slept (an aborted sleep counts the time it lasted).
     pub(crate) fn slept(&self) -> Duration {
-        self.delays.iter().map(|delay| delay.duration).sum()
+        self.delays().iter().map(|delay| delay.duration).sum()
     }
 
     /// The delay before the last retry, or `base` before the first one (what decorrelated
     /// jitter grows from). The first-attempt delay does not count.
     fn previous_delay(&self) -> Duration {
-        self.delays
+        self.delays()
             .last()
             .filter(|delay| delay.after_attempt > 0)
             .map_or(self.config.settings.backoff.base(), |delay| delay.duration)
@@ -115,7 +139,10 @@ impl<Req, C> Session<Req, C> {
         RetryReport {
             attempts: self.attempts,
             slept: self.slept(),
-            delays: std::mem::take(&mut self.delays),
+            delays: self
+                .waits
+                .as_mut()
+                .map_or_else(Vec::new, |waits| std::mem::take(&mut waits.delays)),
             stop,
         }
     }
@@ -131,7 +158,7 @@ impl<Req, C> Session<Req, C> {
     /// The last sleep is over, run out or cut short: the histogram counts the time it lasted
     /// (not the time planned, and nothing for a sleep abandoned by dropping the future).
     pub(crate) fn sleep_ended(&self) {
-        if let Some(last) = self.delays.last().filter(|d| d.after_attempt > 0) {
+        if let Some(last) = self.delays().last().filter(|d| d.after_attempt > 0) {
             self.config
                 .counters
                 .delay(last.after_attempt, last.duration);
@@ -140,7 +167,11 @@ impl<Req, C> Session<Req, C> {
 
     /// The last sleep was aborted with `remaining` left: the report shows the time slept.
     pub(crate) fn cut_last_sleep(&mut self, remaining: Duration) {
-        if let Some(last) = self.delays.last_mut() {
+        if let Some(last) = self
+            .waits
+            .as_mut()
+            .and_then(|waits| waits.delays.last_mut())
+        {
             last.duration = last.duration.saturating_sub(remaining);
         }
     }
@@ -166,30 +197,39 @@ impl<Req, C> Session<Req, C> {
     }
 
     fn record_delay(&mut self, duration: Duration, source: DelaySource) {
-        self.delays.push(Delay {
-            after_attempt: self.attempts,
+        let after_attempt = self.attempts;
+        self.waits().delays.push(Delay {
+            after_attempt,
             duration,
             source,
         });
     }
 
     fn rng(&mut self) -> &mut SmallRng {
-        let random = &self.config.settings.random;
-        self.rng.get_or_insert_with(|| random.stream())
+        let config = Arc::clone(&self.config);
+        self.waits()
+            .rng
+            .get_or_insert_with(|| config.settings.random.stream())
     }
 }
 
 impl<Req: RetryRequest, C> Session<Req, C> {
     /// Prepares the session for `request` (stamping its key if configured); the request itself
     /// is sent by the caller or [stored](Self::store).
+    #[inline]
     pub(crate) fn new(config: Arc<Config<C>>, request: &mut Req) -> Self {
         let settings = &config.settings;
-        let mut rng = None;
+        let mut waits = None;
         if settings.stamp_idempotency_key
             && !is_idempotent(request.method())
             && !request.headers().contains_key(&IDEMPOTENCY_KEY)
         {
-            let key: u128 = rng.get_or_insert_with(|| settings.random.stream()).random();
+            let mut stream = settings.random.stream();
+            let key: u128 = stream.random();
+            waits = Some(Box::new(Waits {
+                rng: Some(stream),
+                delays: Vec::new(),
+            }));
             let value = HeaderValue::try_from(format!("{key:032x}"))
                 .expect("hex digits are a valid header value");
             request.headers_mut().insert(IDEMPOTENCY_KEY.clone(), value);
@@ -201,13 +241,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Self {
             started: settings.deadline.map(|_| Instant::now()),
             slot: request.report_slot().cloned(),
-            method: request.method().clone(),
+            kept: Kept::Method(request.method().clone()),
             config,
-            request: None,
             not_retryable,
             attempts: 0,
-            rng,
-            delays: Vec::new(),
+            waits,
         }
     }
 
@@ -222,15 +260,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// Keeps `request` for an attempt that is sent later (after the first-attempt jitter).
     pub(crate) fn store(&mut self, request: Req) {
-        self.request = Some(request);
+        self.kept = Kept::Copy(request);
     }
 
     /// Sends the stored request to `service`, keeping a copy if another attempt may follow.
     pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> S::Future {
-        let request = self
-            .request
-            .take()
-            .expect("a request is stored before every attempt");
+        // The placeholder lasts until `send_request` decides what to keep.
+        let kept = std::mem::replace(&mut self.kept, Kept::Method(Method::GET));
+        let Kept::Copy(request) = kept else {
+            unreachable!("a request is stored before every attempt");
+        };
         self.send_request(request, service)
     }
 
@@ -249,10 +288,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .headers_mut()
                 .insert(name.clone(), HeaderValue::from(self.attempts));
         }
-        if self.not_retryable.is_none() && self.attempts < settings.max_attempts {
-            self.request = request.try_clone();
-            if self.request.is_none() {
-                self.not_retryable = Some(StopReason::NotReplayable);
+        let keep = self.not_retryable.is_none() && self.attempts < settings.max_attempts;
+        match keep.then(|| request.try_clone()) {
+            Some(Some(copy)) => self.kept = Kept::Copy(copy),
+            copy => {
+                if copy.is_some() {
+                    self.not_retryable = Some(StopReason::NotReplayable);
+                }
+                self.kept = Kept::Method(request.method().clone());
             }
         }
         self.config.counters.attempt(self.attempts);
@@ -262,7 +305,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// The authority of the request, which a hold of the abort signal may concern.
     pub(crate) fn authority(&self) -> Option<std::borrow::Cow<'_, Authority>> {
-        self.request.as_ref().and_then(RequestHead::authority)
+        match &self.kept {
+            Kept::Copy(request) => request.authority(),
+            Kept::Method(_) => None,
+        }
     }
 
     /// The delay before the first attempt, `U(0, first_attempt_jitter)`, recorded (zero when
@@ -288,14 +334,22 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         (delay, listener)
     }
 
-    /// Takes the decision after an attempt that ended at `now`: stop with a reason, or sleep
-    /// this long.
-    pub(crate) fn decide<Res, E>(&mut self, result: &Result<Res, E>, now: Instant) -> Next
+    /// Takes the decision after an attempt that ended at `now` (read only for a transient
+    /// outcome): stop with a reason, or sleep this long.
+    pub(crate) fn decide<Res, E>(
+        &mut self,
+        result: &Result<Res, E>,
+        now: impl FnOnce() -> Instant,
+    ) -> Next
     where
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
-        match self.config.classifier.classify(&self.method, result) {
+        let method = match &self.kept {
+            Kept::Copy(request) => request.method(),
+            Kept::Method(method) => method,
+        };
+        match self.config.classifier.classify(method, result) {
             Outcome::Success => {
                 if let Some(budget) = &self.config.settings.budget {
                     budget.deposit();
@@ -305,7 +359,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             Outcome::Permanent => return Next::Stop(StopReason::Permanent),
             Outcome::Transient => {}
         }
-        // Cloned only past this point: the success path pays no reference count.
+        // Cloned and read only past this point: the success path pays no reference count and no
+        // clock.
+        let now = now();
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
         if let Some(reason) = self.not_retryable {
@@ -419,6 +475,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         result: Result<Res, E>,
         stop: StopReason,
     ) -> Result<Res, E> {
+        if self.attempts == 1 && self.waits.is_none() && stop == StopReason::Success {
+            // The common case: nothing to report beyond the counter.
+            self.config.counters.stop(stop);
+            if let Some(slot) = self.slot.take() {
+                slot.fill(RetryReport::FIRST_TRY);
+            }
+            return result;
+        }
         let report = self.report(stop);
         match result {
             Ok(mut response) => {
@@ -519,12 +583,12 @@ mod tests {
         let now = Instant::now();
         let mut session = sent(&config, Method::GET);
         assert_eq!(
-            stop(session.decide(&response(200), now)),
+            stop(session.decide(&response(200), || now)),
             StopReason::Success
         );
         let mut session = sent(&config, Method::GET);
         assert_eq!(
-            stop(session.decide(&response(404), now)),
+            stop(session.decide(&response(404), || now)),
             StopReason::Permanent
         );
     }
@@ -534,7 +598,7 @@ mod tests {
         let config = config(builder());
         let mut session = sent(&config, Method::GET);
         assert_eq!(
-            sleep(session.decide(&response(503), Instant::now())),
+            sleep(session.decide(&response(503), Instant::now)),
             100 * MS
         );
     }
@@ -543,7 +607,7 @@ mod tests {
     fn a_post_without_a_key_is_not_repeated() {
         let config = config(builder());
         let mut session = sent(&config, Method::POST);
-        let next = session.decide(&response(503), Instant::now());
+        let next = session.decide(&response(503), Instant::now);
         assert_eq!(stop(next), StopReason::NotIdempotent);
     }
 
@@ -551,7 +615,7 @@ mod tests {
     fn the_last_attempt_is_not_followed_by_a_sleep() {
         let config = config(builder().max_attempts(1));
         let mut session = sent(&config, Method::GET);
-        let next = session.decide(&response(503), Instant::now());
+        let next = session.decide(&response(503), Instant::now);
         assert_eq!(stop(next), StopReason::AttemptsExhausted);
     }
 
@@ -562,10 +626,10 @@ mod tests {
         abort.shutdown();
         let mut session = sent(&config, Method::GET);
         assert_eq!(
-            stop(session.decide(&response(503), Instant::now())),
+            stop(session.decide(&response(503), Instant::now)),
             StopReason::Aborted
         );
-        assert!(session.delays.is_empty());
+        assert!(session.delays().is_empty());
     }
 
     #[test]
@@ -579,11 +643,8 @@ mod tests {
                 .headers_mut()
                 .insert(http::header::RETRY_AFTER, value);
         }
-        assert_eq!(
-            sleep(session.decide(&hinted, Instant::now())),
-            2 * 1000 * MS
-        );
-        assert_eq!(session.delays[0].source, DelaySource::RetryAfter);
+        assert_eq!(sleep(session.decide(&hinted, Instant::now)), 2 * 1000 * MS);
+        assert_eq!(session.delays()[0].source, DelaySource::RetryAfter);
     }
 
     #[test]
@@ -593,12 +654,12 @@ mod tests {
         let started = session.started.unwrap();
         // 900 ms in, the 100 ms delay ends exactly at the deadline: allowed.
         assert_eq!(
-            sleep(session.decide(&response(503), started + 900 * MS)),
+            sleep(session.decide(&response(503), || started + 900 * MS)),
             100 * MS
         );
         let mut session = sent(&config, Method::GET);
         let started = session.started.unwrap();
-        let next = session.decide(&response(503), started + 901 * MS);
+        let next = session.decide(&response(503), || started + 901 * MS);
         assert_eq!(stop(next), StopReason::Deadline);
         assert!(!session.past_deadline(started + 1000 * MS));
         assert!(session.past_deadline(started + 1001 * MS));
@@ -612,7 +673,7 @@ mod tests {
         let before = bucket.available();
         let started = session.started.unwrap();
         assert_eq!(
-            stop(session.decide(&response(503), started)),
+            stop(session.decide(&response(503), || started)),
             StopReason::Deadline
         );
         assert_eq!(
@@ -633,7 +694,7 @@ mod tests {
         assert!(empty.withdraw());
         let config = config(builder().budget(empty));
         let mut session = sent(&config, Method::GET);
-        let next = session.decide(&response(503), Instant::now());
+        let next = session.decide(&response(503), Instant::now);
         assert_eq!(stop(next), StopReason::BudgetEmpty);
     }
 
@@ -658,9 +719,9 @@ mod tests {
         }
         let config = config(builder().classifier(PutConflicts));
         let mut put = sent(&config, Method::PUT);
-        assert_eq!(sleep(put.decide(&response(409), Instant::now())), 100 * MS);
+        assert_eq!(sleep(put.decide(&response(409), Instant::now)), 100 * MS);
         let mut delete = sent(&config, Method::DELETE);
-        let next = delete.decide(&response(409), Instant::now());
+        let next = delete.decide(&response(409), Instant::now);
         assert_eq!(stop(next), StopReason::Permanent);
     }
 }
