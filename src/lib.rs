@@ -65,6 +65,7 @@ mod classify;
 mod error;
 mod message;
 mod random;
+mod release;
 mod report;
 #[cfg(feature = "reqwest")]
 mod reqwest;
@@ -79,6 +80,10 @@ pub use classify::{classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier
 pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
 pub use message::{RequestHead, RetryRequest, RetryResponse};
 pub use random::RandomSource;
+pub use release::{
+    ReleaseBody, ReleaseBodyFuture, ReleaseBodyLayer, ReleaseBodyLayerBuilder, ReleasedBody,
+    DEFAULT_RELEASE_LIMIT,
+};
 pub use report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
     parse_retry_after, Backoff, DelayHistogram, Idempotency, Jitter, ReplayBody, Retry, RetryAfter,

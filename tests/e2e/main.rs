@@ -8,12 +8,12 @@
 mod support;
 
 mod budget;
+mod connections;
 mod idempotency;
 mod status;
 mod transport;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 use std::time::Duration;
 use support::{Body, HttpClient};
 use tower::timeout::{Timeout, TimeoutLayer};
@@ -59,12 +59,12 @@ fn without_timeout(layer: &RetryLayer) -> Retry<HttpClient, HttpClassifier> {
 }
 
 /// Sends one request and returns its outcome with the report the layer wrote for it.
-async fn send<S>(
+async fn send<S, B>(
     service: &mut S,
     mut request: Request<Body>,
-) -> (Result<Response<Incoming>, S::Error>, RetryReport)
+) -> (Result<Response<B>, S::Error>, RetryReport)
 where
-    S: Service<Request<Body>, Response = Response<Incoming>>,
+    S: Service<Request<Body>, Response = Response<B>>,
     S::Error: std::fmt::Debug,
 {
     let slot = ReportSlot::new();

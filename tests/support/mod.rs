@@ -13,7 +13,9 @@
 //!   from a [`Hit`] (the request, its id and how many times that id was seen with that method) to
 //!   a [`Reply`]: a response ([`Reply::status`]), a response after a stall ([`Reply::after`]), or
 //!   a dropped connection ([`Reply::Hangup`]). It counts hits per request id and method
-//!   ([`TestServer::hits`], [`TestServer::total_hits`]) and stops when dropped.
+//!   ([`TestServer::hits`], [`TestServer::total_hits`]), counts the TCP connections it accepted
+//!   and those still open ([`TestServer::accepted`], [`TestServer::open_connections`]), and stops
+//!   when dropped.
 //! * [`refused_addr`] is a loopback address where nothing listens.
 //! * [`client`] is hyper-util's legacy `Client` over plain HTTP; [`request`] builds requests for
 //!   it, tagged with a [`REQUEST_ID`] header.
@@ -33,6 +35,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -172,7 +175,24 @@ impl HitLog {
 pub struct TestServer {
     addr: SocketAddr,
     hits: Arc<HitLog>,
+    connections: Arc<Connections>,
     task: AbortHandle,
+}
+
+/// Connections accepted, and those whose connection task has not ended yet.
+#[derive(Default)]
+struct Connections {
+    accepted: AtomicU32,
+    open: AtomicU32,
+}
+
+/// Counts one connection as open until dropped (when its connection task ends or is aborted).
+struct OpenConnection(Arc<Connections>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl TestServer {
@@ -186,10 +206,17 @@ impl TestServer {
             .expect("a bound listener has an address");
         let hits = Arc::new(HitLog::default());
         let handler: Arc<Handler> = Arc::new(handler);
-        let task = tokio::spawn(accept_loop(listener, handler, Arc::clone(&hits)));
+        let connections = Arc::new(Connections::default());
+        let task = tokio::spawn(accept_loop(
+            listener,
+            handler,
+            Arc::clone(&hits),
+            Arc::clone(&connections),
+        ));
         Self {
             addr,
             hits,
+            connections,
             task: task.abort_handle(),
         }
     }
@@ -215,6 +242,16 @@ impl TestServer {
     pub fn total_hits(&self) -> u32 {
         self.hits.total()
     }
+
+    /// How many TCP connections the server accepted.
+    pub fn accepted(&self) -> u32 {
+        self.connections.accepted.load(Ordering::SeqCst)
+    }
+
+    /// How many accepted connections are still open on the server's side.
+    pub fn open_connections(&self) -> u32 {
+        self.connections.open.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for TestServer {
@@ -233,7 +270,12 @@ impl fmt::Debug for TestServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, handler: Arc<Handler>, hits: Arc<HitLog>) {
+async fn accept_loop(
+    listener: TcpListener,
+    handler: Arc<Handler>,
+    hits: Arc<HitLog>,
+    counts: Arc<Connections>,
+) {
     let mut connections = JoinSet::new();
     loop {
         let stream = match listener.accept().await {
@@ -241,12 +283,16 @@ async fn accept_loop(listener: TcpListener, handler: Arc<Handler>, hits: Arc<Hit
             // E.g. too many open files: keep serving the connections already accepted.
             Err(_) => continue,
         };
+        counts.accepted.fetch_add(1, Ordering::SeqCst);
+        counts.open.fetch_add(1, Ordering::SeqCst);
+        let open = OpenConnection(Arc::clone(&counts));
         let (handler, hits) = (Arc::clone(&handler), Arc::clone(&hits));
         let service = hyper::service::service_fn(move |req| {
             let (handler, hits) = (Arc::clone(&handler), Arc::clone(&hits));
             async move { answer(req, &*handler, &hits).await }
         });
         connections.spawn(async move {
+            let _open = open;
             // A hangup ends the connection with an error; there is nothing to do about it.
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)

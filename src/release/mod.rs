@@ -1,0 +1,16 @@
+//! The body-release middleware: [`ReleaseBodyLayer`](crate::ReleaseBodyLayer) builds
+//! [`ReleaseBody`](crate::ReleaseBody) services, whose [`ReleaseBodyFuture`](crate::ReleaseBodyFuture)
+//! reads the body of a transient response into a [`ReleasedBody`](crate::ReleasedBody). What the
+//! crate docs say of it is written on [`ReleaseBodyLayer`](crate::ReleaseBodyLayer), where rustdoc
+//! shows it.
+
+mod body;
+mod config;
+mod future;
+mod layer;
+mod service;
+
+pub use body::ReleasedBody;
+pub use future::ReleaseBodyFuture;
+pub use layer::{ReleaseBodyLayer, ReleaseBodyLayerBuilder, DEFAULT_RELEASE_LIMIT};
+pub use service::ReleaseBody;
