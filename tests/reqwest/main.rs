@@ -196,3 +196,49 @@ async fn the_breaker_opens_around_reqwest_and_fails_fast() {
     assert!(error.is::<CircuitOpen>(), "{error}");
     assert_eq!(server.total_hits(), 2);
 }
+
+#[test]
+fn a_reqwest_request_reports_the_authority_of_its_url() {
+    use tower_http_retry::RequestHead;
+    let client = reqwest::Client::new();
+    let with_port = client.get("http://127.0.0.1:8080/x").build().unwrap();
+    let authority = RequestHead::authority(&with_port).expect("a URL with a host");
+    assert_eq!(authority.as_str(), "127.0.0.1:8080");
+    let without_port = client.get("https://example.test/x").build().unwrap();
+    let authority = RequestHead::authority(&without_port).expect("a URL with a host");
+    assert_eq!(authority.as_str(), "example.test");
+}
+
+#[tokio::test]
+async fn a_keyed_breaker_over_reqwest_refuses_only_the_failing_authority() {
+    let up = TestServer::start(|_| Reply::status(200)).await;
+    let breakers = CircuitBreakerLayer::builder()
+        .consecutive_failures(1)
+        .build_per_authority(8)
+        .unwrap();
+    let client = reqwest::Client::new();
+    let mut service = breakers.layer(client.clone());
+    let down_addr = refused_addr();
+    let down = format!("http://{down_addr}/");
+    assert!(send(
+        &mut service,
+        request(&client, Method::GET, down.clone(), "d1")
+    )
+    .await
+    .is_err());
+    let refused = send(&mut service, request(&client, Method::GET, down, "d2"))
+        .await
+        .unwrap_err();
+    let open = refused.downcast_ref::<CircuitOpen>().expect("refused fast");
+    assert_eq!(
+        open.authority().map(|a| a.as_str().to_owned()),
+        Some(down_addr.to_string())
+    );
+    let ok = send(
+        &mut service,
+        request(&client, Method::GET, up.uri("/").to_string(), "u1"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok.status(), 200);
+}
