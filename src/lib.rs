@@ -64,6 +64,7 @@ mod circuit_breaker;
 mod classify;
 mod error;
 mod message;
+mod pacer;
 mod random;
 mod release;
 mod report;
@@ -79,6 +80,7 @@ pub use circuit_breaker::{
 pub use classify::{classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, Outcome};
 pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
 pub use message::{RequestHead, RetryRequest, RetryResponse};
+pub use pacer::{Pacing, PacingBuilder, PacingMode, PacingStats};
 pub use random::RandomSource;
 pub use release::{
     ReleaseBody, ReleaseBodyFuture, ReleaseBodyLayer, ReleaseBodyLayerBuilder, ReleasedBody,

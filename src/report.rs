@@ -35,11 +35,15 @@ pub enum StopReason {
     /// `select!` chose another branch): nothing was returned. Recorded in the counters and the
     /// [`ReportSlot`], for the requests a total timeout ended mid-sleep.
     Cancelled,
+    /// [Pacing](crate::Pacing) could not serve the request in time: the endpoint's queue was
+    /// full, or the predicted wait (or the wait itself) went past the request's deadline. Not
+    /// final: [`RetryReport::retry_after`] says when trying again makes sense.
+    Deferred,
 }
 
 impl StopReason {
     /// Every reason, in declaration order.
-    pub const ALL: [StopReason; 11] = [
+    pub const ALL: [StopReason; 12] = [
         StopReason::Success,
         StopReason::Permanent,
         StopReason::AttemptsExhausted,
@@ -51,6 +55,7 @@ impl StopReason {
         StopReason::Aborted,
         StopReason::NotReady,
         StopReason::Cancelled,
+        StopReason::Deferred,
     ];
 
     /// A short `snake_case` name, for logs and metrics labels.
@@ -67,6 +72,7 @@ impl StopReason {
             StopReason::Aborted => "aborted",
             StopReason::NotReady => "not_ready",
             StopReason::Cancelled => "cancelled",
+            StopReason::Deferred => "deferred",
         }
     }
 
@@ -93,6 +99,8 @@ pub enum DelaySource {
     RetryAfterClamped,
     /// The optional random delay before the first attempt.
     FirstAttempt,
+    /// A wait in the endpoint's queue while [pacing](crate::Pacing) held it.
+    Paced,
 }
 
 /// One sleep of a request.
@@ -133,6 +141,9 @@ pub struct RetryReport {
     pub delays: Vec<Delay>,
     /// Why the layer stopped.
     pub stop: StopReason,
+    /// When sending the request again makes sense, from when it stopped, if the layer knows:
+    /// for [`StopReason::Deferred`], the predicted wait in the endpoint's queue.
+    pub retry_after: Option<Duration>,
 }
 
 impl RetryReport {
@@ -142,6 +153,7 @@ impl RetryReport {
         slept: Duration::ZERO,
         delays: Vec::new(),
         stop: StopReason::Success,
+        retry_after: None,
     };
 
     /// The report attached to `response` (an `http::Response`, or a `reqwest::Response` with

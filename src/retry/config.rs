@@ -11,6 +11,7 @@ use super::retry_after::RetryAfter;
 use super::stats::Counters;
 use crate::abort::AbortSignal;
 use crate::error::{at_least_one, duration_at_most_max, non_zero, InvalidConfig};
+use crate::pacer::{Pacer, Pacing};
 use crate::random::RandomSource;
 use http::header::HeaderName;
 use std::fmt;
@@ -37,6 +38,7 @@ pub(crate) struct Settings {
     pub(crate) abort: Option<AbortSignal>,
     pub(crate) random: RandomSource,
     pub(crate) wall_clock: WallClock,
+    pub(crate) pacing: Option<Pacing>,
 }
 
 impl Default for Settings {
@@ -54,6 +56,7 @@ impl Default for Settings {
             abort: None,
             random: RandomSource::default(),
             wall_clock: Arc::new(SystemTime::now),
+            pacing: None,
         }
     }
 }
@@ -98,6 +101,7 @@ impl fmt::Debug for Settings {
             .field("budget", &self.budget)
             .field("abort", &self.abort)
             .field("random", &self.random)
+            .field("pacing", &self.pacing)
             .finish_non_exhaustive()
     }
 }
@@ -110,6 +114,7 @@ pub(crate) struct Config<C> {
     /// The `Retry-After` clamp, resolved against the backoff cap.
     pub(crate) retry_after_clamp: Duration,
     pub(crate) counters: Counters,
+    pub(crate) pacer: Option<Pacer>,
 }
 
 impl<C> Config<C> {
@@ -118,6 +123,10 @@ impl<C> Config<C> {
         settings.validate()?;
         let cap = settings.backoff.cap();
         Ok(Self {
+            pacer: settings
+                .pacing
+                .clone()
+                .map(|pacing| Pacer::new(pacing, settings.random.clone())),
             retry_after_clamp: settings
                 .retry_after
                 .map_or(cap, |retry_after| retry_after.clamp_or(cap)),

@@ -14,6 +14,7 @@ use super::watch::AbortWatch;
 use crate::abort::Listener;
 use crate::classify::Classify;
 use crate::message::{RetryRequest, RetryResponse};
+use crate::pacer::QueueWait;
 use crate::report::StopReason;
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -48,12 +49,14 @@ pin_project! {
             match &*this.state {
                 State::Done => return,
                 // Dropped mid-sleep (an outer timeout fired): the report shows the time slept.
-                State::Waiting { wait } => {
-                    if let Phase::Sleeping { sleep } = &wait.phase {
+                State::Waiting { wait } => match &wait.phase {
+                    Phase::Sleeping { sleep } => {
                         let remaining = sleep.deadline().saturating_duration_since(Instant::now());
                         this.session.cut_last_sleep(remaining);
                     }
-                }
+                    Phase::Queued { .. } => this.session.left_queue(Instant::now()),
+                    Phase::Readying => {}
+                },
                 State::Calling { .. } => {}
             }
             this.session.cancel();
@@ -102,12 +105,39 @@ pin_project! {
             #[pin]
             sleep: Sleep,
         },
+        // Waiting in the endpoint's queue until the pacer lets the request go, or until the
+        // request's deadline.
+        Queued {
+            #[pin]
+            queue: QueueWait,
+            #[pin]
+            deadline: Option<Sleep>,
+        },
         // The delay is over: the stored service is polled to readiness.
         Readying,
     }
 }
 
 impl<F, Res, E> State<F, Res, E> {
+    fn queued(
+        queue: QueueWait,
+        deadline: Option<Instant>,
+        listener: Option<Listener>,
+        last: Option<Result<Res, E>>,
+    ) -> Self {
+        State::Waiting {
+            wait: Box::pin(Wait {
+                phase: Phase::Queued {
+                    queue,
+                    deadline: deadline.map(tokio::time::sleep_until),
+                },
+                watch: listener.map(AbortWatch::new),
+                last,
+                token: None,
+            }),
+        }
+    }
+
     fn waiting(
         delay: Duration,
         listener: Option<Listener>,
@@ -161,6 +191,22 @@ where
         this
     }
 
+    /// The first attempt waits in the endpoint's queue (pacing holds it), then goes to
+    /// `service` once ready.
+    pub(crate) fn queued_first(
+        session: Session<Req, C>,
+        service: S,
+        queue: QueueWait,
+        listener: Option<Listener>,
+    ) -> Self {
+        let deadline = session.deadline();
+        Self {
+            state: State::queued(queue, deadline, listener, None),
+            service: Some(service),
+            session,
+        }
+    }
+
     /// The first attempt waits `U(0, first_attempt_jitter)`, then goes to `service` once ready.
     pub(crate) fn delayed(mut session: Session<Req, C>, service: S) -> Self {
         let (delay, listener) = session.first_attempt_delay();
@@ -199,6 +245,13 @@ where
                         } => this
                             .state
                             .set(State::waiting(delay, listener, Some(result), token)),
+                        Next::Queue {
+                            wait,
+                            listener,
+                            deadline,
+                        } => this
+                            .state
+                            .set(State::queued(wait, deadline, listener, Some(result))),
                     }
                 }
                 StateProj::Waiting { wait } => {
@@ -216,13 +269,20 @@ where
                     };
                     if aborted {
                         wait.watch.set(None);
-                        if let PhaseProj::Sleeping { sleep } = wait.phase.as_mut().project() {
-                            let remaining =
-                                sleep.deadline().saturating_duration_since(Instant::now());
-                            session.cut_last_sleep(remaining);
-                            session.sleep_ended();
-                            wait.phase.set(Phase::Readying);
+                        match wait.phase.as_mut().project() {
+                            PhaseProj::Sleeping { sleep } => {
+                                let remaining =
+                                    sleep.deadline().saturating_duration_since(Instant::now());
+                                session.cut_last_sleep(remaining);
+                                session.sleep_ended();
+                            }
+                            PhaseProj::Queued { .. } => {
+                                session.left_queue(Instant::now());
+                                session.sleep_ended();
+                            }
+                            PhaseProj::Readying => {}
                         }
+                        wait.phase.set(Phase::Readying);
                         drop(wait.token.take()); // refunded: this retry will not be sent
                         if let Some(result) = wait.last.take() {
                             this.state.set(State::Done);
@@ -230,10 +290,39 @@ where
                         }
                         // Aborted before the first attempt: there is no outcome yet, send now.
                     }
-                    if let PhaseProj::Sleeping { sleep } = wait.phase.as_mut().project() {
-                        ready!(sleep.poll(cx));
-                        session.sleep_ended();
-                        wait.phase.set(Phase::Readying);
+                    match wait.phase.as_mut().project() {
+                        PhaseProj::Sleeping { sleep } => {
+                            ready!(sleep.poll(cx));
+                            session.sleep_ended();
+                            wait.phase.set(Phase::Readying);
+                        }
+                        PhaseProj::Queued { queue, deadline } => {
+                            let expired = deadline
+                                .as_pin_mut()
+                                .is_some_and(|deadline| deadline.poll(cx).is_ready());
+                            if expired {
+                                let now = Instant::now();
+                                session.left_queue(now);
+                                session.sleep_ended();
+                                let wait_left = queue.predicted_wait(now);
+                                wait.phase.set(Phase::Readying);
+                                if let Some(result) = wait.last.take() {
+                                    // The deadline came before the pacer let it go: handed
+                                    // back, with when to try again.
+                                    session.defer(wait_left);
+                                    this.state.set(State::Done);
+                                    return Poll::Ready(
+                                        session.finish(result, StopReason::Deferred),
+                                    );
+                                }
+                                // A first attempt has no outcome to return: it is sent.
+                            } else {
+                                let pass = ready!(queue.poll_release(cx));
+                                session.released(pass, Instant::now());
+                                wait.phase.set(Phase::Readying);
+                            }
+                        }
+                        PhaseProj::Readying => {}
                     }
                     let service = this
                         .service
@@ -276,6 +365,7 @@ where
             State::Calling { .. } => "calling",
             State::Waiting { wait } => match wait.phase {
                 Phase::Sleeping { .. } => "sleeping",
+                Phase::Queued { .. } => "queued",
                 Phase::Readying => "readying",
             },
             State::Done => "done",

@@ -10,8 +10,10 @@ use super::stats::RetryStats;
 use crate::abort::AbortSignal;
 use crate::classify::HttpClassifier;
 use crate::error::InvalidConfig;
+use crate::pacer::{Pacing, PacingStats};
 use crate::random::RandomSource;
 use http::header::HeaderName;
+use http::uri::Authority;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -183,6 +185,12 @@ impl<C> RetryLayer<C> {
     pub fn max_attempts(&self) -> u32 {
         self.config.settings.max_attempts
     }
+
+    /// The pacing state of the endpoint `authority` (`None`: requests without one), if
+    /// [pacing](RetryLayerBuilder::pacing) is on and the endpoint has a state.
+    pub fn pacing_stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
+        self.config.pacer.as_ref()?.stats(authority)
+    }
 }
 
 impl Default for RetryLayer {
@@ -226,6 +234,7 @@ impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
 /// | [`stamp_idempotency_key`](Self::stamp_idempotency_key) | off |
 /// | [`attempt_header`](Self::attempt_header) | none |
 /// | [`deadline`](Self::deadline) | none |
+/// | [`pacing`](Self::pacing) | off |
 /// | [`abort_signal`](Self::abort_signal) | none |
 /// | [`random_source`](Self::random_source) | [`RandomSource::from_entropy`] |
 /// | [`wall_clock`](Self::wall_clock) | `SystemTime::now` |
@@ -316,6 +325,14 @@ impl<C> RetryLayerBuilder<C> {
     /// Turns the retry budget off: only `max_attempts` bounds retries.
     pub fn without_budget(mut self) -> Self {
         self.settings.budget = None;
+        self
+    }
+
+    /// Turns [endpoint pacing](Pacing) on: requests to an endpoint that is down wait in its queue
+    /// and are released by probes and then a ramp, instead of sleeping on their own timers or
+    /// being refused by the budget (which then slows the endpoint instead).
+    pub fn pacing(mut self, pacing: Pacing) -> Self {
+        self.settings.pacing = Some(pacing);
         self
     }
 

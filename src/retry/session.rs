@@ -16,6 +16,7 @@ use super::stats::Counters;
 use crate::abort::Listener;
 use crate::classify::{Classify, Outcome};
 use crate::message::{RetryRequest, RetryResponse};
+use crate::pacer::{Deferred, Endpoint, Pacer, PassGuard, QueueWait, Signal};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 use http::uri::Authority;
@@ -59,6 +60,12 @@ struct Waits {
     rng: Option<SmallRng>,
     /// Every wait so far; the time slept and the previous delay are read from it.
     delays: Vec<Delay>,
+    /// How the attempt in flight was let through by the pacer, if it was.
+    pass: Option<PassGuard>,
+    /// When the request joined an endpoint's queue, while it waits there.
+    queued_at: Option<Instant>,
+    /// When sending again makes sense, for the report of a deferred request.
+    retry_after: Option<Duration>,
 }
 
 /// What to do after an attempt.
@@ -68,6 +75,12 @@ pub(crate) enum Next {
         delay: Duration,
         listener: Option<Listener>,
         token: Option<Withdrawal>,
+    },
+    /// Wait in the endpoint's queue until the pacer lets the request go, or until `deadline`.
+    Queue {
+        wait: QueueWait,
+        listener: Option<Listener>,
+        deadline: Option<Instant>,
     },
 }
 
@@ -144,6 +157,10 @@ impl<Req, C> Session<Req, C> {
                 .as_mut()
                 .map_or_else(Vec::new, |waits| std::mem::take(&mut waits.delays)),
             stop,
+            retry_after: self
+                .waits
+                .as_mut()
+                .and_then(|waits| waits.retry_after.take()),
         }
     }
 
@@ -163,6 +180,43 @@ impl<Req, C> Session<Req, C> {
                 .counters
                 .delay(last.after_attempt, last.duration);
         }
+    }
+
+    /// The request leaves an endpoint's queue at `now` (let through, aborted, deferred or
+    /// dropped): its wait is recorded with the time it lasted.
+    pub(crate) fn left_queue(&mut self, now: Instant) {
+        let Some(waits) = self.waits.as_mut() else {
+            return;
+        };
+        if let (Some(queued_at), Some(last)) = (waits.queued_at.take(), waits.delays.last_mut()) {
+            last.duration = now.saturating_duration_since(queued_at);
+        }
+    }
+
+    /// The pacer let the request go with `pass`: its next outcome is recorded with it.
+    pub(crate) fn released(&mut self, pass: PassGuard, now: Instant) {
+        self.left_queue(now);
+        self.sleep_ended();
+        self.waits().pass = Some(pass);
+    }
+
+    /// The request could not wait (longer) in an endpoint's queue: sending again makes sense
+    /// in `retry_after`.
+    pub(crate) fn defer(&mut self, retry_after: Duration) {
+        self.waits().retry_after = Some(retry_after);
+    }
+
+    /// When the deadline falls, if there is one.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        Some(self.started? + self.config.settings.deadline?)
+    }
+
+    /// Joins `endpoint`'s queue at `now`, or says why it cannot.
+    fn queue(&mut self, endpoint: &Arc<Endpoint>, now: Instant) -> Result<QueueWait, Deferred> {
+        let wait = endpoint.enqueue(self.room(now), now)?;
+        self.record_delay(Duration::ZERO, DelaySource::Paced);
+        self.waits().queued_at = Some(now);
+        Ok(wait)
     }
 
     /// The last sleep was aborted with `remaining` left: the report shows the time slept.
@@ -228,7 +282,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             let key: u128 = stream.random();
             waits = Some(Box::new(Waits {
                 rng: Some(stream),
-                delays: Vec::new(),
+                ..Waits::default()
             }));
             let value = HeaderValue::try_from(format!("{key:032x}"))
                 .expect("hex digits are a valid header value");
@@ -335,7 +389,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// Takes the decision after an attempt that ended at `now` (read only for a transient
-    /// outcome): stop with a reason, or sleep this long.
+    /// outcome, or when pacing learns from every outcome): stop with a reason, sleep this long,
+    /// or wait in the endpoint's queue.
     pub(crate) fn decide<Res, E>(
         &mut self,
         result: &Result<Res, E>,
@@ -345,11 +400,17 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
+        let mut now = Now::new(now);
         let method = match &self.kept {
             Kept::Copy(request) => request.method(),
             Kept::Method(method) => method,
         };
-        match self.config.classifier.classify(method, result) {
+        let outcome = self.config.classifier.classify(method, result);
+        let endpoint = match &self.config.pacer {
+            Some(_) => self.learn(outcome, result, now.get()),
+            None => None,
+        };
+        match outcome {
             Outcome::Success => {
                 if let Some(budget) = &self.config.settings.budget {
                     budget.deposit();
@@ -361,7 +422,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         // Cloned and read only past this point: the success path pays no reference count and no
         // clock.
-        let now = now();
+        let now = now.get();
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
         if let Some(reason) = self.not_retryable {
@@ -389,12 +450,30 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             Ok(chosen) => chosen,
             Err(reason) => return Next::Stop(reason),
         };
+        if let Some(endpoint) = &endpoint {
+            if matches!(
+                source,
+                DelaySource::RetryAfter | DelaySource::RetryAfterClamped
+            ) {
+                // The hint pauses the endpoint, not only this request.
+                endpoint.pause_until(now + delay, now);
+            }
+            if endpoint.is_paced() {
+                return self.enter_queue(endpoint, listener, now);
+            }
+        }
         if delay > self.room(now) {
             return Next::Stop(StopReason::Deadline);
         }
         let token = match &settings.budget {
             Some(budget) if !budget.withdraw() => {
                 config.counters.budget_denied();
+                if let Some(endpoint) = &endpoint {
+                    // With pacing, an empty budget slows the endpoint instead of dropping the
+                    // request.
+                    endpoint.budget_empty(now);
+                    return self.enter_queue(endpoint, listener, now);
+                }
                 return Next::Stop(StopReason::BudgetEmpty);
             }
             Some(budget) => {
@@ -419,6 +498,80 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             listener,
             token,
         }
+    }
+
+    /// Tells the pacer what the outcome says of the endpoint; returns the endpoint (`None`
+    /// when its map is full and the request is not paced).
+    fn learn<Res: RetryResponse, E>(
+        &mut self,
+        outcome: Outcome,
+        result: &Result<Res, E>,
+        now: Instant,
+    ) -> Option<Arc<Endpoint>> {
+        let config = Arc::clone(&self.config);
+        let pacer = config.pacer.as_ref()?;
+        let signal = signal_of(pacer, outcome, result);
+        match self.waits.as_mut().and_then(|waits| waits.pass.take()) {
+            Some(pass) => {
+                let endpoint = pass.endpoint();
+                pass.record(signal, now);
+                Some(endpoint)
+            }
+            None => {
+                let endpoint = pacer.endpoint(self.authority().as_deref())?;
+                endpoint.record(None, signal, now);
+                Some(endpoint)
+            }
+        }
+    }
+
+    fn enter_queue(
+        &mut self,
+        endpoint: &Arc<Endpoint>,
+        listener: Option<Listener>,
+        now: Instant,
+    ) -> Next {
+        match self.queue(endpoint, now) {
+            Ok(wait) => {
+                decision!(attempt = self.attempts, "waiting in the endpoint's queue");
+                Next::Queue {
+                    wait,
+                    listener,
+                    deadline: self.deadline(),
+                }
+            }
+            Err(Deferred { retry_after }) => {
+                self.defer(retry_after);
+                Next::Stop(StopReason::Deferred)
+            }
+        }
+    }
+
+    /// With pacing and its first-attempt gate on, a new request to an endpoint that is down
+    /// waits in its queue: the place, and the listener its wait is aborted with. `None` when
+    /// it goes at once (the endpoint is open, or its queue cannot take it: a first attempt has
+    /// no outcome to return instead, so it is sent).
+    pub(crate) fn first_attempt_queue(
+        &mut self,
+        request: &Req,
+    ) -> Option<(QueueWait, Option<Listener>)> {
+        let config = Arc::clone(&self.config);
+        let pacer = config
+            .pacer
+            .as_ref()
+            .filter(|p| p.config().first_attempts)?;
+        let authority = request.authority();
+        let endpoint = pacer.endpoint(authority.as_deref())?;
+        if !endpoint.is_paced() {
+            return None;
+        }
+        let listener = config
+            .settings
+            .abort
+            .as_ref()
+            .map(|abort| abort.listen(authority.as_deref()));
+        let wait = self.queue(&endpoint, Instant::now()).ok()?;
+        Some((wait, listener))
     }
 
     /// The delay before the next attempt: the server's `Retry-After` when valid, else the backoff
@@ -506,6 +659,50 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 }
 
+/// What an outcome says of the endpoint's load.
+fn signal_of<Res: RetryResponse, E>(
+    pacer: &Pacer,
+    outcome: Outcome,
+    result: &Result<Res, E>,
+) -> Signal {
+    match (outcome, result) {
+        (Outcome::Success, _) => Signal::Success,
+        // Transient errors are timeouts and connection failures: what an overloaded or
+        // unreachable endpoint looks like.
+        (Outcome::Transient, Err(_)) => Signal::Congestion,
+        (Outcome::Transient, Ok(response))
+            if pacer.config().congestion.contains(&response.status()) =>
+        {
+            Signal::Congestion
+        }
+        _ => Signal::Neutral,
+    }
+}
+
+/// The clock, read at most once and only when needed.
+struct Now<F> {
+    read: Option<F>,
+    at: Option<Instant>,
+}
+
+impl<F: FnOnce() -> Instant> Now<F> {
+    fn new(read: F) -> Self {
+        Self {
+            read: Some(read),
+            at: None,
+        }
+    }
+
+    fn get(&mut self) -> Instant {
+        if let Some(at) = self.at {
+            return at;
+        }
+        let at = (self.read.take().expect("read once"))();
+        self.at = Some(at);
+        at
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The decision ladder on its own: no runtime timers, no inner service, `now` passed in.
@@ -567,6 +764,7 @@ mod tests {
         match next {
             Next::Stop(reason) => reason,
             Next::Sleep { delay, .. } => panic!("expected a stop, got a sleep of {delay:?}"),
+            Next::Queue { .. } => panic!("expected a stop, got a wait in the queue"),
         }
     }
 
@@ -574,6 +772,7 @@ mod tests {
         match next {
             Next::Sleep { delay, .. } => delay,
             Next::Stop(reason) => panic!("expected a sleep, got a stop: {reason}"),
+            Next::Queue { .. } => panic!("expected a sleep, got a wait in the queue"),
         }
     }
 

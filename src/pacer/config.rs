@@ -1,0 +1,252 @@
+//! [`Pacing`], the configuration of endpoint pacing, and its builder.
+
+use super::rate::RateConfig;
+use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
+use http::StatusCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Endpoint pacing: after an outage, deliveries wait and recover within seconds of the endpoint,
+/// instead of either firing on their own timers or being refused.
+///
+/// Give it to [`RetryLayerBuilder::pacing`](crate::RetryLayerBuilder::pacing). The retry layer
+/// then keeps a small state per endpoint (per authority of the request URI), learns from every
+/// outcome it sees, and decides for each request to an endpoint in trouble *when* it goes:
+///
+/// * **Open** (healthy): nothing changes; retries sleep their backoff and ask the budget.
+/// * **Probing**: after [`outage_after`](PacingBuilder::outage_after) congestion outcomes in a
+///   row (429, 502, 503, 504, a timeout, a connection failure), or when the retry budget is
+///   empty, the endpoint is down. Retries no longer fire on their own timers (nor are they
+///   refused by the budget): they wait in a FIFO queue, and the pacer lets one through every
+///   [`probe_interval`](PacingBuilder::probe_interval) (jittered), at most
+///   [`probes_in_flight`](PacingBuilder::probes_in_flight) at once. A probe is a real waiting
+///   request, so a probe that succeeds is a delivery.
+/// * **Ramping**: after the first success, waiting requests are released at a rate that starts
+///   at the probe rate and doubles every [`ramp_interval`](PacingBuilder::ramp_interval) while
+///   the losses in an interval stay at most [`loss_threshold`](PacingBuilder::loss_threshold).
+///   Above it, the rate drops to 70 % of what the endpoint *accepted* in that interval, and grows
+///   back along a cubic curve that regains it in [`regain`](PacingBuilder::regain) and then
+///   probes past it. Once the queue has been empty for a second without loss, the endpoint is
+///   open again.
+/// * **Paused**: a `Retry-After` (clamped) holds every request to the endpoint until then, and
+///   the release afterwards ramps from the probe rate, so a shared hint cannot bring the herd
+///   back in one instant.
+///
+/// With [`first_attempts`](PacingBuilder::first_attempts) on (the default), a *new* request to an
+/// endpoint that is down waits in the same queue, so new deliveries do not pile onto it. A
+/// request whose predicted wait is beyond its [deadline](crate::RetryLayerBuilder::deadline),
+/// or that finds the queue full, returns at once with
+/// [`StopReason::Deferred`](crate::StopReason::Deferred) and its last outcome, and its
+/// [`RetryReport::retry_after`](crate::RetryReport::retry_after) says when an outer durable
+/// queue should try again. An [`AbortSignal`](crate::AbortSignal) releases every waiter at once
+/// with its last outcome; dropping a waiting future frees its place.
+///
+/// Pacing is for senders that would rather wait than fail: webhooks, batch clients, queue
+/// consumers. An interactive call that wants an answer now is better served by a short retry
+/// sequence and a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), which fails fast.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_http_retry::{Pacing, RetryLayer};
+///
+/// let retry = RetryLayer::builder()
+///     .max_attempts(10)
+///     .pacing(Pacing::builder().probe_interval(Duration::from_millis(500)).build().unwrap())
+///     .build()
+///     .unwrap();
+/// # let _ = retry;
+/// ```
+#[derive(Clone, Debug)]
+pub struct Pacing {
+    config: Arc<PacingConfig>,
+}
+
+/// The checked configuration.
+#[derive(Clone, Debug)]
+pub(crate) struct PacingConfig {
+    pub(crate) probe_interval: Duration,
+    pub(crate) probes_in_flight: u32,
+    pub(crate) outage_after: u32,
+    pub(crate) ramp_interval: Duration,
+    pub(crate) loss_threshold: f64,
+    pub(crate) idle_to_open: Duration,
+    pub(crate) max_waiters: usize,
+    pub(crate) max_endpoints: usize,
+    pub(crate) first_attempts: bool,
+    pub(crate) congestion: Vec<StatusCode>,
+    pub(crate) rate: RateConfig,
+}
+
+impl Pacing {
+    /// The defaults of [`PacingBuilder`].
+    pub fn new() -> Self {
+        Self::builder()
+            .build()
+            .expect("the default configuration is valid")
+    }
+
+    /// A builder starting from the defaults.
+    pub fn builder() -> PacingBuilder {
+        PacingBuilder::default()
+    }
+
+    pub(crate) fn config(&self) -> &PacingConfig {
+        &self.config
+    }
+}
+
+impl Default for Pacing {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Configures [`Pacing`]; [`build`](Self::build) checks every value.
+///
+/// | setter | default | why |
+/// |---|---|---|
+/// | [`probe_interval`](Self::probe_interval) | 500 ms (2 probes/s), jittered ±50 % | a dead endpoint sees about 2 requests per second from each sender |
+/// | [`probes_in_flight`](Self::probes_in_flight) | 2 | a hung probe does not stop probing |
+/// | [`outage_after`](Self::outage_after) | 5 congestion outcomes in a row | a stray 503 does not pace an endpoint |
+/// | [`ramp_interval`](Self::ramp_interval) | 100 ms | the rate doubles ten times a second: 2/s to 2,000/s in one second |
+/// | [`loss_threshold`](Self::loss_threshold) | 0.05 | a capacity limit is found with few rejections |
+/// | [`regain`](Self::regain) | 1 s | after a loss, 70 % of the accepted rate back to 100 % in a second |
+/// | [`max_waiters`](Self::max_waiters) | 65,536 per endpoint | past it a request is deferred, not queued |
+/// | [`max_endpoints`](Self::max_endpoints) | 1,024 | the state kept is bounded |
+/// | [`first_attempts`](Self::first_attempts) | on | new requests to a dead endpoint wait too |
+/// | [`congestion`](Self::congestion) | 429, 502, 503, 504 | plus timeouts and connection failures |
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct PacingBuilder {
+    probe_interval: Duration,
+    probes_in_flight: u32,
+    outage_after: u32,
+    ramp_interval: Duration,
+    loss_threshold: f64,
+    regain: Duration,
+    max_waiters: usize,
+    max_endpoints: usize,
+    first_attempts: bool,
+    congestion: Vec<StatusCode>,
+}
+
+impl Default for PacingBuilder {
+    fn default() -> Self {
+        Self {
+            probe_interval: Duration::from_millis(500),
+            probes_in_flight: 2,
+            outage_after: 5,
+            ramp_interval: Duration::from_millis(100),
+            loss_threshold: 0.05,
+            regain: Duration::from_secs(1),
+            max_waiters: 65_536,
+            max_endpoints: 1024,
+            first_attempts: true,
+            congestion: [429, 502, 503, 504]
+                .map(|code| StatusCode::from_u16(code).expect("a valid status"))
+                .to_vec(),
+        }
+    }
+}
+
+impl PacingBuilder {
+    /// The mean time between two probes of an endpoint that is down (the probe rate is its
+    /// inverse, and a ramp starts from it).
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.probe_interval = interval;
+        self
+    }
+
+    /// How many probes may be in flight at once (at least 1).
+    pub fn probes_in_flight(mut self, probes: u32) -> Self {
+        self.probes_in_flight = probes;
+        self
+    }
+
+    /// How many congestion outcomes in a row mark an open endpoint as down (at least 1).
+    pub fn outage_after(mut self, outcomes: u32) -> Self {
+        self.outage_after = outcomes;
+        self
+    }
+
+    /// How often a ramp looks at its losses: the rate doubles at most once per interval.
+    pub fn ramp_interval(mut self, interval: Duration) -> Self {
+        self.ramp_interval = interval;
+        self
+    }
+
+    /// The fraction of losses in an interval above which the rate is cut, in `[0, 1]`.
+    pub fn loss_threshold(mut self, threshold: f64) -> Self {
+        self.loss_threshold = threshold;
+        self
+    }
+
+    /// How long the rate takes to regain, after a cut, the rate the endpoint accepted.
+    pub fn regain(mut self, regain: Duration) -> Self {
+        self.regain = regain;
+        self
+    }
+
+    /// The most requests waiting for one endpoint (at least 1).
+    pub fn max_waiters(mut self, waiters: usize) -> Self {
+        self.max_waiters = waiters;
+        self
+    }
+
+    /// The most endpoints with a state at once (at least 1): past it, the least recently used
+    /// open endpoint with nobody waiting is forgotten; when none can be, a request to a new
+    /// endpoint is not paced.
+    pub fn max_endpoints(mut self, endpoints: usize) -> Self {
+        self.max_endpoints = endpoints;
+        self
+    }
+
+    /// Whether a new request to an endpoint that is down waits in its queue (on by default).
+    pub fn first_attempts(mut self, wait: bool) -> Self {
+        self.first_attempts = wait;
+        self
+    }
+
+    /// The statuses that mean "overloaded" (transient timeouts and connection failures always
+    /// do). A transient status not in the list is retried but says nothing of the load.
+    pub fn congestion(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
+        self.congestion = statuses.into_iter().collect();
+        self
+    }
+
+    /// Checks every value.
+    ///
+    /// Fails, naming the field, on a zero or over-long interval, a zero count, or a threshold
+    /// outside `[0, 1]`.
+    pub fn build(self) -> Result<Pacing, InvalidConfig> {
+        positive_duration("pacing.probe_interval", self.probe_interval)?;
+        positive_duration("pacing.ramp_interval", self.ramp_interval)?;
+        positive_duration("pacing.regain", self.regain)?;
+        at_least_one("pacing.probes_in_flight", self.probes_in_flight.into())?;
+        at_least_one("pacing.outage_after", self.outage_after.into())?;
+        at_least_one("pacing.max_waiters", self.max_waiters as u64)?;
+        at_least_one("pacing.max_endpoints", self.max_endpoints as u64)?;
+        in_range("pacing.loss_threshold", self.loss_threshold, 0.0, 1.0)?;
+        let floor = 1.0 / self.probe_interval.as_secs_f64();
+        Ok(Pacing {
+            config: Arc::new(PacingConfig {
+                probe_interval: self.probe_interval,
+                probes_in_flight: self.probes_in_flight,
+                outage_after: self.outage_after,
+                ramp_interval: self.ramp_interval,
+                loss_threshold: self.loss_threshold,
+                idle_to_open: Duration::from_secs(1).max(self.ramp_interval * 2),
+                max_waiters: self.max_waiters,
+                max_endpoints: self.max_endpoints,
+                first_attempts: self.first_attempts,
+                congestion: self.congestion,
+                rate: RateConfig {
+                    floor,
+                    ceiling: 1e6_f64.max(floor),
+                    decrease: 0.7,
+                    regain_secs: self.regain.as_secs_f64(),
+                },
+            }),
+        })
+    }
+}

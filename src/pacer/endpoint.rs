@@ -1,0 +1,546 @@
+//! One endpoint's pacing state: its mode, its release schedule and its queue of waiting
+//! requests. Every method takes `now`, so the state machine is unit-tested without a runtime.
+//!
+//! ```text
+//!   Open ── N congestion outcomes in a row, or an empty budget ──> Probing
+//!    ^                                                               │ a success
+//!    │ queue empty, no loss, for a while                             v
+//!    └──────────────────────────────────────────────────────────── Ramping (slow start, then
+//!                                                                    cubic after a loss)
+//!   any mode ── Retry-After ──> Paused until then ──> Ramping from the probe rate
+//! ```
+
+use super::config::PacingConfig;
+use super::rate::Ramp;
+use crate::random::uniform;
+use rand::rngs::SmallRng;
+use std::collections::VecDeque;
+use std::task::Waker;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What the endpoint is doing, as [`PacingStats`](crate::PacingStats) reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PacingMode {
+    /// Healthy: requests go through on their own timers.
+    Open,
+    /// Down: waiting requests are let through one probe at a time, at the probe rate.
+    Probing,
+    /// Recovering: waiting requests are released at a rate that grows while losses stay low.
+    Ramping,
+    /// Told to wait by the endpoint (`Retry-After`): nothing is released until the pause ends.
+    Paused,
+}
+
+/// What an outcome says about the endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// It took the request.
+    Success,
+    /// It is overloaded or unreachable (429, 502, 503, 504, a timeout, a connection failure).
+    Congestion,
+    /// Nothing about its load (a 404, a 500 the classifier calls transient but not congestion).
+    Neutral,
+}
+
+/// How a released request was let through; its outcome is recorded with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// One of the few requests in flight while the endpoint is down.
+    Probe,
+    /// Released by the rate (or the endpoint is open).
+    Paced,
+}
+
+/// Whether the request at the head of the queue may go now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    Now(Pass),
+    /// Not before this instant.
+    At(Instant),
+    /// When a probe in flight finishes.
+    Blocked,
+}
+
+pub(crate) struct Waiter {
+    pub(crate) id: u64,
+    pub(crate) waker: Option<Waker>,
+}
+
+enum Mode {
+    Open {
+        congested_in_a_row: u32,
+    },
+    Probing {
+        in_flight: u32,
+    },
+    Ramping {
+        ramp: Ramp,
+        /// The current measuring interval: when it started, successes and losses in it.
+        interval_start: Instant,
+        successes: u32,
+        losses: u32,
+        /// Since when the queue has been empty with no loss, if it is.
+        idle_since: Option<Instant>,
+    },
+    Paused {
+        until: Instant,
+    },
+}
+
+pub(crate) struct EndpointState {
+    mode: Mode,
+    /// The earliest next release while paced.
+    next_release: Instant,
+    pub(crate) queue: VecDeque<Waiter>,
+    next_id: u64,
+    rng: SmallRng,
+    pub(crate) probes: u64,
+    pub(crate) deferred: u64,
+}
+
+impl EndpointState {
+    pub(crate) fn new(now: Instant, rng: SmallRng) -> Self {
+        Self {
+            mode: Mode::Open {
+                congested_in_a_row: 0,
+            },
+            next_release: now,
+            queue: VecDeque::new(),
+            next_id: 0,
+            rng,
+            probes: 0,
+            deferred: 0,
+        }
+    }
+
+    pub(crate) fn mode(&self) -> PacingMode {
+        match self.mode {
+            Mode::Open { .. } => PacingMode::Open,
+            Mode::Probing { .. } => PacingMode::Probing,
+            Mode::Ramping { .. } => PacingMode::Ramping,
+            Mode::Paused { .. } => PacingMode::Paused,
+        }
+    }
+
+    /// Whether requests to the endpoint wait in the queue now (rather than on their own timers).
+    pub(crate) fn is_paced(&self) -> bool {
+        !matches!(self.mode, Mode::Open { .. })
+    }
+
+    /// The release rate now, per second (0 while open: unpaced).
+    pub(crate) fn rate(&self, config: &PacingConfig) -> f64 {
+        match &self.mode {
+            Mode::Open { .. } => 0.0,
+            Mode::Probing { .. } | Mode::Paused { .. } => config.rate.floor,
+            Mode::Ramping { ramp, .. } => ramp.rate(&config.rate),
+        }
+    }
+
+    /// Joins the queue: its id, or `None` when the queue is full.
+    pub(crate) fn enqueue(&mut self, config: &PacingConfig) -> Option<u64> {
+        if self.queue.len() >= config.max_waiters {
+            self.deferred += 1;
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back(Waiter { id, waker: None });
+        Some(id)
+    }
+
+    /// Leaves the queue (a dropped or aborted waiter); wakes the new head if it was the head.
+    pub(crate) fn remove(&mut self, id: u64) {
+        let was_head = self.queue.front().is_some_and(|w| w.id == id);
+        self.queue.retain(|w| w.id != id);
+        if was_head {
+            self.wake_head();
+        }
+    }
+
+    pub(crate) fn wake_head(&mut self) {
+        if let Some(waker) = self.queue.front_mut().and_then(|w| w.waker.take()) {
+            waker.wake();
+        }
+    }
+
+    /// A rough wait for a request that joins the queue now at `position` (0: the head): the time
+    /// to the next release plus the queue ahead at the current rate, or at the probe rate while
+    /// the endpoint is down or paused (as if the next probe found it back).
+    pub(crate) fn predicted_wait(
+        &self,
+        config: &PacingConfig,
+        position: usize,
+        now: Instant,
+    ) -> Duration {
+        let first = match self.mode {
+            Mode::Open { .. } => return Duration::ZERO,
+            Mode::Paused { until } => until.max(self.next_release),
+            _ => self.next_release,
+        };
+        let rate = self.rate(config).max(config.rate.floor);
+        let queue = Duration::from_secs_f64((position as f64 / rate).min(1e9));
+        first.saturating_duration_since(now).saturating_add(queue)
+    }
+
+    /// Whether the head of the queue may go at `now`. Taking a release moves the schedule on.
+    pub(crate) fn try_release(&mut self, config: &PacingConfig, now: Instant) -> Release {
+        self.tick(config, now);
+        match &mut self.mode {
+            Mode::Open { .. } => Release::Now(Pass::Paced),
+            Mode::Paused { until } => Release::At(*until),
+            Mode::Probing { in_flight } => {
+                if *in_flight >= config.probes_in_flight {
+                    Release::Blocked
+                } else if now < self.next_release {
+                    Release::At(self.next_release)
+                } else {
+                    *in_flight += 1;
+                    self.probes += 1;
+                    let interval = config.probe_interval;
+                    // Jittered, so that a fleet that lost the endpoint together does not probe
+                    // in step.
+                    let gap = uniform(interval / 2, interval + interval / 2, &mut self.rng);
+                    self.next_release = now + gap;
+                    Release::Now(Pass::Probe)
+                }
+            }
+            Mode::Ramping { ramp, .. } => {
+                if now < self.next_release {
+                    return Release::At(self.next_release);
+                }
+                let gap = Duration::from_secs_f64(1.0 / ramp.rate(&config.rate));
+                // At most one gap of catching up after an idle moment: no burst.
+                self.next_release =
+                    self.next_release.max(now.checked_sub(gap).unwrap_or(now)) + gap;
+                Release::Now(Pass::Paced)
+            }
+        }
+    }
+
+    /// Records what an outcome says. `pass` is how the attempt was released (`None`: it was
+    /// not paced). Returns whether the head of the queue should look again.
+    pub(crate) fn record(
+        &mut self,
+        config: &PacingConfig,
+        pass: Option<Pass>,
+        signal: Signal,
+        now: Instant,
+    ) -> bool {
+        self.tick(config, now);
+        let mut changed = false;
+        if let (Some(Pass::Probe), Mode::Probing { in_flight }) = (pass, &mut self.mode) {
+            *in_flight = in_flight.saturating_sub(1);
+            changed = true;
+        }
+        match (&mut self.mode, signal) {
+            (Mode::Open { congested_in_a_row }, Signal::Congestion) => {
+                *congested_in_a_row += 1;
+                if *congested_in_a_row >= config.outage_after {
+                    self.enter_probing(config, now);
+                    changed = true;
+                }
+            }
+            (Mode::Open { congested_in_a_row }, Signal::Success) => *congested_in_a_row = 0,
+            (Mode::Probing { .. }, Signal::Success) => {
+                self.enter_ramping(config, now);
+                changed = true;
+            }
+            (
+                Mode::Ramping {
+                    ramp,
+                    successes,
+                    losses,
+                    idle_since,
+                    ..
+                },
+                signal,
+            ) => match signal {
+                Signal::Success => {
+                    *successes += 1;
+                    ramp.on_success(&config.rate, config.ramp_interval.as_secs_f64());
+                }
+                Signal::Congestion => {
+                    *losses += 1;
+                    *idle_since = None;
+                }
+                Signal::Neutral => {}
+            },
+            _ => {}
+        }
+        changed
+    }
+
+    /// An empty budget while open: the endpoint is failing more than the budget allows, so it
+    /// is paced instead of refusing its requests.
+    pub(crate) fn budget_empty(&mut self, config: &PacingConfig, now: Instant) {
+        if let Mode::Open { .. } = self.mode {
+            self.enter_probing(config, now);
+        }
+    }
+
+    /// The endpoint said when to come back: every request waits until then, and the release
+    /// afterwards ramps from the probe rate.
+    pub(crate) fn pause_until(&mut self, config: &PacingConfig, until: Instant, now: Instant) {
+        let _ = config;
+        if until <= now {
+            return;
+        }
+        match &mut self.mode {
+            Mode::Paused { until: current } => *current = (*current).max(until),
+            _ => {
+                self.mode = Mode::Paused { until };
+                trace(PacingMode::Paused);
+            }
+        }
+    }
+
+    /// Moves the mode on with time: a pause that ended, a measuring interval that closed.
+    fn tick(&mut self, config: &PacingConfig, now: Instant) {
+        if let Mode::Paused { until } = self.mode {
+            if now >= until {
+                self.enter_ramping(config, now);
+            }
+        }
+        let queue_empty = self.queue.is_empty();
+        let Mode::Ramping {
+            ramp,
+            interval_start,
+            successes,
+            losses,
+            idle_since,
+        } = &mut self.mode
+        else {
+            return;
+        };
+        let interval = config.ramp_interval;
+        while now >= *interval_start + interval {
+            let total = *successes + *losses;
+            let loss = if total == 0 {
+                0.0
+            } else {
+                f64::from(*losses) / f64::from(total)
+            };
+            if loss > config.loss_threshold {
+                let accepted = f64::from(*successes) / interval.as_secs_f64();
+                ramp.lose(&config.rate, accepted);
+            } else {
+                ramp.interval_passed(interval.as_secs_f64());
+            }
+            *successes = 0;
+            *losses = 0;
+            *interval_start += interval;
+            if now >= *interval_start + interval * 8 {
+                // A long quiet spell: skip to the current interval instead of looping.
+                *interval_start = now;
+            }
+        }
+        if queue_empty {
+            let since = *idle_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= config.idle_to_open {
+                self.mode = Mode::Open {
+                    congested_in_a_row: 0,
+                };
+                trace(PacingMode::Open);
+            }
+        } else {
+            *idle_since = None;
+        }
+    }
+
+    fn enter_probing(&mut self, config: &PacingConfig, now: Instant) {
+        self.mode = Mode::Probing { in_flight: 0 };
+        let interval = config.probe_interval;
+        self.next_release = now + uniform(interval / 2, interval + interval / 2, &mut self.rng);
+        trace(PacingMode::Probing);
+    }
+
+    fn enter_ramping(&mut self, config: &PacingConfig, now: Instant) {
+        self.mode = Mode::Ramping {
+            ramp: Ramp::start(&config.rate),
+            interval_start: now,
+            successes: 0,
+            losses: 0,
+            idle_since: None,
+        };
+        self.next_release = self.next_release.max(now);
+        trace(PacingMode::Ramping);
+    }
+}
+
+fn trace(_mode: PacingMode) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(target: "tower_http_retry::pacer", mode = ?_mode, "endpoint pacing");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pacer::Pacing;
+    use rand::SeedableRng;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn config() -> PacingConfig {
+        Pacing::new().config().clone()
+    }
+
+    fn state(now: Instant) -> EndpointState {
+        EndpointState::new(now, SmallRng::seed_from_u64(1))
+    }
+
+    fn down(config: &PacingConfig, now: Instant) -> EndpointState {
+        let mut s = state(now);
+        for _ in 0..config.outage_after {
+            s.record(config, None, Signal::Congestion, now);
+        }
+        assert_eq!(s.mode(), PacingMode::Probing);
+        s
+    }
+
+    #[test]
+    fn congestion_in_a_row_turns_an_open_endpoint_to_probing() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = state(now);
+        for _ in 1..config.outage_after {
+            s.record(&config, None, Signal::Congestion, now);
+        }
+        s.record(&config, None, Signal::Success, now);
+        s.record(&config, None, Signal::Congestion, now);
+        assert_eq!(s.mode(), PacingMode::Open, "a success resets the run");
+        let _ = down(&config, now);
+    }
+
+    #[test]
+    fn probing_lets_a_bounded_number_through_at_the_probe_rate() {
+        let config = config();
+        let start = Instant::now();
+        let mut s = down(&config, start);
+        let mut now = start;
+        let mut probes = Vec::new();
+        for _ in 0..100 {
+            match s.try_release(&config, now) {
+                Release::Now(pass) => {
+                    assert_eq!(pass, Pass::Probe);
+                    probes.push(now);
+                    // The probe fails at once.
+                    s.record(&config, Some(pass), Signal::Congestion, now);
+                }
+                Release::At(at) => now = at,
+                Release::Blocked => panic!("no probe is in flight"),
+            }
+            if now > start + 10 * 1000 * MS {
+                break;
+            }
+        }
+        let per_second = probes.len() as f64 / 10.0;
+        let nominal = 1.0 / config.probe_interval.as_secs_f64();
+        assert!(
+            per_second > nominal * 0.6 && per_second < nominal * 1.5,
+            "{per_second}/s"
+        );
+    }
+
+    #[test]
+    fn probes_in_flight_are_bounded() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = down(&config, now);
+        let later = now + 60 * 1000 * MS;
+        let mut passes = 0;
+        loop {
+            match s.try_release(&config, later + passes * 1000 * MS) {
+                Release::Now(_) => passes += 1,
+                Release::Blocked => break,
+                Release::At(_) => panic!("time was given"),
+            }
+        }
+        assert_eq!(
+            passes,
+            u32::from(config.probes_in_flight > 0) * config.probes_in_flight
+        );
+    }
+
+    #[test]
+    fn a_successful_probe_starts_a_ramp_that_doubles_per_interval() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = down(&config, now);
+        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        assert_eq!(s.mode(), PacingMode::Ramping);
+        s.queue.push_back(Waiter { id: 0, waker: None });
+        // Each success of a released request adds `1 / interval`: a rate whose releases all
+        // succeed doubles every interval (rate.rs checks the doubling itself).
+        let floor = s.rate(&config);
+        for n in 1..=3 {
+            s.record(&config, Some(Pass::Paced), Signal::Success, now);
+            let expected = floor + f64::from(n) / config.ramp_interval.as_secs_f64();
+            assert!(
+                (s.rate(&config) - expected).abs() < 1e-9,
+                "{}",
+                s.rate(&config)
+            );
+        }
+    }
+
+    #[test]
+    fn losses_above_the_threshold_cut_the_rate_to_a_fraction_of_what_was_accepted() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = down(&config, now);
+        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.queue.push_back(Waiter { id: 0, waker: None });
+        for _ in 0..10 {
+            s.record(&config, Some(Pass::Paced), Signal::Success, now);
+        }
+        for _ in 0..10 {
+            s.record(&config, Some(Pass::Paced), Signal::Congestion, now);
+        }
+        s.tick(&config, now + config.ramp_interval);
+        let accepted = 10.0 / config.ramp_interval.as_secs_f64();
+        let expected = (accepted * config.rate.decrease).max(config.rate.floor);
+        assert!(
+            (s.rate(&config) - expected).abs() < 1e-6,
+            "{}",
+            s.rate(&config)
+        );
+    }
+
+    #[test]
+    fn a_pause_holds_every_release_then_ramps_from_the_probe_rate() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = state(now);
+        let until = now + 5000 * MS;
+        s.pause_until(&config, until, now);
+        assert_eq!(s.try_release(&config, now), Release::At(until));
+        s.queue.push_back(Waiter { id: 0, waker: None });
+        assert_eq!(s.try_release(&config, until), Release::Now(Pass::Paced));
+        assert_eq!(s.mode(), PacingMode::Ramping);
+        assert_eq!(s.rate(&config), config.rate.floor);
+    }
+
+    #[test]
+    fn an_idle_ramp_opens_the_endpoint() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = down(&config, now);
+        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.tick(&config, now);
+        s.tick(&config, now + config.idle_to_open);
+        assert_eq!(s.mode(), PacingMode::Open);
+    }
+
+    #[test]
+    fn a_full_queue_refuses_to_enqueue() {
+        let mut config = config();
+        config.max_waiters = 2;
+        let mut s = state(Instant::now());
+        assert!(s.enqueue(&config).is_some());
+        assert!(s.enqueue(&config).is_some());
+        assert!(s.enqueue(&config).is_none());
+        assert_eq!(s.deferred, 1);
+    }
+}

@@ -1,0 +1,296 @@
+//! The paced endpoints of a layer, bounded in number, and what a request holds of one: its
+//! place in the queue ([`QueueWait`]) and, once let through, its pass ([`PassGuard`]).
+
+use super::config::{Pacing, PacingConfig};
+use super::endpoint::{EndpointState, PacingMode, Pass, Release, Signal};
+use crate::random::RandomSource;
+use http::uri::Authority;
+use pin_project_lite::pin_project;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+
+/// Every endpoint's state; shared by every clone of a layer.
+pub(crate) struct Pacer {
+    config: Pacing,
+    random: RandomSource,
+    map: Mutex<Map>,
+}
+
+#[derive(Default)]
+struct Map {
+    endpoints: HashMap<Option<Authority>, (Arc<Endpoint>, u64)>,
+    clock: u64,
+}
+
+/// One endpoint: its state behind a lock whose critical sections are a few field updates.
+pub(crate) struct Endpoint {
+    config: Pacing,
+    state: Mutex<EndpointState>,
+}
+
+/// The state and counters of one endpoint, as
+/// [`RetryLayer::pacing_stats`](crate::RetryLayer::pacing_stats) reports them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PacingStats {
+    /// What the endpoint is doing.
+    pub mode: PacingMode,
+    /// The release rate, per second (0 while open: requests are not paced).
+    pub rate: f64,
+    /// Requests waiting in its queue.
+    pub waiting: usize,
+    /// Probes let through since the endpoint was first seen.
+    pub probes: u64,
+    /// Requests turned away (queue full, or a wait beyond their deadline).
+    pub deferred: u64,
+}
+
+impl Pacer {
+    pub(crate) fn new(config: Pacing, random: RandomSource) -> Self {
+        Self {
+            config,
+            random,
+            map: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &PacingConfig {
+        self.config.config()
+    }
+
+    fn map(&self) -> MutexGuard<'_, Map> {
+        // Plain data with no invariant to break half-way: a poisoned lock is usable.
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The endpoint of `authority`, made if needed; `None` when the map is full and no endpoint
+    /// in it can be forgotten (the request is then not paced).
+    pub(crate) fn endpoint(&self, authority: Option<&Authority>) -> Option<Arc<Endpoint>> {
+        let mut map = self.map();
+        map.clock += 1;
+        let tick = map.clock;
+        if let Some((endpoint, used)) = map.endpoints.get_mut(&authority.cloned()) {
+            *used = tick;
+            return Some(Arc::clone(endpoint));
+        }
+        if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map) {
+            return None;
+        }
+        let endpoint = Arc::new(Endpoint {
+            config: self.config.clone(),
+            state: Mutex::new(EndpointState::new(Instant::now(), self.random.stream())),
+        });
+        map.endpoints
+            .insert(authority.cloned(), (Arc::clone(&endpoint), tick));
+        Some(endpoint)
+    }
+
+    /// The state of `authority`'s endpoint, if it has one.
+    pub(crate) fn stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
+        let endpoint = self.map().endpoints.get(&authority.cloned())?.0.clone();
+        Some(endpoint.stats())
+    }
+}
+
+/// Forgets the least recently used endpoint that is open and that no request holds (no waiter,
+/// no pass in flight). Returns whether one was forgotten.
+fn evict(map: &mut Map) -> bool {
+    let victim = map
+        .endpoints
+        .iter()
+        .filter(|(_, (endpoint, _))| {
+            Arc::strong_count(endpoint) == 1 && endpoint.lock().mode() == PacingMode::Open
+        })
+        .min_by_key(|(_, (_, used))| *used)
+        .map(|(key, _)| key.clone());
+    victim.is_some_and(|key| map.endpoints.remove(&key).is_some())
+}
+
+/// Why a request cannot wait in the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Deferred {
+    /// When trying again makes sense, from now.
+    pub(crate) retry_after: Duration,
+}
+
+impl Endpoint {
+    fn lock(&self) -> MutexGuard<'_, EndpointState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn config(&self) -> &PacingConfig {
+        self.config.config()
+    }
+
+    pub(crate) fn stats(&self) -> PacingStats {
+        let state = self.lock();
+        PacingStats {
+            mode: state.mode(),
+            rate: state.rate(self.config()),
+            waiting: state.queue.len(),
+            probes: state.probes,
+            deferred: state.deferred,
+        }
+    }
+
+    /// Whether requests to this endpoint wait in its queue now.
+    pub(crate) fn is_paced(&self) -> bool {
+        self.lock().is_paced()
+    }
+
+    /// Records what an outcome says; wakes the head of the queue if that may let it go.
+    pub(crate) fn record(&self, pass: Option<Pass>, signal: Signal, now: Instant) {
+        let mut state = self.lock();
+        if state.record(self.config(), pass, signal, now) {
+            state.wake_head();
+        }
+    }
+
+    /// The retry budget said no while the endpoint is open: pace it.
+    pub(crate) fn budget_empty(&self, now: Instant) {
+        self.lock().budget_empty(self.config(), now);
+    }
+
+    /// The endpoint asked for a pause until `until`.
+    pub(crate) fn pause_until(&self, until: Instant, now: Instant) {
+        self.lock().pause_until(self.config(), until, now);
+    }
+
+    /// Joins the queue, unless it is full or the predicted wait is longer than `room`.
+    pub(crate) fn enqueue(
+        self: &Arc<Self>,
+        room: Duration,
+        now: Instant,
+    ) -> Result<QueueWait, Deferred> {
+        let mut state = self.lock();
+        let wait = state.predicted_wait(self.config(), state.queue.len(), now);
+        if wait > room {
+            state.deferred += 1;
+            return Err(Deferred { retry_after: wait });
+        }
+        match state.enqueue(self.config()) {
+            Some(id) => Ok(QueueWait {
+                endpoint: Arc::clone(self),
+                id,
+                timer: None,
+                done: false,
+            }),
+            None => Err(Deferred { retry_after: wait }),
+        }
+    }
+}
+
+pin_project! {
+    /// A request's place in an endpoint's queue; completes when the pacer lets it go.
+    /// Dropping it frees the place.
+    pub(crate) struct QueueWait {
+        endpoint: Arc<Endpoint>,
+        id: u64,
+        // Only the head of the queue waits on a timer, for the next release.
+        #[pin]
+        timer: Option<Sleep>,
+        done: bool,
+    }
+
+    impl PinnedDrop for QueueWait {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if !*this.done {
+                this.endpoint.lock().remove(*this.id);
+            }
+        }
+    }
+}
+
+impl QueueWait {
+    /// How long the pacer expects this request still to wait, from `now`.
+    pub(crate) fn predicted_wait(&self, now: Instant) -> Duration {
+        let state = self.endpoint.lock();
+        let position = state
+            .queue
+            .iter()
+            .position(|waiter| waiter.id == self.id)
+            .unwrap_or(state.queue.len());
+        state.predicted_wait(self.endpoint.config(), position, now)
+    }
+
+    /// `Ready` with the request's pass once the pacer lets it go.
+    pub(crate) fn poll_release(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PassGuard> {
+        let mut this = self.project();
+        loop {
+            let now = Instant::now();
+            let mut state = this.endpoint.lock();
+            let head = state.queue.front().map(|waiter| waiter.id);
+            if head != Some(*this.id) {
+                if let Some(waiter) = state.queue.iter_mut().find(|w| w.id == *this.id) {
+                    waiter.waker = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+            match state.try_release(this.endpoint.config(), now) {
+                Release::Now(pass) => {
+                    state.queue.pop_front();
+                    state.wake_head();
+                    *this.done = true;
+                    return Poll::Ready(PassGuard {
+                        endpoint: Arc::clone(this.endpoint),
+                        pass: Some(pass),
+                    });
+                }
+                Release::Blocked => {
+                    if let Some(waiter) = state.queue.front_mut() {
+                        waiter.waker = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
+                Release::At(at) => {
+                    if let Some(waiter) = state.queue.front_mut() {
+                        waiter.waker = Some(cx.waker().clone());
+                    }
+                    drop(state);
+                    match this.timer.as_mut().as_pin_mut() {
+                        Some(timer) => timer.reset(at),
+                        None => this.timer.set(Some(tokio::time::sleep_until(at))),
+                    }
+                    let timer = this.timer.as_mut().as_pin_mut().expect("just set");
+                    if timer.poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How an attempt was let through; its outcome is recorded with it. Dropped unrecorded (the
+/// request was cancelled), it gives a probe's slot back.
+pub(crate) struct PassGuard {
+    endpoint: Arc<Endpoint>,
+    pass: Option<Pass>,
+}
+
+impl PassGuard {
+    /// The endpoint the pass is for.
+    pub(crate) fn endpoint(&self) -> Arc<Endpoint> {
+        Arc::clone(&self.endpoint)
+    }
+
+    /// Records the attempt's outcome.
+    pub(crate) fn record(mut self, signal: Signal, now: Instant) {
+        self.endpoint.record(self.pass.take(), signal, now);
+    }
+}
+
+impl Drop for PassGuard {
+    fn drop(&mut self) {
+        if let Some(pass) = self.pass.take() {
+            self.endpoint
+                .record(Some(pass), Signal::Neutral, Instant::now());
+        }
+    }
+}
