@@ -63,6 +63,9 @@ pub(crate) enum Release {
     Blocked,
 }
 
+/// How far behind its schedule a ramp may release at once (see `try_release`).
+const BURST_WINDOW: Duration = Duration::from_millis(10);
+
 pub(crate) struct Waiter {
     pub(crate) id: u64,
     pub(crate) waker: Option<Waker>,
@@ -83,6 +86,9 @@ enum Mode {
         losses: u32,
         /// Since when the queue has been empty with no loss, if it is.
         idle_since: Option<Instant>,
+        /// Losses before this instant do not cut the rate again: they answer requests released
+        /// before the last cut, and one loss event deserves one cut.
+        cut_settles_at: Instant,
     },
     Paused {
         until: Instant,
@@ -211,9 +217,11 @@ impl EndpointState {
                     return Release::At(self.next_release);
                 }
                 let gap = Duration::from_secs_f64(1.0 / ramp.rate(&config.rate));
-                // At most one gap of catching up after an idle moment: no burst.
-                self.next_release =
-                    self.next_release.max(now.checked_sub(gap).unwrap_or(now)) + gap;
+                // Releases due since the last one go now, up to a short window's worth: a timer
+                // wakes the queue at most once a millisecond, so a rate above 1,000/s needs a
+                // few releases per wake; an idle moment does not save up a burst beyond that.
+                let earliest = now.checked_sub(BURST_WINDOW).unwrap_or(now);
+                self.next_release = self.next_release.max(earliest) + gap;
                 Release::Now(Pass::Paced)
             }
         }
@@ -310,6 +318,7 @@ impl EndpointState {
             successes,
             losses,
             idle_since,
+            cut_settles_at,
         } = &mut self.mode
         else {
             return;
@@ -323,8 +332,11 @@ impl EndpointState {
                 f64::from(*losses) / f64::from(total)
             };
             if loss > config.loss_threshold {
-                let accepted = f64::from(*successes) / interval.as_secs_f64();
-                ramp.lose(&config.rate, accepted);
+                if *interval_start >= *cut_settles_at {
+                    let accepted = f64::from(*successes) / interval.as_secs_f64();
+                    ramp.lose(&config.rate, accepted);
+                    *cut_settles_at = *interval_start + interval * 2;
+                }
             } else {
                 ramp.interval_passed(interval.as_secs_f64());
             }
@@ -363,6 +375,7 @@ impl EndpointState {
             successes: 0,
             losses: 0,
             idle_since: None,
+            cut_settles_at: now,
         };
         self.next_release = self.next_release.max(now);
         trace(PacingMode::Ramping);
@@ -542,5 +555,28 @@ mod tests {
         assert!(s.enqueue(&config).is_some());
         assert!(s.enqueue(&config).is_none());
         assert_eq!(s.deferred, 1);
+    }
+
+    #[test]
+    fn one_loss_event_cuts_the_rate_once() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = down(&config, now);
+        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.queue.push_back(Waiter { id: 0, waker: None });
+        let mut at = now;
+        let mut rates = Vec::new();
+        // Two intervals in a row with half their requests lost: the second answers requests
+        // released before the first cut.
+        for _ in 0..2 {
+            for _ in 0..10 {
+                s.record(&config, Some(Pass::Paced), Signal::Success, at);
+                s.record(&config, Some(Pass::Paced), Signal::Congestion, at);
+            }
+            at += config.ramp_interval;
+            s.tick(&config, at);
+            rates.push(s.rate(&config));
+        }
+        assert!(rates[1] >= rates[0], "cut twice: {rates:?}");
     }
 }
