@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Why the retry layer stopped and returned the outcome it returned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// Ordered (in declaration order) and hashable, so it can key a map of counts or queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum StopReason {
     /// The last attempt succeeded.
@@ -57,6 +59,27 @@ impl StopReason {
         StopReason::Cancelled,
         StopReason::Deferred,
     ];
+
+    /// Whether sending the request again later cannot help: it succeeded, or the endpoint (or
+    /// the request itself) says no. Every other stop is about *now* (an outage, a budget, a
+    /// deadline, a shutdown): a sender redelivers those, after
+    /// [`RetryReport::retry_after`] when the report has it.
+    ///
+    /// ```
+    /// use tower_http_retry::StopReason;
+    ///
+    /// assert!(StopReason::Permanent.is_final());
+    /// assert!(!StopReason::BudgetEmpty.is_final());
+    /// ```
+    pub const fn is_final(self) -> bool {
+        matches!(
+            self,
+            StopReason::Success
+                | StopReason::Permanent
+                | StopReason::NotIdempotent
+                | StopReason::NotReplayable
+        )
+    }
 
     /// A short `snake_case` name, for logs and metrics labels.
     pub const fn as_str(self) -> &'static str {

@@ -163,6 +163,60 @@ impl RetryLayer {
     pub fn builder() -> RetryLayerBuilder {
         RetryLayerBuilder::default()
     }
+
+    /// A builder for a caller that waits for the answer (an API call behind a user's click, an
+    /// RPC): few attempts, short waits, fail fast.
+    ///
+    /// 3 attempts, full jitter from 50 ms capped at 1 s (`Retry-After` clamped to 1 s too, so a
+    /// server cannot park the caller), the default budget, a 5 s deadline. In an outage of a few
+    /// seconds, each request tries 3 times within about a second and then returns the endpoint's
+    /// last answer; once the budget is spent, failures return at once
+    /// ([`StopReason::BudgetEmpty`](crate::StopReason::BudgetEmpty)). Add a
+    /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) to fail fast for the rest of a longer
+    /// outage.
+    ///
+    /// ```
+    /// let retry = tower_http_retry::RetryLayer::interactive().build().unwrap();
+    /// assert_eq!(retry.max_attempts(), 3);
+    /// ```
+    pub fn interactive() -> RetryLayerBuilder {
+        RetryLayerBuilder::default()
+            .max_attempts(3)
+            .backoff(Backoff::new(
+                crate::Jitter::Full,
+                Duration::from_millis(50),
+                Duration::from_secs(1),
+            ))
+            .deadline(Duration::from_secs(5))
+    }
+
+    /// A builder for a sender that would rather wait than fail (webhooks, fan-out, batch jobs,
+    /// queue consumers): waits that span a short outage, and [pacing](Pacing) instead of a
+    /// budget that refuses.
+    ///
+    /// 10 attempts, full jitter from 1 s capped at 30 s, [`Pacing::new`] (requests to an
+    /// endpoint that is down wait in its queue and are let through by probes, about 2 per
+    /// second, then by a rate that ramps up), no deadline. In an outage of a few seconds, a
+    /// burst to the endpoint sends its first attempts, then waits: the endpoint sees about two
+    /// requests per second while it is down, and the burst is delivered within a few seconds of
+    /// its return. A request the layer still gives up on returns its last answer with a
+    /// [`RetryReport`](crate::RetryReport) that says why and, where it knows,
+    /// [when](crate::RetryReport::retry_after) to send it again.
+    ///
+    /// ```
+    /// let retry = tower_http_retry::RetryLayer::bulk().build().unwrap();
+    /// assert_eq!(retry.max_attempts(), 10);
+    /// ```
+    pub fn bulk() -> RetryLayerBuilder {
+        RetryLayerBuilder::default()
+            .max_attempts(10)
+            .backoff(Backoff::new(
+                crate::Jitter::Full,
+                Duration::from_secs(1),
+                Duration::from_secs(30),
+            ))
+            .pacing(Pacing::new())
+    }
 }
 
 impl<C> RetryLayer<C> {

@@ -205,3 +205,31 @@ async fn first_attempts_to_an_endpoint_known_to_be_down_wait_too() {
     let _ = tasks.join_all().await;
     let _ = before;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_bulk_preset_delivers_a_burst_through_a_short_outage() {
+    let log = Log::default();
+    let layer = RetryLayer::bulk()
+        .random_source(RandomSource::seeded(9))
+        .build()
+        .unwrap();
+    let service = layer.layer(endpoint(3 * SEC, log.clone()));
+    let start = Instant::now();
+    let results = burst(service, 200).await;
+    assert!(results.iter().all(|(status, _)| *status == 200));
+    assert!(start.elapsed() < 7 * SEC, "{:?}", start.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_interactive_preset_answers_within_about_a_second_in_the_same_outage() {
+    let log = Log::default();
+    let layer = RetryLayer::interactive()
+        .random_source(RandomSource::seeded(9))
+        .build()
+        .unwrap();
+    let service = layer.layer(endpoint(3 * SEC, log.clone()));
+    let start = Instant::now();
+    let results = burst(service, 200).await;
+    assert!(start.elapsed() < 2 * SEC, "{:?}", start.elapsed());
+    assert!(results.iter().all(|(status, _)| *status == 503));
+}
