@@ -49,6 +49,20 @@ pub enum CircuitState {
     HalfOpen,
 }
 
+impl CircuitState {
+    /// How long from now until a probe may go through: `Some` while open, zero once
+    /// `half_open_at` has passed; `None` when closed or half-open. A duration, for those who
+    /// store it or send it on (a `Retry-After`), where tokio's `Instant` would not do.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            CircuitState::Open { half_open_at } => {
+                Some(half_open_at.saturating_duration_since(Instant::now()))
+            }
+            CircuitState::Closed | CircuitState::HalfOpen => None,
+        }
+    }
+}
+
 /// Counters of a breaker since it was built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -216,3 +216,18 @@ async fn instances_seeded_from_entropy_open_for_different_durations() {
     let (a, b) = (build(), build());
     assert_ne!(open_for(&a).await, open_for(&b).await);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_open_state_says_how_long_until_a_probe_as_a_duration() {
+    let layer = breaker().consecutive_failures(1).build().unwrap();
+    assert_eq!(layer.state().retry_after(), None);
+    calls(&mut layer.layer(Endpoint::answering(503)), 1).await;
+    let wait = layer.state().retry_after().expect("open");
+    assert!(wait > std::time::Duration::ZERO);
+    advance(wait).await;
+    assert_eq!(
+        layer.state().retry_after(),
+        None,
+        "half-open once the time is up"
+    );
+}
