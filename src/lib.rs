@@ -61,6 +61,7 @@ pub mod circuit_breaker;
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
 pub mod retry;
+mod sync;
 
 pub use circuit_breaker::{
     CircuitBreakerLayer, CircuitBreakerLayerBuilder, CircuitOpen, KeyedCircuitBreakerLayer,
