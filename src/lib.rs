@@ -71,6 +71,7 @@ mod report;
 #[cfg(feature = "reqwest")]
 mod reqwest;
 mod retry;
+mod sync;
 
 pub use abort::AbortSignal;
 pub use circuit_breaker::{

@@ -1,9 +1,10 @@
 //! The retry budget: a token bucket shared by every clone of a layer. (the user-facing text is on the public item below).
 
 use crate::error::{in_range, InvalidConfig};
+use crate::sync::atomic::{AtomicU64, Ordering};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// A policy that decides whether a retry may be made.
@@ -121,14 +122,21 @@ impl TokenBucket {
             });
     }
 
-    /// Credits the refill earned since the last credit. Whoever moves `refilled_until` forward
-    /// adds exactly the tokens for the interval it claimed, so concurrent callers never credit the
-    /// same time twice.
+    /// Credits the refill earned since the last credit.
     fn refill(&self) {
         if self.refill_per_second == 0 {
+            // No clock read when there is nothing to credit.
             return;
         }
-        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.refill_at(nanos(self.origin.elapsed()));
+    }
+
+    /// Credits the refill earned up to `now`, in nanoseconds after `origin`. Whoever moves
+    /// `refilled_until` forward adds exactly the tokens for the interval it claimed, so concurrent
+    /// callers never credit the same time twice. Claim and credit are two steps: a withdrawal in
+    /// between finds the time claimed but not its tokens, and may be refused although the tokens
+    /// arrive a moment later (`tests/loom.rs`). Takes `now` so that a model can fix the time.
+    fn refill_at(&self, now: u64) {
         let since = self.refilled_until.load(Ordering::Acquire);
         if now.saturating_sub(since) < REFILL_GRANULARITY_NANOS {
             // At most one claim per millisecond: under load every withdrawal would otherwise also
@@ -148,6 +156,42 @@ impl TokenBucket {
             self.add(u64::try_from(earned).unwrap_or(u64::MAX));
         }
     }
+
+    /// Withdraws one retry's cost if the bucket holds it, without crediting the refill first.
+    fn take(&self) -> bool {
+        self.tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tokens| {
+                tokens.checked_sub(self.retry_cost)
+            })
+            .is_ok()
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Entry points with the time given rather than read, for the loom model in `tests/loom.rs`
+/// (built only with `--cfg tower_http_retry_loom` and the `loom` feature): a model replays its
+/// threads many times, and each replay must see the same times. Not part of the API.
+#[cfg(all(tower_http_retry_loom, feature = "loom"))]
+#[doc(hidden)]
+impl TokenBucket {
+    /// [`RetryBudget::withdraw`] at `elapsed` after the bucket was built.
+    pub fn loom_withdraw_at(&self, elapsed: Duration) -> bool {
+        self.refill_at(nanos(elapsed));
+        self.take()
+    }
+
+    /// The time-based refill alone, at `elapsed` after the bucket was built.
+    pub fn loom_refill_at(&self, elapsed: Duration) {
+        self.refill_at(nanos(elapsed));
+    }
+
+    /// Micro-tokens available, without crediting the refill.
+    pub fn loom_micro_tokens(&self) -> u64 {
+        self.tokens.load(Ordering::Acquire)
+    }
 }
 
 impl RetryBudget for TokenBucket {
@@ -162,11 +206,7 @@ impl RetryBudget for TokenBucket {
 
     fn withdraw(&self) -> bool {
         self.refill();
-        self.tokens
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tokens| {
-                tokens.checked_sub(self.retry_cost)
-            })
-            .is_ok()
+        self.take()
     }
 
     fn refund(&self) {
@@ -319,7 +359,6 @@ impl TokenBucketBuilder {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::time::Duration;
 
     fn bucket(capacity: f64, deposit: f64, refill: f64) -> TokenBucket {
         TokenBucket::builder()
