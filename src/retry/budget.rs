@@ -1,4 +1,5 @@
-//! The retry budget: a token bucket shared by every clone of a layer. (the user-facing text is on the public item below).
+//! The retry budget: a token bucket shared by every clone of a layer (the user-facing text is on
+//! the public item below).
 
 use crate::error::{in_range, InvalidConfig};
 use crate::sync::atomic::{AtomicU64, Ordering};
