@@ -1,12 +1,12 @@
 //! The qualitative facts of the herd simulation's model A (the endpoint fails every request for
-//! 20 s, then serves every request), at small N on tokio's paused clock. The same simulation at
-//! full size prints the tables and draws the charts: `cargo run --release --all-features --example
-//! herd`.
+//! 20 s, then serves every request), and the mechanics of the endpoint model, the fleets and the
+//! targets, at small N on tokio's paused clock. The same simulation at full size prints the
+//! tables and draws the charts: `cargo run --release --all-features --example herd`.
 
 mod sim;
 
-use sim::{Arrival, Metrics, Model, Params, Row, Run};
-use std::collections::HashSet;
+use sim::{Arrival, Bound, Check, Metrics, Model, Params, Row, Run};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tower_http_retry::Jitter;
 
@@ -50,25 +50,17 @@ fn every_jittered_policy_recovers_with_at_most_half_the_peak_of_plain() {
     }
 }
 
-/// Retries that reached the endpoint and failed: what the budget exists to cut. (First attempts
+/// Failed retries (`Metrics::failed_retries`) are what the budget exists to cut. (First attempts
 /// are not retries; no budget can save them.)
-fn failed_retries(run: &Run) -> usize {
-    run.arrivals
-        .iter()
-        .filter(|a| !a.ok && a.attempt > 1)
-        .count()
-}
-
 #[test]
 fn budget_cuts_failed_retries_at_least_tenfold() {
-    let (free, budgeted) = (run(Row::Full), run(Row::FullBudget));
-    let (without, with) = (failed_retries(&free), failed_retries(&budgeted));
+    let (free, budgeted) = (metrics(Row::Full), metrics(Row::FullBudget));
+    let (without, with) = (free.failed_retries, budgeted.failed_retries);
     assert!(
         with * 10 <= without,
         "failed retries: {with} with the budget, {without} without"
     );
-    let p = params();
-    assert!(Metrics::of(&budgeted, &p).wasted < Metrics::of(&free, &p).wasted);
+    assert!(budgeted.wasted < free.wasted);
 }
 
 /// Shares of realised delays in each quarter of their retry's bound `min(cap, base * 2^(n-1))`.
@@ -125,4 +117,106 @@ fn tower_backoff_sends_every_session_s_retry_at_the_same_instant() {
     let (ours, count) = instants(&run(Row::Full).arrivals, 2);
     assert_eq!(count, n);
     assert!(ours.len() >= n / 4, "{} distinct instants", ours.len());
+}
+
+const MODEL_B: Model = Model::Capacity { retry_after: false };
+
+#[test]
+fn capacity_never_admits_more_than_one_refill_per_tick() {
+    let p = params();
+    let tick = p.capacity_tick.as_nanos();
+    for row in [Row::Plain, Row::Equal, Row::Full, Row::TowerBackoffOnly] {
+        let mut per_tick: HashMap<u128, u64> = HashMap::new();
+        for a in sim::run(&p, MODEL_B, row, SEED)
+            .arrivals
+            .iter()
+            .filter(|a| a.ok)
+        {
+            *per_tick
+                .entry((a.at - p.outage).as_nanos() / tick)
+                .or_default() += 1;
+        }
+        let busiest = per_tick.values().copied().max().unwrap_or(0);
+        assert!(
+            busiest <= p.capacity_burst,
+            "{row:?}: {busiest} in one tick"
+        );
+    }
+}
+
+#[test]
+fn synchronised_herd_gets_one_refill_of_successes() {
+    let p = params();
+    let run = sim::run(&p, MODEL_B, Row::Plain, SEED);
+    // Plain backoff's first wave after the outage: every delivery at the same instant.
+    let first = run
+        .arrivals
+        .iter()
+        .filter(|a| a.at >= p.outage)
+        .map(|a| a.at)
+        .min()
+        .expect("a wave after the outage");
+    let wave: Vec<&Arrival> = run.arrivals.iter().filter(|a| a.at == first).collect();
+    assert_eq!(wave.len(), p.deliveries);
+    let admitted = wave.iter().filter(|a| a.ok).count() as u64;
+    assert_eq!(admitted, p.capacity_burst);
+}
+
+#[test]
+fn every_delivery_completes_one_latency_after_its_last_attempt() {
+    let p = params();
+    let run = sim::run(&p, Model::HardOutage, Row::Full, SEED);
+    let mut last: HashMap<usize, Duration> = HashMap::new();
+    for a in &run.arrivals {
+        let at = last.entry(a.delivery).or_default();
+        *at = (*at).max(a.at);
+    }
+    for c in &run.completions {
+        assert_eq!(
+            c.at,
+            last[&c.delivery] + p.latency,
+            "delivery {}",
+            c.delivery
+        );
+    }
+}
+
+#[test]
+fn failed_retries_leave_out_first_attempts() {
+    let p = params();
+    let m = metrics(Row::NoBackoff);
+    let n = p.deliveries as u64;
+    assert_eq!(m.wasted, n * u64::from(p.max_attempts));
+    assert_eq!(m.failed_retries, n * u64::from(p.max_attempts - 1));
+}
+
+#[test]
+fn each_fleet_process_sends_its_share_through_its_own_layer() {
+    let p = params();
+    let run = sim::run_fleet(&p, MODEL_B, Row::FullBudget, SEED, p.fleet);
+    assert_eq!(run.stats.len(), p.fleet);
+    for (process, stats) in run.stats.iter().enumerate() {
+        assert_eq!(
+            stats.requests as usize,
+            p.deliveries / p.fleet,
+            "process {process}"
+        );
+    }
+    for c in &run.completions {
+        assert_eq!(c.process, c.delivery % p.fleet);
+    }
+}
+
+#[test]
+fn a_missed_target_reports_its_mean_excess() {
+    let check = Check {
+        name: "99 % delivered ≤ 3.0 s after recovery".to_string(),
+        bound: Bound::AtMost(3.0),
+        unit: " s",
+        decimals: 1,
+        figures: vec![Some(5.0), Some(7.0)],
+        missing: "never".to_string(),
+    };
+    assert_eq!(check.met(), 0);
+    assert_eq!(check.verdict(), "missed by 3.0 s: 6.0 (5.0–7.0) s");
 }

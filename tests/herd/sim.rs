@@ -1,14 +1,19 @@
-//! The herd simulation, shared by `examples/herd.rs` (full size: tables and charts) and
+//! The herd simulation, shared by `examples/herd.rs` (full size: tables, targets and charts) and
 //! `tests/herd/main.rs` (small size: the qualitative facts).
 //!
 //! `deliveries` webhooks are sent at t = 0 to one in-process endpoint (a tower `Service`) that
 //! fails completely during the outage and then recovers, either fully (model A) or up to a
-//! capacity per second (model B). Time is tokio's paused clock on a current-thread runtime, so a
-//! 10,000-client run takes milliseconds and is exactly reproducible. Every row except the peer
-//! anchor goes through the real [`RetryLayer`]; the anchor is `tower::retry::Retry` with
-//! `ExponentialBackoffMaker` and `TpsBudget` (plus a second tower row without the budget, which
-//! shows what tower's backoff alone does to a herd). The endpoint logs every arrival's virtual
-//! time, so every figure is measured where the load lands, the same way for both crates.
+//! capacity given by a token bucket (model B). Every response completes a fixed latency after its
+//! call. Time is tokio's paused clock on a current-thread runtime, so a 10,000-client run takes
+//! about a second and is exactly reproducible. Every row except the peer anchor goes through the
+//! real [`RetryLayer`]; the anchor is `tower::retry::Retry` with `ExponentialBackoffMaker` and
+//! `TpsBudget` (plus a second tower row without the budget, which shows what tower's backoff
+//! alone does to a herd). The endpoint logs every arrival's virtual time, so every figure is
+//! measured where the load lands, the same way for both crates.
+//!
+//! A run has one or more senders ("processes"): a fleet splits the deliveries between `n`
+//! independent clients (each its own layer, random seed and budget) that share nothing but the
+//! endpoint, as a fleet of uncoordinated senders does.
 //!
 //! Include it with `#[path = "../tests/herd/sim.rs"] mod sim;` (example) or `mod sim;` (test).
 
@@ -18,10 +23,11 @@
 use http::header::HeaderName;
 use http::{HeaderValue, Request, Response, StatusCode};
 use std::convert::Infallible;
-use std::future::{ready, Ready};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
@@ -31,9 +37,9 @@ use tower::retry::backoff::{
 use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::Policy;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::RetryStats;
 use tower_http_retry::{
-    Backoff, Jitter, RandomSource, RetryLayer, RetryReport, StopReason, TokenBucket,
+    Backoff, Jitter, RandomSource, RetryLayer, RetryLayerBuilder, RetryReport, RetryStats,
+    StopReason, TokenBucket,
 };
 
 /// The header both clients stamp with the attempt number (1 for the first attempt).
@@ -46,8 +52,15 @@ pub struct Params {
     pub deliveries: usize,
     /// The endpoint fails every request from t = 0 to this (a whole number of seconds).
     pub outage: Duration,
-    /// Model B: successes per 1-s window after the outage; the excess gets 503.
+    /// Every response completes this long after its call; the outcome is decided at the call.
+    pub latency: Duration,
+    /// Model B: successes per second after the outage, as the refill rate of a token bucket.
     pub capacity_per_second: u64,
+    /// Model B: the bucket is refilled in steps of this length (`capacity_per_second * tick`
+    /// tokens each), so the capacity is smooth at this granularity.
+    pub capacity_tick: Duration,
+    /// Model B: tokens the bucket holds at most (and holds when the outage ends).
+    pub capacity_burst: u64,
     /// Model B with `Retry-After`: the value (seconds) on each over-capacity 503.
     pub retry_after_secs: u64,
     /// Backoff base (the first exponential step) for every backing-off row, tower's included.
@@ -72,15 +85,22 @@ pub struct Params {
     pub tower_ttl: Duration,
     /// `ExponentialBackoffMaker`'s jitter ratio (its `Default` uses 0.99).
     pub tower_jitter: f64,
+    /// Senders in the fleet runs, each with `deliveries / fleet` deliveries.
+    pub fleet: usize,
 }
 
 impl Params {
-    /// The scenario of issue 4, with parameters under which every backoff row spans the outage.
+    /// The scenario of issues 4 and 10, with parameters under which every backoff row spans the
+    /// outage.
     pub fn harness() -> Self {
         Self {
             deliveries: 10_000,
             outage: Duration::from_secs(20),
+            latency: Duration::from_millis(50),
             capacity_per_second: 2_000,
+            capacity_tick: Duration::from_millis(10),
+            // One refill: at most 20 successes in each 10-ms tick.
+            capacity_burst: 20,
             retry_after_secs: 1,
             base: Duration::from_secs(1),
             cap: Duration::from_secs(30),
@@ -93,6 +113,7 @@ impl Params {
             budget_ratio: 0.2,
             tower_ttl: Duration::from_secs(10),
             tower_jitter: 0.99,
+            fleet: 10,
         }
     }
 
@@ -113,12 +134,28 @@ impl Params {
         self.outage_secs()..self.outage_secs() + self.cap.as_secs() as usize
     }
 
+    /// Model B: tokens added per tick.
+    pub fn tokens_per_tick(&self) -> u64 {
+        let tokens = u128::from(self.capacity_per_second) * self.capacity_tick.as_nanos();
+        assert!(
+            tokens % 1_000_000_000 == 0 && tokens > 0,
+            "the capacity must be a whole number of tokens per tick"
+        );
+        (tokens / 1_000_000_000) as u64
+    }
+
+    /// N/C: how long model B's capacity takes to serve every delivery once.
+    pub fn drain_time(&self) -> Duration {
+        Duration::from_secs_f64(self.deliveries as f64 / self.capacity_per_second as f64)
+    }
+
     /// The backoff a row of ours uses (`Backoff::ceiling` of it gives each retry's bound).
     pub fn backoff(&self, jitter: Jitter) -> Backoff {
         Backoff::new(jitter, self.base, self.cap)
     }
 
-    fn token_bucket(&self) -> TokenBucket {
+    /// A fresh budget: each layer gets its own.
+    pub fn token_bucket(&self) -> TokenBucket {
         TokenBucket::builder()
             .capacity(self.budget_burst)
             .refill_per_second(f64::from(self.budget_per_second))
@@ -127,9 +164,10 @@ impl Params {
             .expect("valid budget parameters")
     }
 
-    /// The parameters as a markdown list.
+    /// The parameters and the metrics' definitions as a markdown list.
     pub fn describe(&self) -> String {
         let s = |d: Duration| format!("{:?}", d);
+        let recovery = self.outage_secs();
         [
             format!(
                 "- {} deliveries, all sent at t = 0 (first-attempt-jitter row: spread over U(0, {}))",
@@ -137,13 +175,27 @@ impl Params {
                 s(self.first_attempt_jitter)
             ),
             format!(
-                "- outage: every request gets 503 (no `Retry-After`) for t < {}",
-                s(self.outage)
+                "- endpoint: every response completes {} after its call (on the paused clock); \
+                 the outcome is decided at the call, from the virtual time of the call",
+                s(self.latency)
             ),
             format!(
-                "- model B: after the outage at most {} successes per 1-s window; the excess gets 503 \
-                 (with `Retry-After: {}` in the B+RA variant)",
-                self.capacity_per_second, self.retry_after_secs
+                "- outage: every request gets 503 (no `Retry-After`) for t < {}; \"recovery\" is t = {}",
+                s(self.outage),
+                s(self.outage)
+            ),
+            "- model A: after the outage every request succeeds, at any rate".to_string(),
+            format!(
+                "- model B: after the outage a token bucket admits requests: {} tokens added every {} \
+                 ({}/s), at most {} held, full at recovery; a request that finds no token gets 503 \
+                 (B: without `Retry-After`; B+RA: `Retry-After: {}`); the capacity is smooth at {}, not \
+                 a per-second window",
+                self.tokens_per_tick(),
+                s(self.capacity_tick),
+                self.capacity_per_second,
+                self.capacity_burst,
+                self.retry_after_secs,
+                s(self.capacity_tick)
             ),
             format!(
                 "- backoff: base {}, cap {}, multiplier 2, {} attempts per delivery (first included), every row",
@@ -171,9 +223,41 @@ impl Params {
              webhooks are POSTs with an `Idempotency-Key`"
                 .to_string(),
             format!(
-                "- rates in 1-s bins of arrival time at the endpoint; \"recovery\" = [{}, {}) s",
+                "- fleets: {} independent processes × {} deliveries, each its own layer (or tower policy) \
+                 built from the row's configuration, with its own seed and its own budget; they share only \
+                 the endpoint; delivery i is sent by process i mod {}, all at t = 0",
+                self.fleet,
+                self.deliveries / self.fleet.max(1),
+                self.fleet
+            ),
+            format!(
+                "- peaks: 1-s bins of arrival time at the endpoint; \"outage\" = [0, {recovery}) s, \
+                 \"recovery\" = [{}, {}) s",
                 self.recovery_secs().start,
                 self.recovery_secs().end
+            ),
+            "- 99 % delivered: when the response that completed 99 % of the deliveries came back, \
+             counted from recovery"
+                .to_string(),
+            "- failed retries: attempts after the first that were not answered 2xx (first attempts \
+             are not counted)"
+                .to_string(),
+            "- overload 503s: 503s answered at or after recovery, all of them for lack of capacity \
+             (none in model A)"
+                .to_string(),
+            format!(
+                "- accepted/s once ramped (model B): successes per second from the start of the first \
+                 1-s bin at or after recovery whose successes reach {:.0} % of capacity, to the call \
+                 that completed 99 % of the deliveries (or the last success when 99 % never are)",
+                RAMPED_SHARE * 100.0
+            ),
+            format!(
+                "- fairness (fleets): each process's share of the deliveries completed in [recovery, \
+                 recovery + N/C] = [{}, {}], divided by the fair share 1/{}; the table gives the \
+                 smallest and the largest, the target the largest deviation from 1",
+                s(self.outage),
+                s(self.outage + self.drain_time()),
+                self.fleet
             ),
         ]
         .join("\n")
@@ -185,7 +269,7 @@ impl Params {
 pub enum Model {
     /// A: every request succeeds.
     HardOutage,
-    /// B: at most `capacity_per_second` succeed per 1-s window; the excess gets 503.
+    /// B: a token bucket admits `capacity_per_second`; a request without a token gets 503.
     Capacity {
         /// Whether the over-capacity 503 carries `Retry-After`.
         retry_after: bool,
@@ -200,6 +284,12 @@ impl Model {
         Model::Capacity { retry_after: true },
     ];
 
+    /// The models the fleets run against (the issue's fleet targets are model B's).
+    pub const FLEET: [Model; 2] = [
+        Model::Capacity { retry_after: false },
+        Model::Capacity { retry_after: true },
+    ];
+
     /// A short name.
     pub fn label(self) -> &'static str {
         match self {
@@ -210,6 +300,15 @@ impl Model {
             Model::Capacity { retry_after: true } => {
                 "B+RA: capacity-limited recovery, 503 with Retry-After"
             }
+        }
+    }
+
+    /// A shorter name.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Model::HardOutage => "A",
+            Model::Capacity { retry_after: false } => "B",
+            Model::Capacity { retry_after: true } => "B+RA",
         }
     }
 }
@@ -244,15 +343,14 @@ impl Row {
         Row::TowerBackoffOnly,
     ];
 
-    /// The rows drawn in the charts.
-    pub const CHARTED: [Row; 6] = [
-        Row::Plain,
-        Row::Tower,
-        Row::TowerBackoffOnly,
-        Row::Full,
-        Row::FullBudget,
-        Row::DecorrelatedBudget,
-    ];
+    /// The rows drawn in the charts (requests/s and accepted/s over time).
+    pub const CHARTED: [Row; 3] = [Row::Full, Row::Tower, Row::TowerBackoffOnly];
+
+    /// The rows also run as a fleet of [`Params::fleet`] processes.
+    pub const FLEET: [Row; 2] = [Row::FullBudget, Row::Full];
+
+    /// The row the model-A failed-retries target is relative to.
+    pub const REFERENCE: Row = Row::Full;
 
     /// A short name.
     pub fn label(self) -> &'static str {
@@ -270,45 +368,46 @@ impl Row {
         }
     }
 
-    /// Our rows' settings: jitter, budget, first-attempt jitter; `None` for tower's rows.
-    fn settings(self) -> Option<(Jitter, bool, bool)> {
-        Some(match self {
-            Row::NoBackoff | Row::Plain => (Jitter::None, false, false),
-            Row::Equal => (Jitter::Equal, false, false),
-            Row::Full => (Jitter::Full, false, false),
-            Row::Decorrelated => (Jitter::Decorrelated, false, false),
-            Row::FullBudget => (Jitter::Full, true, false),
-            Row::DecorrelatedBudget => (Jitter::Decorrelated, true, false),
-            Row::FirstJitterFullBudget => (Jitter::Full, true, true),
-            Row::Tower | Row::TowerBackoffOnly => return None,
-        })
-    }
-
     /// Whether this is one of our rows with random delays.
     pub fn is_jittered(self) -> bool {
-        matches!(self.settings(), Some((jitter, ..)) if jitter != Jitter::None)
+        matches!(
+            self,
+            Row::Equal
+                | Row::Full
+                | Row::Decorrelated
+                | Row::FullBudget
+                | Row::DecorrelatedBudget
+                | Row::FirstJitterFullBudget
+        )
     }
 
-    /// Our layer configured for this row, or `None` for tower's rows.
+    /// Our layer configured for this row, or `None` for tower's rows. A new row of ours is one
+    /// arm here: the common settings, then its own.
     pub fn layer(self, p: &Params, seed: u64) -> Option<RetryLayer> {
-        let (jitter, budget, first_attempt) = self.settings()?;
-        let backoff = match self {
-            Row::NoBackoff => Backoff::new(Jitter::None, p.immediate, p.immediate),
-            _ => p.backoff(jitter),
+        let common = |backoff: Backoff| -> RetryLayerBuilder {
+            RetryLayer::builder()
+                .max_attempts(p.max_attempts)
+                .backoff(backoff)
+                .attempt_header(ATTEMPT)
+                .random_source(RandomSource::seeded(seed))
         };
-        let mut builder = RetryLayer::builder()
-            .max_attempts(p.max_attempts)
-            .backoff(backoff)
-            .attempt_header(ATTEMPT)
-            .random_source(RandomSource::seeded(seed));
-        builder = if budget {
-            builder.budget(p.token_bucket())
-        } else {
-            builder.without_budget()
+        let builder = match self {
+            Row::NoBackoff => {
+                common(Backoff::new(Jitter::None, p.immediate, p.immediate)).without_budget()
+            }
+            Row::Plain => common(p.backoff(Jitter::None)).without_budget(),
+            Row::Equal => common(p.backoff(Jitter::Equal)).without_budget(),
+            Row::Full => common(p.backoff(Jitter::Full)).without_budget(),
+            Row::Decorrelated => common(p.backoff(Jitter::Decorrelated)).without_budget(),
+            Row::FullBudget => common(p.backoff(Jitter::Full)).budget(p.token_bucket()),
+            Row::DecorrelatedBudget => {
+                common(p.backoff(Jitter::Decorrelated)).budget(p.token_bucket())
+            }
+            Row::FirstJitterFullBudget => common(p.backoff(Jitter::Full))
+                .budget(p.token_bucket())
+                .first_attempt_jitter(p.first_attempt_jitter),
+            Row::Tower | Row::TowerBackoffOnly => return None,
         };
-        if first_attempt {
-            builder = builder.first_attempt_jitter(p.first_attempt_jitter);
-        }
         Some(builder.build().expect("valid row configuration"))
     }
 }
@@ -318,6 +417,8 @@ impl Row {
 pub struct Arrival {
     /// Virtual time since the deliveries started.
     pub at: Duration,
+    /// The delivery (from its `Idempotency-Key`).
+    pub delivery: usize,
     /// The attempt number (from [`ATTEMPT`]; 1 when absent).
     pub attempt: u32,
     /// Whether it was answered 200.
@@ -328,6 +429,9 @@ pub struct Arrival {
 #[derive(Clone, Copy, Debug)]
 pub struct Completion {
     pub at: Duration,
+    pub delivery: usize,
+    /// The sender (0 unless the run is a fleet).
+    pub process: usize,
     pub delivered: bool,
 }
 
@@ -348,58 +452,89 @@ pub struct GaveUp {
 /// Everything one run produced.
 #[derive(Debug)]
 pub struct Run {
+    pub model: Model,
+    /// Senders: 1, or [`Params::fleet`] for a fleet.
+    pub processes: usize,
     pub arrivals: Vec<Arrival>,
     pub completions: Vec<Completion>,
     /// Our rows only (tower reports nothing).
     pub delays: Vec<RealisedDelay>,
-    /// Our rows only.
-    pub stats: Option<RetryStats>,
+    /// Our rows only: each process's layer's counters.
+    pub stats: Vec<RetryStats>,
     pub gave_up: GaveUp,
 }
 
-/// Runs `row` against `model` with `seed`, on a fresh paused-clock runtime.
+/// Runs `row` against `model` with `seed`, one sender, on a fresh paused-clock runtime.
 pub fn run(p: &Params, model: Model, row: Row, seed: u64) -> Run {
+    run_fleet(p, model, row, seed, 1)
+}
+
+/// Runs `row` as `processes` independent senders sharing the endpoint, each with
+/// `deliveries / processes` deliveries, its own layer, seed and budget.
+pub fn run_fleet(p: &Params, model: Model, row: Row, seed: u64, processes: usize) -> Run {
+    assert!(
+        processes > 0 && p.deliveries % processes == 0,
+        "every process gets the same number of deliveries"
+    );
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime")
-        .block_on(simulate(p, model, row, seed))
+        .block_on(simulate(p, model, row, seed, processes))
 }
 
-async fn simulate(p: &Params, model: Model, row: Row, seed: u64) -> Run {
+/// Process `i`'s seed: `seed` itself for the first, so a one-process run is the plain row.
+fn process_seed(seed: u64, process: usize) -> u64 {
+    seed ^ ((process as u64) << 32)
+}
+
+async fn simulate(p: &Params, model: Model, row: Row, seed: u64, processes: usize) -> Run {
     // Built inside the runtime: the budgets read the paused clock when created.
     let start = Instant::now();
     let endpoint = Endpoint::new(p, model, start);
-    let n = p.deliveries;
-    let (completions, delays, stats, gave_up) = match row.layer(p, seed) {
-        Some(layer) => {
-            let (completions, delays) = deliver(layer.layer(endpoint.clone()), n, start).await;
-            let stats = layer.stats();
+    let seeds: Vec<u64> = (0..processes).map(|i| process_seed(seed, i)).collect();
+    let layers: Option<Vec<RetryLayer>> = seeds.iter().map(|&s| row.layer(p, s)).collect();
+    let (completions, delays, stats, gave_up) = match layers {
+        Some(layers) => {
+            let clients = layers.iter().map(|l| l.layer(endpoint.clone())).collect();
+            let (completions, delays) = deliver(clients, p.deliveries, start).await;
+            let stats: Vec<RetryStats> = layers.iter().map(RetryLayer::stats).collect();
+            let stopped = |reason| stats.iter().map(|s| s.stopped(reason)).sum();
             let gave_up = GaveUp {
-                budget: stats.stopped(StopReason::BudgetEmpty),
-                attempts: stats.stopped(StopReason::AttemptsExhausted),
+                budget: stopped(StopReason::BudgetEmpty),
+                attempts: stopped(StopReason::AttemptsExhausted),
             };
-            (completions, delays, Some(stats), gave_up)
+            (completions, delays, stats, gave_up)
         }
         None => {
-            let policy = TowerPolicy::new(p, seed, row == Row::Tower);
-            let counters = Arc::clone(&policy.gave_up);
-            let client = tower::retry::Retry::new(policy, endpoint.clone());
-            let (completions, delays) = deliver(client, n, start).await;
+            let policies: Vec<TowerPolicy> = seeds
+                .iter()
+                .map(|&s| TowerPolicy::new(p, s, row == Row::Tower))
+                .collect();
+            let counters: Vec<_> = policies.iter().map(|p| Arc::clone(&p.gave_up)).collect();
+            let clients = policies
+                .into_iter()
+                .map(|policy| tower::retry::Retry::new(policy, endpoint.clone()))
+                .collect();
+            let (completions, delays) = deliver(clients, p.deliveries, start).await;
+            let count = |i: usize| counters.iter().map(|c| c[i].load(Ordering::Relaxed)).sum();
             let gave_up = GaveUp {
-                budget: counters[0].load(Ordering::Relaxed),
-                attempts: counters[1].load(Ordering::Relaxed),
+                budget: count(0),
+                attempts: count(1),
             };
-            (completions, delays, None, gave_up)
+            (completions, delays, Vec::new(), gave_up)
         }
     };
     let arrivals = endpoint.take_arrivals();
-    if let Some(stats) = &stats {
-        // The layer's own count and the endpoint's log must agree, or the harness is wrong.
-        assert_eq!(stats.attempts, arrivals.len() as u64, "attempts of {row:?}");
+    if !stats.is_empty() {
+        // The layers' own count and the endpoint's log must agree, or the harness is wrong.
+        let attempts: u64 = stats.iter().map(|s| s.attempts).sum();
+        assert_eq!(attempts, arrivals.len() as u64, "attempts of {row:?}");
     }
     Run {
+        model,
+        processes,
         arrivals,
         completions,
         delays,
@@ -408,9 +543,10 @@ async fn simulate(p: &Params, model: Model, row: Row, seed: u64) -> Run {
     }
 }
 
-/// Sends every delivery at once, each as its own task, and waits for all of them.
+/// Sends every delivery at once, each as its own task, delivery `i` by client `i mod n`, and
+/// waits for all of them.
 async fn deliver<S>(
-    mut client: S,
+    mut clients: Vec<S>,
     deliveries: usize,
     start: Instant,
 ) -> (Vec<Completion>, Vec<RealisedDelay>)
@@ -418,9 +554,14 @@ where
     S: Service<Request<String>, Response = Response<String>, Error = Infallible>,
     S::Future: Send + 'static,
 {
+    let processes = clients.len();
     let mut tasks = JoinSet::new();
     for id in 0..deliveries {
-        let ready = client.ready().await.unwrap_or_else(|never| match never {});
+        let process = id % processes;
+        let ready = clients[process]
+            .ready()
+            .await
+            .unwrap_or_else(|never| match never {});
         let response = ready.call(webhook(id));
         tasks.spawn(async move {
             let response = response.await.unwrap_or_else(|never| match never {});
@@ -435,6 +576,8 @@ where
                 .collect();
             let completion = Completion {
                 at: start.elapsed(),
+                delivery: id,
+                process,
                 delivered: response.status().is_success(),
             };
             (completion, delays)
@@ -458,22 +601,26 @@ fn webhook(id: usize) -> Request<String> {
         .expect("a valid request")
 }
 
-/// The endpoint: answers at once, from the virtual time of the call.
+/// The endpoint: decides each outcome from the virtual time of the call, and answers
+/// [`Params::latency`] later.
 #[derive(Clone)]
 struct Endpoint {
     state: Arc<Mutex<EndpointState>>,
     model: Model,
     outage: Duration,
-    capacity: u64,
+    latency: Duration,
+    tick: Duration,
+    per_tick: u64,
+    burst: u64,
     retry_after: HeaderValue,
 }
 
 struct EndpointState {
     start: Instant,
     arrivals: Vec<Arrival>,
-    /// Model B: the 1-s window being counted, and its successes so far.
-    window: u64,
-    served: u64,
+    /// Model B: the bucket's tokens, and the tick (counted from recovery) they are up to date with.
+    tokens: u64,
+    refilled: u64,
 }
 
 impl Endpoint {
@@ -482,12 +629,15 @@ impl Endpoint {
             state: Arc::new(Mutex::new(EndpointState {
                 start,
                 arrivals: Vec::with_capacity(p.deliveries * 4),
-                window: 0,
-                served: 0,
+                tokens: p.capacity_burst,
+                refilled: 0,
             })),
             model,
             outage: p.outage,
-            capacity: p.capacity_per_second,
+            latency: p.latency,
+            tick: p.capacity_tick,
+            per_tick: p.tokens_per_tick(),
+            burst: p.capacity_burst,
             retry_after: HeaderValue::from(p.retry_after_secs),
         }
     }
@@ -496,42 +646,48 @@ impl Endpoint {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         std::mem::take(&mut state.arrivals)
     }
+
+    /// Model B: takes a token if there is one, `since_recovery` after the outage ended.
+    fn admit(&self, state: &mut EndpointState, since_recovery: Duration) -> bool {
+        let tick = (since_recovery.as_nanos() / self.tick.as_nanos()) as u64;
+        if tick > state.refilled {
+            let added = (tick - state.refilled).saturating_mul(self.per_tick);
+            state.tokens = state.tokens.saturating_add(added).min(self.burst);
+            state.refilled = tick;
+        }
+        state.tokens > 0 && {
+            state.tokens -= 1;
+            true
+        }
+    }
 }
 
 impl Service<Request<String>> for Endpoint {
     type Response = Response<String>;
     type Error = Infallible;
-    type Future = Ready<Result<Response<String>, Infallible>>;
+    type Future = Respond;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<String>) -> Self::Future {
-        let attempt = request
-            .headers()
-            .get(&ATTEMPT)
-            .and_then(|v| v.to_str().ok()?.parse().ok())
-            .unwrap_or(1);
+        let attempt = header(&request, ATTEMPT.as_str()).unwrap_or(1);
+        let delivery = header(&request, "idempotency-key").expect("every webhook has a key");
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let at = state.start.elapsed();
         let recovered = at >= self.outage;
         let ok = recovered
             && match self.model {
                 Model::HardOutage => true,
-                Model::Capacity { .. } => {
-                    let window = at.as_secs();
-                    if window != state.window {
-                        state.window = window;
-                        state.served = 0;
-                    }
-                    state.served < self.capacity && {
-                        state.served += 1;
-                        true
-                    }
-                }
+                Model::Capacity { .. } => self.admit(&mut state, at - self.outage),
             };
-        state.arrivals.push(Arrival { at, attempt, ok });
+        state.arrivals.push(Arrival {
+            at,
+            delivery,
+            attempt,
+            ok,
+        });
         drop(state);
         let mut response = Response::new(String::new());
         if !ok {
@@ -542,7 +698,29 @@ impl Service<Request<String>> for Endpoint {
                     .insert(http::header::RETRY_AFTER, self.retry_after.clone());
             }
         }
-        ready(Ok(response))
+        Respond {
+            latency: Box::pin(tokio::time::sleep(self.latency)),
+            response: Some(response),
+        }
+    }
+}
+
+fn header<T: std::str::FromStr>(request: &Request<String>, name: &str) -> Option<T> {
+    request.headers().get(name)?.to_str().ok()?.parse().ok()
+}
+
+/// The endpoint's response, once its latency has passed.
+struct Respond {
+    latency: Pin<Box<Sleep>>,
+    response: Option<Response<String>>,
+}
+
+impl Future for Respond {
+    type Output = Result<Response<String>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        ready!(self.latency.as_mut().poll(cx));
+        Poll::Ready(Ok(self.response.take().expect("polled after completion")))
     }
 }
 
@@ -646,9 +824,32 @@ impl tower::util::rng::Rng for SplitMix {
 
 /// Arrivals per 1-s bin of virtual time, from t = 0 to the last arrival.
 pub fn per_second(arrivals: &[Arrival]) -> Vec<u64> {
+    bins(arrivals.iter().map(|a| a.at))
+}
+
+/// Arrivals answered 2xx per 1-s bin of virtual time.
+pub fn accepted_per_second(arrivals: &[Arrival]) -> Vec<u64> {
+    bins(arrivals.iter().filter(|a| a.ok).map(|a| a.at))
+}
+
+/// Deliveries completed per process, per 1-s bin of completion time.
+pub fn delivered_per_process(run: &Run) -> Vec<Vec<u64>> {
+    (0..run.processes)
+        .map(|process| {
+            bins(
+                run.completions
+                    .iter()
+                    .filter(|c| c.delivered && c.process == process)
+                    .map(|c| c.at),
+            )
+        })
+        .collect()
+}
+
+fn bins(times: impl Iterator<Item = Duration>) -> Vec<u64> {
     let mut bins = Vec::new();
-    for arrival in arrivals {
-        let bin = arrival.at.as_secs() as usize;
+    for at in times {
+        let bin = at.as_secs() as usize;
         if bins.len() <= bin {
             bins.resize(bin + 1, 0);
         }
@@ -657,22 +858,42 @@ pub fn per_second(arrivals: &[Arrival]) -> Vec<u64> {
     bins
 }
 
+/// "Ramped": the first 1-s bin after recovery whose successes reach this share of capacity.
+pub const RAMPED_SHARE: f64 = 0.5;
+
 /// The columns of the table, for one run.
 #[derive(Clone, Copy, Debug)]
 pub struct Metrics {
+    pub model: Model,
+    pub processes: usize,
     /// Highest 1-s bin before the endpoint recovers.
     pub peak_outage: u64,
     /// Highest 1-s bin in [`Params::recovery_secs`].
     pub peak_recovery: u64,
+    /// Highest 1-s bin of successes (2xx).
+    pub peak_accepted: u64,
     /// When 99 % of the deliveries had succeeded (`None`: never).
     pub t99: Option<Duration>,
+    /// The same, counted from recovery.
+    pub t99_after_recovery: Option<Duration>,
     /// Share of deliveries that succeeded.
     pub delivered: f64,
-    /// Attempts that failed (503).
+    /// Attempts that failed (503), first attempts included.
     pub wasted: u64,
+    /// Attempts after the first that failed.
+    pub failed_retries: u64,
+    /// 503s answered at or after recovery: for lack of capacity (model B only).
+    pub overload: u64,
+    /// Model B: mean successes per second once ramped (see [`Params::describe`]); `None` in
+    /// model A, and when the successes never reach [`RAMPED_SHARE`] of capacity in a second.
+    pub accepted_rate: Option<f64>,
     /// Attempts sent.
     pub attempts: u64,
     pub gave_up: GaveUp,
+    /// Fleets: the smallest and largest share of the deliveries completed in
+    /// [recovery, recovery + N/C], relative to the fair share (1.0 = fair); `None` for one
+    /// process, or when none completed in the window.
+    pub shares: Option<(f64, f64)>,
 }
 
 impl Metrics {
@@ -691,16 +912,297 @@ impl Metrics {
             .collect();
         delivered.sort_unstable();
         let needed = (p.deliveries * 99).div_ceil(100);
+        let t99 = needed
+            .checked_sub(1)
+            .and_then(|i| delivered.get(i).copied());
+        let accepted_rate = match run.model {
+            Model::HardOutage => None,
+            Model::Capacity { .. } => ramped_rate(run, p, t99),
+        };
         Self {
+            model: run.model,
+            processes: run.processes,
             peak_outage: peak(0..p.outage_secs()),
             peak_recovery: peak(p.recovery_secs()),
-            t99: needed
-                .checked_sub(1)
-                .and_then(|i| delivered.get(i).copied()),
+            peak_accepted: accepted_per_second(&run.arrivals)
+                .into_iter()
+                .max()
+                .unwrap_or(0),
+            t99,
+            t99_after_recovery: t99.map(|t| t.saturating_sub(p.outage)),
             delivered: delivered.len() as f64 / p.deliveries as f64,
             wasted: run.arrivals.iter().filter(|a| !a.ok).count() as u64,
+            failed_retries: run
+                .arrivals
+                .iter()
+                .filter(|a| !a.ok && a.attempt > 1)
+                .count() as u64,
+            overload: run
+                .arrivals
+                .iter()
+                .filter(|a| !a.ok && a.at >= p.outage)
+                .count() as u64,
+            accepted_rate,
             attempts: run.arrivals.len() as u64,
             gave_up: run.gave_up,
+            shares: shares(run, p).map(|shares| {
+                let min = shares.iter().copied().fold(f64::INFINITY, f64::min);
+                let max = shares.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                (min, max)
+            }),
         }
     }
+}
+
+/// Successes per second from the start of the first 1-s bin at or after recovery with
+/// [`RAMPED_SHARE`] of capacity, to the call whose response completed 99 % of the deliveries
+/// (its completion minus the latency), or to the last success when 99 % never are.
+fn ramped_rate(run: &Run, p: &Params, t99: Option<Duration>) -> Option<f64> {
+    let accepted = accepted_per_second(&run.arrivals);
+    let threshold = p.capacity_per_second as f64 * RAMPED_SHARE;
+    let ramped = (p.outage_secs()..accepted.len()).find(|&s| accepted[s] as f64 >= threshold)?;
+    let from = Duration::from_secs(ramped as u64);
+    let until = match t99 {
+        Some(t99) => t99.saturating_sub(p.latency),
+        None => run.arrivals.iter().filter(|a| a.ok).map(|a| a.at).max()?,
+    };
+    let successes = run
+        .arrivals
+        .iter()
+        .filter(|a| a.ok && a.at >= from && a.at <= until)
+        .count();
+    (until > from).then(|| successes as f64 / (until - from).as_secs_f64())
+}
+
+/// Deliveries each process completed in [recovery, recovery + N/C].
+pub fn window_counts(run: &Run, p: &Params) -> Vec<u64> {
+    let window = p.outage..=p.outage + p.drain_time();
+    let mut counts = vec![0; run.processes];
+    for c in &run.completions {
+        if c.delivered && window.contains(&c.at) {
+            counts[c.process] += 1;
+        }
+    }
+    counts
+}
+
+/// Each process's share of [`window_counts`], relative to the fair share (1.0 = fair); `None`
+/// for one process or an empty window.
+pub fn shares(run: &Run, p: &Params) -> Option<Vec<f64>> {
+    let counts = window_counts(run, p);
+    let total: u64 = counts.iter().sum();
+    (run.processes > 1 && total > 0).then(|| {
+        counts
+            .iter()
+            .map(|&c| c as f64 * run.processes as f64 / total as f64)
+            .collect()
+    })
+}
+
+/// "mean (min–max)", or just the value when every value is the same at `decimals`.
+pub fn spread(values: &[f64], decimals: usize) -> String {
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if max - min < 0.5 * 10f64.powi(-(decimals as i32)) {
+        format!("{mean:.decimals$}")
+    } else {
+        format!("{mean:.decimals$} ({min:.decimals$}–{max:.decimals$})")
+    }
+}
+
+/// Issue 10's targets.
+pub mod target {
+    use std::time::Duration;
+
+    /// Model A: failed retries at most this share of full jitter's.
+    pub const FAILED_RETRIES_OF_REFERENCE: f64 = 0.01;
+    /// Model A: 99 % delivered within this of recovery.
+    pub const A_DELIVERED_WITHIN: Duration = Duration::from_secs(3);
+    /// Model B: 99 % delivered within N/C plus this of recovery.
+    pub const B_SLACK: Duration = Duration::from_secs(3);
+    /// Model B: overload 503s after recovery at most this share of N.
+    pub const OVERLOAD_OF_DELIVERIES: f64 = 0.05;
+    /// Model B: accepted rate once ramped at least this share of capacity.
+    pub const ACCEPTED_OF_CAPACITY: f64 = 0.8;
+    /// Fleets: every process's share within this of the fair share.
+    pub const FAIR_SHARE_TOLERANCE: f64 = 0.25;
+}
+
+/// Which side of its bound a figure must be on.
+#[derive(Clone, Copy, Debug)]
+pub enum Bound {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+/// One target, judged on every seed's figure.
+#[derive(Clone, Debug)]
+pub struct Check {
+    /// The target with its bound, e.g. "failed retries ≤ 598 (1 % of full jitter's 59768)".
+    pub name: String,
+    pub bound: Bound,
+    /// Printed after each figure (" s", " %", "").
+    pub unit: &'static str,
+    pub decimals: usize,
+    /// One per seed; `None` when the event never happened (a miss).
+    pub figures: Vec<Option<f64>>,
+    /// What `None` means, e.g. "never".
+    pub missing: String,
+}
+
+impl Check {
+    fn passes(&self, figure: Option<f64>) -> bool {
+        match (figure, self.bound) {
+            (None, _) => false,
+            (Some(f), Bound::AtMost(b)) => f <= b,
+            (Some(f), Bound::AtLeast(b)) => f >= b,
+        }
+    }
+
+    /// Seeds on which the target is met.
+    pub fn met(&self) -> usize {
+        self.figures.iter().filter(|&&f| self.passes(f)).count()
+    }
+
+    /// "met: 2.1 s", "missed by 44.5 s: 47.5 s (47.4–47.6)", "met in 2 of 3 seeds: ...".
+    pub fn verdict(&self) -> String {
+        let seeds = self.figures.len();
+        let seen: Vec<f64> = self.figures.iter().flatten().copied().collect();
+        let never = seeds - seen.len();
+        let mut figure = if seen.is_empty() {
+            self.missing.to_string()
+        } else {
+            format!("{}{}", spread(&seen, self.decimals), self.unit)
+        };
+        if never > 0 && !seen.is_empty() {
+            figure += &format!("; {} in {never} of {seeds} seeds", self.missing);
+        }
+        let d = self.decimals;
+        match self.met() {
+            met if met == seeds => format!("met: {figure}"),
+            0 if seen.is_empty() => format!("missed: {figure}"),
+            0 => {
+                let by = seen
+                    .iter()
+                    .map(|f| match self.bound {
+                        Bound::AtMost(b) => f - b,
+                        Bound::AtLeast(b) => b - f,
+                    })
+                    .sum::<f64>()
+                    / seen.len() as f64;
+                format!("missed by {by:.d$}{}: {figure}", self.unit)
+            }
+            met => format!("met in {met} of {seeds} seeds: {figure}"),
+        }
+    }
+}
+
+/// The targets of issue 10 that apply to `metrics` (one row, one entry per seed): model A's,
+/// model B's, and for fleets the fair-share one. `reference_failed_retries` is full jitter's
+/// mean in model A.
+pub fn targets(
+    p: &Params,
+    metrics: &[Metrics],
+    reference_failed_retries: Option<f64>,
+) -> Vec<Check> {
+    use target::*;
+    let Some(first) = metrics.first() else {
+        return Vec::new();
+    };
+    let t99 = metrics
+        .iter()
+        .map(|m| m.t99_after_recovery.map(|t| t.as_secs_f64()))
+        .collect();
+    let mut checks = Vec::new();
+    match first.model {
+        Model::HardOutage => {
+            if let Some(reference) = reference_failed_retries {
+                let bound = reference * FAILED_RETRIES_OF_REFERENCE;
+                checks.push(Check {
+                    name: format!(
+                        "failed retries ≤ {bound:.0} ({:.0} % of {}'s {reference:.0})",
+                        FAILED_RETRIES_OF_REFERENCE * 100.0,
+                        Row::REFERENCE.label()
+                    ),
+                    bound: Bound::AtMost(bound),
+                    unit: "",
+                    decimals: 0,
+                    figures: metrics
+                        .iter()
+                        .map(|m| Some(m.failed_retries as f64))
+                        .collect(),
+                    missing: String::new(),
+                });
+            }
+            let bound = A_DELIVERED_WITHIN.as_secs_f64();
+            checks.push(Check {
+                name: format!("99 % delivered ≤ {bound:.1} s after recovery"),
+                bound: Bound::AtMost(bound),
+                unit: " s",
+                decimals: 1,
+                figures: t99,
+                missing: "never".to_string(),
+            });
+        }
+        Model::Capacity { .. } => {
+            let bound = (p.drain_time() + B_SLACK).as_secs_f64();
+            checks.push(Check {
+                name: format!(
+                    "99 % delivered ≤ {bound:.1} s after recovery (N/C + {:.0} s)",
+                    B_SLACK.as_secs_f64()
+                ),
+                bound: Bound::AtMost(bound),
+                unit: " s",
+                decimals: 1,
+                figures: t99,
+                missing: "never".to_string(),
+            });
+            let bound = p.deliveries as f64 * OVERLOAD_OF_DELIVERIES;
+            checks.push(Check {
+                name: format!(
+                    "overload 503s ≤ {bound:.0} ({:.0} % of N)",
+                    OVERLOAD_OF_DELIVERIES * 100.0
+                ),
+                bound: Bound::AtMost(bound),
+                unit: "",
+                decimals: 0,
+                figures: metrics.iter().map(|m| Some(m.overload as f64)).collect(),
+                missing: String::new(),
+            });
+            let bound = p.capacity_per_second as f64 * ACCEPTED_OF_CAPACITY;
+            let peak_accepted: Vec<f64> = metrics.iter().map(|m| m.peak_accepted as f64).collect();
+            checks.push(Check {
+                name: format!(
+                    "accepted/s once ramped ≥ {bound:.0} ({:.0} % of capacity)",
+                    ACCEPTED_OF_CAPACITY * 100.0
+                ),
+                bound: Bound::AtLeast(bound),
+                unit: "/s",
+                decimals: 0,
+                figures: metrics.iter().map(|m| m.accepted_rate).collect(),
+                missing: format!("never ramped, peak {}/s", spread(&peak_accepted, 0)),
+            });
+        }
+    }
+    if first.processes > 1 {
+        checks.push(Check {
+            name: format!(
+                "largest deviation of a process's share from fair ≤ {:.0} %",
+                FAIR_SHARE_TOLERANCE * 100.0
+            ),
+            bound: Bound::AtMost(FAIR_SHARE_TOLERANCE * 100.0),
+            unit: " %",
+            decimals: 1,
+            figures: metrics
+                .iter()
+                .map(|m| {
+                    m.shares
+                        .map(|(min, max)| (1.0 - min).max(max - 1.0) * 100.0)
+                })
+                .collect(),
+            missing: "none delivered in the window".to_string(),
+        });
+    }
+    checks
 }
