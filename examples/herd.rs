@@ -28,10 +28,10 @@ use tower_http_retry::Jitter;
 /// The table shows the mean over these seeds, and the min–max when they differ.
 const SEEDS: [u64; 3] = [1, 2, 3];
 
-/// Why the rows that exist before the pacer miss the targets (qualitative, so it does not go
-/// stale with the figures; a new row's misses need their own line).
+/// Why rows miss the targets (qualitative, so it does not go stale with the figures; a new
+/// row's misses need their own line).
 const WHY: &str = "\
-## Why the existing rows miss the targets
+## Why rows miss the targets
 
 - **Jittered rows without a budget** (equal, full, decorrelated) finish 99 % about 28 s after \
 recovery: the delays drawn before recovery are spread up to the 30-s cap, so the last deliveries \
@@ -48,6 +48,9 @@ in model B with tens of thousands of overload 503s (plain about 18 % in B+RA, wh
 `Retry-After` jitter spreads each wave over 100 ms; tower ignores the header). In model A tower \
 meets the 3-s target only when a seed's wave happens to land just after recovery.
 - **No backoff** spends its 10 attempts in half a second, inside the outage.
+- **The pacer in B+RA**: every overload 503 carries `Retry-After: 1`, and a hint pauses the whole endpoint (it holds every request to it until then); after each pause the ramp resumes from its cut. The rejections stay few, but the seconds spent paused cost throughput: about half the capacity is used once ramped, and 99 % comes about 4 s later than the target.
+- **The pacer fleet**: ten pacers that share nothing; whichever processes' probes succeed first ramp up and take the capacity, and the probes of the others then mostly meet overload 503s, so they stay at the probe rate longer. The totals are close to a single pacer's but the shares in the window are far from fair, and the pauses and restarts miss the 99 % and rate targets.
+- **First-attempt gating** changes nothing here: every delivery's first attempt is sent at t = 0, before the endpoint is known to be down, so the gated and ungated pacer rows are the same run.
 - **Fleets**: full jitter is fair across processes but misses model B's targets as the single \
 row does; with a budget each process has its own, and the few deliveries each makes in the \
 window are too few for a stable share.
@@ -395,6 +398,7 @@ fn colour(row: Row) -> RGBColor {
         Row::Full => RGBColor(31, 119, 180),
         Row::FullBudget => RGBColor(44, 160, 44),
         Row::DecorrelatedBudget => RGBColor(148, 103, 189),
+        Row::Pacer => RGBColor(23, 190, 207),
         _ => RGBColor(127, 127, 127),
     }
 }

@@ -89,9 +89,14 @@ enum Mode {
         /// Losses before this instant do not cut the rate again: they answer requests released
         /// before the last cut, and one loss event deserves one cut.
         cut_settles_at: Instant,
+        /// Successes per second in the last interval that closed.
+        last_accepted: f64,
     },
     Paused {
         until: Instant,
+        /// The ramp to resume with after the pause: the one that was running, cut as for a
+        /// loss. `None` when none was (the release then ramps from the probe rate).
+        resume: Option<Ramp>,
     },
 }
 
@@ -182,7 +187,7 @@ impl EndpointState {
     ) -> Duration {
         let first = match self.mode {
             Mode::Open { .. } => return Duration::ZERO,
-            Mode::Paused { until } => until.max(self.next_release),
+            Mode::Paused { until, .. } => until.max(self.next_release),
             _ => self.next_release,
         };
         let rate = self.rate(config).max(config.rate.floor);
@@ -195,7 +200,7 @@ impl EndpointState {
         self.tick(config, now);
         match &mut self.mode {
             Mode::Open { .. } => Release::Now(Pass::Paced),
-            Mode::Paused { until } => Release::At(*until),
+            Mode::Paused { until, .. } => Release::At(*until),
             Mode::Probing { in_flight } => {
                 if *in_flight >= config.probes_in_flight {
                     Release::Blocked
@@ -288,17 +293,34 @@ impl EndpointState {
         }
     }
 
-    /// The endpoint said when to come back: every request waits until then, and the release
-    /// afterwards ramps from the probe rate.
+    /// The endpoint said when to come back: every request waits until then. The release
+    /// afterwards ramps from the probe rate, so a hint shared by a herd cannot bring it back in
+    /// one instant; or, when a ramp was running (the endpoint is taking a known rate and asks
+    /// for less), from that ramp cut as for a loss.
     pub(crate) fn pause_until(&mut self, config: &PacingConfig, until: Instant, now: Instant) {
-        let _ = config;
         if until <= now {
             return;
         }
         match &mut self.mode {
-            Mode::Paused { until: current } => *current = (*current).max(until),
+            Mode::Paused { until: current, .. } => *current = (*current).max(until),
+            Mode::Ramping {
+                ramp,
+                last_accepted,
+                ..
+            } => {
+                let mut cut = *ramp;
+                cut.lose(&config.rate, *last_accepted);
+                self.mode = Mode::Paused {
+                    until,
+                    resume: Some(cut),
+                };
+                trace(PacingMode::Paused);
+            }
             _ => {
-                self.mode = Mode::Paused { until };
+                self.mode = Mode::Paused {
+                    until,
+                    resume: None,
+                };
                 trace(PacingMode::Paused);
             }
         }
@@ -306,9 +328,12 @@ impl EndpointState {
 
     /// Moves the mode on with time: a pause that ended, a measuring interval that closed.
     fn tick(&mut self, config: &PacingConfig, now: Instant) {
-        if let Mode::Paused { until } = self.mode {
+        if let Mode::Paused { until, resume } = self.mode {
             if now >= until {
                 self.enter_ramping(config, now);
+                if let (Some(cut), Mode::Ramping { ramp, .. }) = (resume, &mut self.mode) {
+                    *ramp = cut;
+                }
             }
         }
         let queue_empty = self.queue.is_empty();
@@ -319,6 +344,7 @@ impl EndpointState {
             losses,
             idle_since,
             cut_settles_at,
+            last_accepted,
         } = &mut self.mode
         else {
             return;
@@ -326,6 +352,7 @@ impl EndpointState {
         let interval = config.ramp_interval;
         while now >= *interval_start + interval {
             let total = *successes + *losses;
+            *last_accepted = f64::from(*successes) / interval.as_secs_f64();
             let loss = if total == 0 {
                 0.0
             } else {
@@ -376,6 +403,7 @@ impl EndpointState {
             losses: 0,
             idle_since: None,
             cut_settles_at: now,
+            last_accepted: 0.0,
         };
         self.next_release = self.next_release.max(now);
         trace(PacingMode::Ramping);
@@ -578,5 +606,29 @@ mod tests {
             rates.push(s.rate(&config));
         }
         assert!(rates[1] >= rates[0], "cut twice: {rates:?}");
+    }
+
+    #[test]
+    fn a_pause_during_a_ramp_resumes_from_the_ramp_cut_not_from_the_probe_rate() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = down(&config, now);
+        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.queue.push_back(Waiter { id: 0, waker: None });
+        for _ in 0..100 {
+            s.record(&config, Some(Pass::Paced), Signal::Success, now);
+        }
+        let at = now + config.ramp_interval;
+        s.tick(&config, at); // 100 successes in the interval: 1,000/s accepted
+        let until = at + 1000 * MS;
+        s.pause_until(&config, until, at);
+        assert_eq!(s.mode(), PacingMode::Paused);
+        assert_eq!(s.try_release(&config, until), Release::Now(Pass::Paced));
+        let expected = 1000.0 * config.rate.decrease;
+        assert!(
+            (s.rate(&config) - expected).abs() < 1e-6,
+            "{}",
+            s.rate(&config)
+        );
     }
 }

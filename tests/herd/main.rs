@@ -220,3 +220,35 @@ fn a_missed_target_reports_its_mean_excess() {
     assert_eq!(check.met(), 0);
     assert_eq!(check.verdict(), "missed by 3.0 s: 6.0 (5.0–7.0) s");
 }
+
+#[test]
+fn the_pacer_delivers_everything_soon_after_recovery_with_a_fraction_of_the_failed_retries() {
+    let pacer = metrics(Row::Pacer);
+    let full = metrics(Row::Full);
+    assert_eq!(pacer.delivered, 1.0, "{pacer:?}");
+    assert!(
+        pacer.failed_retries * 100 <= full.failed_retries,
+        "pacer {} failed retries, full jitter {}",
+        pacer.failed_retries,
+        full.failed_retries
+    );
+    let after = pacer.t99_after_recovery.expect("99 % delivered");
+    assert!(after <= Duration::from_secs(3), "{after:?} after recovery");
+}
+
+#[test]
+fn the_pacer_lets_no_more_than_the_probe_rate_reach_a_dead_endpoint() {
+    let run = run(Row::Pacer);
+    let p = params();
+    // After the first attempts' second, and before recovery: probes only (about 2/s).
+    let while_down = run
+        .arrivals
+        .iter()
+        .filter(|a| a.at >= Duration::from_secs(1) && a.at < p.outage)
+        .count();
+    let seconds = p.outage.as_secs() - 1;
+    assert!(
+        while_down as u64 <= 3 * seconds,
+        "{while_down} attempts in {seconds} s of outage"
+    );
+}

@@ -38,7 +38,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::Policy;
 use tower::{Layer, Service, ServiceExt};
 use tower_http_retry::{
-    Backoff, Jitter, RandomSource, RetryLayer, RetryLayerBuilder, RetryReport, RetryStats,
+    Backoff, Jitter, Pacing, RandomSource, RetryLayer, RetryLayerBuilder, RetryReport, RetryStats,
     StopReason, TokenBucket,
 };
 
@@ -326,11 +326,13 @@ pub enum Row {
     FirstJitterFullBudget,
     Tower,
     TowerBackoffOnly,
+    Pacer,
+    PacerUngated,
 }
 
 impl Row {
     /// Every row, in table order.
-    pub const ALL: [Row; 10] = [
+    pub const ALL: [Row; 12] = [
         Row::NoBackoff,
         Row::Plain,
         Row::Equal,
@@ -341,13 +343,15 @@ impl Row {
         Row::FirstJitterFullBudget,
         Row::Tower,
         Row::TowerBackoffOnly,
+        Row::Pacer,
+        Row::PacerUngated,
     ];
 
     /// The rows drawn in the charts (requests/s and accepted/s over time).
-    pub const CHARTED: [Row; 3] = [Row::Full, Row::Tower, Row::TowerBackoffOnly];
+    pub const CHARTED: [Row; 4] = [Row::Pacer, Row::Full, Row::Tower, Row::TowerBackoffOnly];
 
     /// The rows also run as a fleet of [`Params::fleet`] processes.
-    pub const FLEET: [Row; 2] = [Row::FullBudget, Row::Full];
+    pub const FLEET: [Row; 3] = [Row::Pacer, Row::FullBudget, Row::Full];
 
     /// The row the model-A failed-retries target is relative to.
     pub const REFERENCE: Row = Row::Full;
@@ -365,10 +369,13 @@ impl Row {
             Row::FirstJitterFullBudget => "first-attempt jitter + full + budget",
             Row::Tower => "tower::retry (backoff + TpsBudget)",
             Row::TowerBackoffOnly => "tower::retry, backoff only",
+            Row::Pacer => "pacer (full jitter + budget + `Pacing::new()`)",
+            Row::PacerUngated => "pacer, first attempts not gated",
         }
     }
 
-    /// Whether this is one of our rows with random delays.
+    /// Whether this is one of our rows whose retries fire on randomly drawn delays (the pacer
+    /// rows' retries wait in a queue and are released at a rate instead).
     pub fn is_jittered(self) -> bool {
         matches!(
             self,
@@ -406,6 +413,12 @@ impl Row {
             Row::FirstJitterFullBudget => common(p.backoff(Jitter::Full))
                 .budget(p.token_bucket())
                 .first_attempt_jitter(p.first_attempt_jitter),
+            Row::Pacer => common(p.backoff(Jitter::Full))
+                .budget(p.token_bucket())
+                .pacing(Pacing::new()),
+            Row::PacerUngated => common(p.backoff(Jitter::Full))
+                .budget(p.token_bucket())
+                .pacing(Pacing::builder().first_attempts(false).build().unwrap()),
             Row::Tower | Row::TowerBackoffOnly => return None,
         };
         Some(builder.build().expect("valid row configuration"))
