@@ -169,7 +169,7 @@ async fn main() -> Result<(), BoxError> {
             }
             last_state = state;
         }
-        let woken = retry.stats().stopped(StopReason::Aborted);
+        let woken = retry.stats().stopped(StopReason::Held);
         if woken != last_woken {
             println!(
                 "{} retry: {} request(s) stopped by the opening (woken from their sleep, or \
@@ -212,8 +212,8 @@ async fn main() -> Result<(), BoxError> {
         stats.attempts, stats.retries
     );
     println!(
-        "  stopped by the breaker (aborted) {:>4}",
-        stats.stopped(StopReason::Aborted)
+        "  stopped by the breaker (held)    {:>4}",
+        stats.stopped(StopReason::Held)
     );
     println!(
         "  of those woken from a sleep      {:>4}  (their budget tokens refunded)",

@@ -66,6 +66,16 @@ pub trait Classify<Res, E> {
     /// Classifies an error of the inner service.
     fn classify_error(&self, error: &E) -> Outcome;
 
+    /// When `error` is a circuit breaker's refusal ([`CircuitOpen`]), how long until the breaker
+    /// lets a probe through. The retry layer stops such a request with
+    /// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen) (or, with
+    /// [pacing](crate::Pacing), pauses the endpoint until then and keeps the request waiting).
+    /// The default finds none; [`HttpClassifier`] looks along the error's `source()` chain.
+    fn refused_for(&self, error: &E) -> Option<std::time::Duration> {
+        let _ = error;
+        None
+    }
+
     /// Classifies the outcome of an attempt of a request with `method`: by default, the
     /// response or the error alone.
     fn classify(&self, method: &Method, result: &Result<Res, E>) -> Outcome {
@@ -311,6 +321,17 @@ where
             Some(error) => self.classify_error_chain(error),
             None => self.unknown_errors,
         }
+    }
+
+    fn refused_for(&self, error: &E) -> Option<std::time::Duration> {
+        let mut link = error.as_std_error();
+        while let Some(error) = link {
+            if let Some(open) = error.downcast_ref::<CircuitOpen>() {
+                return Some(open.retry_after());
+            }
+            link = error.source();
+        }
+        None
     }
 }
 

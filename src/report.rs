@@ -3,7 +3,7 @@
 use crate::message::RetryResponse;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Why the retry layer stopped and returned the outcome it returned.
 ///
@@ -29,7 +29,8 @@ pub enum StopReason {
     /// The server's `Retry-After` was longer than the clamp and the policy is
     /// [`WhenLonger::GiveUp`](crate::WhenLonger::GiveUp).
     RetryAfterTooLong,
-    /// An [`AbortSignal`](crate::AbortSignal) woke the request from its sleep (or had shut down).
+    /// The [`AbortSignal`](crate::AbortSignal) was shut down, or woke every sleeping request
+    /// ([`wake_sleepers`](crate::AbortSignal::wake_sleepers)): the process is stopping.
     Aborted,
     /// The inner service failed `poll_ready` before a retry; its error is returned.
     NotReady,
@@ -41,11 +42,20 @@ pub enum StopReason {
     /// full, or the predicted wait (or the wait itself) went past the request's deadline. Not
     /// final: [`RetryReport::retry_after`] says when trying again makes sense.
     Deferred,
+    /// A circuit breaker refused the attempt ([`CircuitOpen`](crate::CircuitOpen)): the
+    /// endpoint is failing, not the request. [`RetryReport::retry_after`] is the time until the
+    /// breaker lets a probe through.
+    CircuitOpen,
+    /// A circuit breaker that opened holds the [`AbortSignal`](crate::AbortSignal) for the
+    /// request's endpoint ([`hold_until`](crate::AbortSignal::hold_until)): the request returned
+    /// its last outcome instead of sleeping only to be refused. [`RetryReport::retry_after`] is
+    /// the time until the hold ends.
+    Held,
 }
 
 impl StopReason {
     /// Every reason, in declaration order.
-    pub const ALL: [StopReason; 12] = [
+    pub const ALL: [StopReason; 14] = [
         StopReason::Success,
         StopReason::Permanent,
         StopReason::AttemptsExhausted,
@@ -58,6 +68,8 @@ impl StopReason {
         StopReason::NotReady,
         StopReason::Cancelled,
         StopReason::Deferred,
+        StopReason::CircuitOpen,
+        StopReason::Held,
     ];
 
     /// Whether sending the request again later cannot help: it succeeded, or the endpoint (or
@@ -96,6 +108,8 @@ impl StopReason {
             StopReason::NotReady => "not_ready",
             StopReason::Cancelled => "cancelled",
             StopReason::Deferred => "deferred",
+            StopReason::CircuitOpen => "circuit_open",
+            StopReason::Held => "held",
         }
     }
 
@@ -165,8 +179,16 @@ pub struct RetryReport {
     /// Why the layer stopped.
     pub stop: StopReason,
     /// When sending the request again makes sense, from when it stopped, if the layer knows:
-    /// for [`StopReason::Deferred`], the predicted wait in the endpoint's queue.
+    /// the predicted wait in the endpoint's queue ([`StopReason::Deferred`]), the time until the
+    /// breaker lets a probe through ([`StopReason::CircuitOpen`]) or its hold ends
+    /// ([`StopReason::Held`]), the next backoff delay (attempts exhausted on a transient
+    /// outcome, the budget empty, the deadline), or the server's `Retry-After`
+    /// ([`StopReason::RetryAfterTooLong`]). `None` for a final stop.
     pub retry_after: Option<Duration>,
+    /// [`retry_after`](Self::retry_after) as a wall-clock time (the layer's
+    /// [`wall_clock`](crate::RetryLayerBuilder::wall_clock) plus the duration), for a durable
+    /// queue that stores when to redeliver.
+    pub retry_at: Option<SystemTime>,
 }
 
 impl RetryReport {
@@ -177,6 +199,7 @@ impl RetryReport {
         delays: Vec::new(),
         stop: StopReason::Success,
         retry_after: None,
+        retry_at: None,
     };
 
     /// The report attached to `response` (an `http::Response`, or a `reqwest::Response` with

@@ -131,7 +131,7 @@ impl<F, Res, E> State<F, Res, E> {
                     queue,
                     deadline: deadline.map(tokio::time::sleep_until),
                 },
-                watch: listener.map(AbortWatch::new),
+                watch: listener.map(AbortWatch::shutdown_only),
                 last,
                 token: None,
             }),
@@ -140,7 +140,7 @@ impl<F, Res, E> State<F, Res, E> {
 
     fn waiting(
         delay: Duration,
-        listener: Option<Listener>,
+        watch: Option<AbortWatch>,
         last: Option<Result<Res, E>>,
         token: Option<Withdrawal>,
     ) -> Self {
@@ -149,7 +149,7 @@ impl<F, Res, E> State<F, Res, E> {
                 phase: Phase::Sleeping {
                     sleep: tokio::time::sleep(delay),
                 },
-                watch: listener.map(AbortWatch::new),
+                watch,
                 last,
                 token,
             }),
@@ -211,7 +211,7 @@ where
     pub(crate) fn delayed(mut session: Session<Req, C>, service: S) -> Self {
         let (delay, listener) = session.first_attempt_delay();
         Self {
-            state: State::waiting(delay, listener, None, None),
+            state: State::waiting(delay, listener.map(AbortWatch::new), None, None),
             service: Some(service),
             session,
         }
@@ -242,9 +242,12 @@ where
                             delay,
                             listener,
                             token,
-                        } => this
-                            .state
-                            .set(State::waiting(delay, listener, Some(result), token)),
+                        } => this.state.set(State::waiting(
+                            delay,
+                            listener.map(|l| this.session.sleep_watch(l)),
+                            Some(result),
+                            token,
+                        )),
                         Next::Queue {
                             wait,
                             listener,
@@ -261,13 +264,14 @@ where
                         Some(watch) => {
                             let abort = session.config().settings.abort.as_ref();
                             let abort = abort.expect("a watch comes from the abort signal");
-                            watch
-                                .poll_abort(cx, abort, session.authority().as_deref())
-                                .is_ready()
+                            match watch.poll_abort(cx, abort, session.authority().as_deref()) {
+                                Poll::Ready(forbidden) => Some(forbidden),
+                                Poll::Pending => None,
+                            }
                         }
-                        None => false,
+                        None => None,
                     };
-                    if aborted {
+                    if let Some(forbidden) = aborted {
                         wait.watch.set(None);
                         match wait.phase.as_mut().project() {
                             PhaseProj::Sleeping { sleep } => {
@@ -285,8 +289,9 @@ where
                         wait.phase.set(Phase::Readying);
                         drop(wait.token.take()); // refunded: this retry will not be sent
                         if let Some(result) = wait.last.take() {
+                            let stop = session.stop_for(forbidden, Instant::now());
                             this.state.set(State::Done);
-                            return Poll::Ready(session.finish(result, StopReason::Aborted));
+                            return Poll::Ready(session.finish(result, stop));
                         }
                         // Aborted before the first attempt: there is no outcome yet, send now.
                     }
@@ -309,7 +314,7 @@ where
                                 if let Some(result) = wait.last.take() {
                                     // The deadline came before the pacer let it go: handed
                                     // back, with when to try again.
-                                    session.defer(wait_left);
+                                    session.retry_in(wait_left);
                                     this.state.set(State::Done);
                                     return Poll::Ready(
                                         session.finish(result, StopReason::Deferred),

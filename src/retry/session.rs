@@ -13,7 +13,8 @@ use super::config::Config;
 use super::idempotency::{is_idempotent, IDEMPOTENCY_KEY};
 use super::retry_after::{parse_retry_after, Resolved, RetryAfterHint};
 use super::stats::Counters;
-use crate::abort::Listener;
+use super::watch::AbortWatch;
+use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, Outcome};
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacer::{Deferred, Endpoint, Pacer, PassGuard, QueueWait, Signal};
@@ -149,7 +150,15 @@ impl<Req, C> Session<Req, C> {
     fn report(&mut self, stop: StopReason) -> RetryReport {
         self.config.counters.stop(stop);
         decision!(attempts = self.attempts, %stop, "finished");
+        let retry_after = self
+            .waits
+            .as_mut()
+            .and_then(|waits| waits.retry_after.take());
         RetryReport {
+            // Checked: a delay near `MAX_DELAY` must not panic at request time.
+            retry_at: retry_after
+                .and_then(|after| (self.config.settings.wall_clock)().checked_add(after)),
+            retry_after,
             attempts: self.attempts,
             slept: self.slept(),
             delays: self
@@ -157,10 +166,6 @@ impl<Req, C> Session<Req, C> {
                 .as_mut()
                 .map_or_else(Vec::new, |waits| std::mem::take(&mut waits.delays)),
             stop,
-            retry_after: self
-                .waits
-                .as_mut()
-                .and_then(|waits| waits.retry_after.take()),
         }
     }
 
@@ -200,10 +205,30 @@ impl<Req, C> Session<Req, C> {
         self.waits().pass = Some(pass);
     }
 
-    /// The request could not wait (longer) in an endpoint's queue: sending again makes sense
-    /// in `retry_after`.
-    pub(crate) fn defer(&mut self, retry_after: Duration) {
+    /// Sending the request again makes sense in `retry_after`: the report says so.
+    pub(crate) fn retry_in(&mut self, retry_after: Duration) {
         self.waits().retry_after = Some(retry_after);
+    }
+
+    /// The stop an abort signal's `forbidden` means at `now`, with when to try again.
+    pub(crate) fn stop_for(&mut self, forbidden: Forbidden, now: Instant) -> StopReason {
+        match forbidden {
+            Forbidden::Shutdown => StopReason::Aborted,
+            Forbidden::Held(until) => {
+                self.retry_in(until.saturating_duration_since(now));
+                StopReason::Held
+            }
+        }
+    }
+
+    /// What ends a sleep before a retry: a shutdown, and a breaker's hold too unless pacing is
+    /// on (then the hold pauses the endpoint, and the request, once awake, waits in its queue).
+    pub(crate) fn sleep_watch(&self, listener: Listener) -> AbortWatch {
+        if self.config.pacer.is_some() {
+            AbortWatch::shutdown_only(listener)
+        } else {
+            AbortWatch::new(listener)
+        }
     }
 
     /// When the deadline falls, if there is one.
@@ -410,25 +435,41 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             Some(_) => self.learn(outcome, result, now.get()),
             None => None,
         };
-        match outcome {
-            Outcome::Success => {
+        // A breaker's refusal: the endpoint is failing, not the request.
+        let refused = match (outcome, result) {
+            (Outcome::Permanent, Err(error)) => self.config.classifier.refused_for(error),
+            _ => None,
+        };
+        match (outcome, refused) {
+            (Outcome::Success, _) => {
                 if let Some(budget) = &self.config.settings.budget {
                     budget.deposit();
                 }
                 return Next::Stop(StopReason::Success);
             }
-            Outcome::Permanent => return Next::Stop(StopReason::Permanent),
-            Outcome::Transient => {}
+            (Outcome::Permanent, None) => return Next::Stop(StopReason::Permanent),
+            (Outcome::Permanent, Some(wait)) if endpoint.is_none() => {
+                self.retry_in(wait);
+                return Next::Stop(StopReason::CircuitOpen);
+            }
+            _ => {}
         }
         // Cloned and read only past this point: the success path pays no reference count and no
         // clock.
         let now = now.get();
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
+        if let (Some(wait), Some(endpoint)) = (refused, &endpoint) {
+            // With pacing, an open circuit pauses the endpoint until the breaker lets a probe
+            // through, and the request waits with the others.
+            endpoint.pause_until(now + wait, now);
+        }
         if let Some(reason) = self.not_retryable {
             return Next::Stop(reason);
         }
         if self.attempts >= settings.max_attempts {
+            let (delay, _) = self.backoff_delay();
+            self.retry_in(delay);
             return Next::Stop(StopReason::AttemptsExhausted);
         }
         // Listen before checking: a shutdown or hold in between still wakes the sleep.
@@ -436,16 +477,23 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             Some(abort) => {
                 let authority = self.authority();
                 let listener = abort.listen(authority.as_deref());
-                if abort
-                    .forbids(listener.seen_wakes, authority.as_deref())
-                    .is_some()
-                {
-                    return Next::Stop(StopReason::Aborted);
+                let forbidden = abort.forbids(listener.seen_wakes, authority.as_deref());
+                drop(authority);
+                match (forbidden, &endpoint) {
+                    // With pacing, a breaker's hold pauses the endpoint and the request waits.
+                    (Some(Forbidden::Held(until)), Some(endpoint)) => {
+                        endpoint.pause_until(until, now)
+                    }
+                    (Some(forbidden), _) => return Next::Stop(self.stop_for(forbidden, now)),
+                    (None, _) => {}
                 }
                 Some(listener)
             }
             None => None,
         };
+        if let (Some(_), Some(endpoint)) = (refused, &endpoint) {
+            return self.enter_queue(endpoint, listener, now);
+        }
         let (delay, source) = match self.delay_for(result, now) {
             Ok(chosen) => chosen,
             Err(reason) => return Next::Stop(reason),
@@ -463,6 +511,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
         }
         if delay > self.room(now) {
+            self.retry_in(delay);
             return Next::Stop(StopReason::Deadline);
         }
         let token = match &settings.budget {
@@ -474,6 +523,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                     endpoint.budget_empty(now);
                     return self.enter_queue(endpoint, listener, now);
                 }
+                self.retry_in(delay);
                 return Next::Stop(StopReason::BudgetEmpty);
             }
             Some(budget) => {
@@ -541,7 +591,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 }
             }
             Err(Deferred { retry_after }) => {
-                self.defer(retry_after);
+                self.retry_in(retry_after);
                 Next::Stop(StopReason::Deferred)
             }
         }
@@ -610,16 +660,23 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                         }
                         Resolved::GiveUp => {
                             counters.retry_after_clamped();
+                            self.retry_in(hint);
                             Err(StopReason::RetryAfterTooLong)
                         }
                     };
                 }
             }
         }
-        let retry = self.attempts - 1;
+        Ok(self.backoff_delay())
+    }
+
+    /// The backoff policy's draw for the retry after the current attempt.
+    fn backoff_delay(&mut self) -> (Duration, DelaySource) {
+        let config = Arc::clone(&self.config);
+        let retry = self.attempts.saturating_sub(1);
         let previous = self.previous_delay();
-        let delay = settings.backoff.delay(retry, previous, self.rng());
-        Ok((delay, DelaySource::Backoff))
+        let delay = config.settings.backoff.delay(retry, previous, self.rng());
+        (delay, DelaySource::Backoff)
     }
 
     /// Records the end of the request and hands back its last outcome.
@@ -922,5 +979,40 @@ mod tests {
         let mut delete = sent(&config, Method::DELETE);
         let next = delete.decide(&response(409), Instant::now);
         assert_eq!(stop(next), StopReason::Permanent);
+    }
+
+    #[test]
+    fn a_stop_that_is_not_final_says_when_to_try_again() {
+        let config = config(builder().max_attempts(1));
+        let mut session = sent(&config, Method::GET);
+        let next = session.decide(&response(503), Instant::now);
+        assert_eq!(stop(next), StopReason::AttemptsExhausted);
+        let report = session.report(StopReason::AttemptsExhausted);
+        assert_eq!(report.retry_after, Some(100 * MS), "the next backoff draw");
+        assert!(report.retry_at.is_some());
+
+        let config = self::config(builder().deadline(MS));
+        let mut session = sent(&config, Method::GET);
+        let started = session.started.unwrap();
+        assert_eq!(
+            stop(session.decide(&response(503), || started)),
+            StopReason::Deadline
+        );
+        assert_eq!(
+            session.report(StopReason::Deadline).retry_after,
+            Some(100 * MS)
+        );
+    }
+
+    #[test]
+    fn a_final_stop_says_nothing_of_trying_again() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::GET);
+        assert_eq!(
+            stop(session.decide(&response(404), Instant::now)),
+            StopReason::Permanent
+        );
+        let report = session.report(StopReason::Permanent);
+        assert_eq!((report.retry_after, report.retry_at), (None, None));
     }
 }

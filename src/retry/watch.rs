@@ -1,6 +1,6 @@
 //! [`AbortWatch`]: the part of a waiting request that listens to the abort signal.
 
-use crate::abort::{AbortSignal, Listener};
+use crate::abort::{AbortSignal, Forbidden, Listener};
 use http::uri::Authority;
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -20,25 +20,38 @@ pin_project! {
         // The wake count when the request first listened: a wake for every sleeper since then
         // ends the wait, however many spurious wakes came in between.
         seen_wakes: u64,
+        // Whether a hold for the request's authority ends the wait (a sleep), or only a shutdown
+        // does (a wait in a paced endpoint's queue, which the hold pauses instead).
+        holds: bool,
     }
 }
 
 impl AbortWatch {
+    /// A watch that a hold ends too (a sleep before a retry).
     pub(crate) fn new(listener: Listener) -> Self {
         Self {
             everyone: listener.everyone,
             shard: listener.shard,
             seen_wakes: listener.seen_wakes,
+            holds: true,
         }
     }
 
-    /// `Ready` once `abort` ends the wait of a request to `authority`.
+    /// A watch that only a shutdown ends (a wait in a paced endpoint's queue).
+    pub(crate) fn shutdown_only(listener: Listener) -> Self {
+        Self {
+            holds: false,
+            ..Self::new(listener)
+        }
+    }
+
+    /// `Ready`, with why, once `abort` ends the wait of a request to `authority`.
     pub(crate) fn poll_abort(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         abort: &AbortSignal,
         authority: Option<&Authority>,
-    ) -> Poll<()> {
+    ) -> Poll<Forbidden> {
         let mut this = self.project();
         loop {
             let everyone = this.everyone.as_mut().poll(cx).is_ready();
@@ -54,8 +67,10 @@ impl AbortWatch {
             if shard {
                 this.shard.set(fresh.shard);
             }
-            if abort.forbids(*this.seen_wakes, authority).is_some() {
-                return Poll::Ready(());
+            match abort.forbids(*this.seen_wakes, authority) {
+                Some(Forbidden::Held(_)) if !*this.holds => {}
+                Some(forbidden) => return Poll::Ready(forbidden),
+                None => {}
             }
         }
     }

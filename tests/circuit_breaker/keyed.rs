@@ -411,7 +411,7 @@ async fn opening_one_authority_wakes_a_sleeper_of_that_authority() {
     let response = assert_ready_ok!(sleeper.poll());
     assert_eq!(response.status(), 503, "its last outcome");
     let report = RetryReport::of(&response);
-    assert_eq!((report.attempts, report.stop), (1, StopReason::Aborted));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Held));
     assert_eq!(Instant::now(), started);
     assert_eq!(stack.budget.available(), 10.0, "its token is refunded");
 }
@@ -464,7 +464,7 @@ async fn the_attempt_that_opens_a_keyed_circuit_does_not_sleep() {
     let response = assert_ready_ok!(tripper.poll());
     assert_eq!(response.status(), 503);
     let report = RetryReport::of(&response);
-    assert_eq!((report.attempts, report.stop), (1, StopReason::Aborted));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Held));
     assert!(is_open(stack.layer.state(Some(&key("down.test")))));
     assert_eq!(Instant::now(), started);
     assert_eq!(stack.budget.available(), 10.0, "no token kept");

@@ -66,7 +66,8 @@ async fn opening_wakes_a_request_sleeping_in_a_30s_backoff() {
     assert_eq!(Instant::now(), start);
     assert_eq!(response.status(), 503, "the last real outcome");
     let report = RetryReport::of(&response);
-    assert_eq!((report.attempts, report.stop), (1, StopReason::Aborted));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Held));
+    assert!(report.retry_after.is_some(), "until the hold ends");
     assert_eq!(stack.endpoint.calls(), 2);
 }
 
@@ -123,7 +124,12 @@ async fn an_open_circuit_ends_the_request_without_a_retry() {
     let started = Instant::now();
     refused(send(&mut service, request).await);
     let report = slot.take().unwrap();
-    assert_eq!((report.attempts, report.stop), (1, StopReason::Permanent));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::CircuitOpen));
+    let wait = report
+        .retry_after
+        .expect("when the breaker lets a probe through");
+    assert!(wait > std::time::Duration::ZERO);
+    assert!(report.retry_at.is_some());
     assert_eq!(Instant::now(), started, "no sleep");
     assert_eq!(endpoint.calls(), 2);
 }
@@ -143,7 +149,7 @@ async fn the_attempt_that_opens_the_circuit_does_not_sleep() {
     let response = assert_ready_ok!(tripper.poll());
     assert_eq!(response.status(), 503);
     let report = RetryReport::of(&response);
-    assert_eq!((report.attempts, report.stop), (1, StopReason::Aborted));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Held));
     assert_eq!(Instant::now(), start);
     assert_ready_ok!(sleeper.poll());
     assert_eq!(

@@ -233,3 +233,34 @@ async fn the_interactive_preset_answers_within_about_a_second_in_the_same_outage
     assert!(start.elapsed() < 2 * SEC, "{:?}", start.elapsed());
     assert!(results.iter().all(|(status, _)| *status == 503));
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_a_breaker_below_an_open_circuit_pauses_the_endpoint_and_requests_wait() {
+    use tower_http_retry::CircuitBreakerLayer;
+    let log = Log::default();
+    let signal = AbortSignal::new();
+    let layer = builder().abort_signal(signal.clone()).build().unwrap();
+    let breaker = CircuitBreakerLayer::builder()
+        .consecutive_failures(5)
+        .abort_signal(signal)
+        .build()
+        .unwrap();
+    let inner = tower::ServiceBuilder::new()
+        .layer(breaker.clone())
+        .service(endpoint(3 * SEC, log.clone()));
+    let service = layer.layer(inner);
+    let mut tasks = JoinSet::new();
+    for id in 0..100 {
+        let service = service.clone();
+        tasks.spawn(async move {
+            let response = service.oneshot(post(id)).await;
+            response.map(|r| (r.status().as_u16(), RetryReport::of(&r).stop))
+        });
+    }
+    let results = tasks.join_all().await;
+    // Every delivery waited out the open circuit (and the outage) in the pacer's queue, instead
+    // of returning with `Held` or `CircuitOpen`.
+    let delivered = results.iter().filter(|r| matches!(r, Ok((200, _)))).count();
+    assert_eq!(delivered, 100, "{:?}", &results[..5]);
+    assert!(breaker.stats().trips >= 1, "the breaker opened");
+}

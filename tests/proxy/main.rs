@@ -190,6 +190,6 @@ async fn an_open_circuit_answers_503_with_retry_after_without_the_upstream() {
     let refused = send(proxy, Method::GET, "/", "2", &[], "").await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(header(&refused, &http::header::RETRY_AFTER), "10");
-    assert_eq!(header(&refused, &STOP), "permanent");
+    assert_eq!(header(&refused, &STOP), "circuit_open");
     assert_eq!(upstream.total_hits(), 3);
 }

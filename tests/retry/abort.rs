@@ -164,14 +164,19 @@ async fn hold_until_wakes_sleepers_and_forbids_sleeping_until_then() {
     let mut sleeper = client.sleeping(get());
 
     signal.hold_until(Instant::now() + Duration::from_secs(10));
-    assert_eq!(finished(sleeper.poll()).1.stop, StopReason::Aborted);
+    assert_eq!(finished(sleeper.poll()).1.stop, StopReason::Held);
     // While held, a failure returns at once.
     let mut held = client.start(get());
     client.reply(503);
     let (code, report) = finished(held.poll());
     assert_eq!(
         (code, report.stop, report.attempts),
-        (503, StopReason::Aborted, 1)
+        (503, StopReason::Held, 1)
+    );
+    assert_eq!(
+        report.retry_after,
+        Some(Duration::from_secs(10)),
+        "until the hold ends"
     );
 
     // After the hold, failures sleep and retry again.
@@ -198,7 +203,7 @@ async fn hold_for_one_authority_ends_only_its_sleepers() {
         Some(&down_authority),
         Instant::now() + Duration::from_secs(60),
     );
-    assert_eq!(finished(down.poll()).1.stop, StopReason::Aborted);
+    assert_eq!(finished(down.poll()).1.stop, StopReason::Held);
     assert_pending!(
         healthy.poll(),
         "a hold for another authority: back to sleep"
@@ -220,7 +225,7 @@ async fn a_shorter_hold_does_not_cut_a_longer_one() {
     client.reply(503);
     assert_eq!(
         finished(held.poll()).1.stop,
-        StopReason::Aborted,
+        StopReason::Held,
         "still held at 10 s"
     );
 }
