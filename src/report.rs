@@ -35,11 +35,15 @@ pub enum StopReason {
     /// `select!` chose another branch): nothing was returned. Recorded in the counters and the
     /// [`ReportSlot`], for the requests a total timeout ended mid-sleep.
     Cancelled,
+    /// The server refused the request unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`, see
+    /// [`NotSent::Refused`](crate::NotSent::Refused)) once more after
+    /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries) free resends.
+    RefusedTooOften,
 }
 
 impl StopReason {
     /// Every reason, in declaration order.
-    pub const ALL: [StopReason; 11] = [
+    pub const ALL: [StopReason; 12] = [
         StopReason::Success,
         StopReason::Permanent,
         StopReason::AttemptsExhausted,
@@ -51,6 +55,7 @@ impl StopReason {
         StopReason::Aborted,
         StopReason::NotReady,
         StopReason::Cancelled,
+        StopReason::RefusedTooOften,
     ];
 
     /// A short `snake_case` name, for logs and metrics labels.
@@ -67,6 +72,7 @@ impl StopReason {
             StopReason::Aborted => "aborted",
             StopReason::NotReady => "not_ready",
             StopReason::Cancelled => "cancelled",
+            StopReason::RefusedTooOften => "refused_too_often",
         }
     }
 
@@ -93,6 +99,9 @@ pub enum DelaySource {
     RetryAfterClamped,
     /// The optional random delay before the first attempt.
     FirstAttempt,
+    /// None (zero): the server refused the last attempt unprocessed
+    /// ([`NotSent::Refused`](crate::NotSent::Refused)), and the request went again at once.
+    Refused,
 }
 
 /// One sleep of a request.

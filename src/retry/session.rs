@@ -14,7 +14,7 @@ use super::idempotency::{is_idempotent, IDEMPOTENCY_KEY};
 use super::retry_after::{parse_retry_after, Resolved, RetryAfterHint};
 use super::stats::Counters;
 use crate::abort::Listener;
-use crate::classify::{Classify, Outcome};
+use crate::classify::{Classify, NotSent, Outcome};
 use crate::message::{RetryRequest, RetryResponse};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
@@ -35,9 +35,13 @@ use tower_service::Service;
 pub(crate) struct Session<Req, C> {
     config: Arc<Config<C>>,
     kept: Kept<Req>,
-    /// Set when the request must not be sent again, and why.
+    /// Set when the request must not be sent again, and why. `NotIdempotent` still lets a
+    /// request that was [not sent](Outcome::NotSent) go again.
     not_retryable: Option<StopReason>,
+    /// Attempts sent, the free resends of refused requests included.
     attempts: u32,
+    /// Free resends of refused requests so far.
+    refused: u32,
     /// When the request started, if a deadline is configured.
     started: Option<Instant>,
     slot: Option<ReportSlot>,
@@ -123,12 +127,18 @@ impl<Req, C> Session<Req, C> {
         self.delays().iter().map(|delay| delay.duration).sum()
     }
 
+    /// Attempts that count against `max_attempts`: the free resends of refused requests do not.
+    fn counted(&self) -> u32 {
+        self.attempts - self.refused
+    }
+
     /// The delay before the last retry, or `base` before the first one (what decorrelated
-    /// jitter grows from). The first-attempt delay does not count.
+    /// jitter grows from). The first-attempt delay and free resends do not count.
     fn previous_delay(&self) -> Duration {
         self.delays()
-            .last()
-            .filter(|delay| delay.after_attempt > 0)
+            .iter()
+            .rev()
+            .find(|delay| delay.after_attempt > 0 && delay.source != DelaySource::Refused)
             .map_or(self.config.settings.backoff.base(), |delay| delay.duration)
     }
 
@@ -158,7 +168,8 @@ impl<Req, C> Session<Req, C> {
     /// The last sleep is over, run out or cut short: the histogram counts the time it lasted
     /// (not the time planned, and nothing for a sleep abandoned by dropping the future).
     pub(crate) fn sleep_ended(&self) {
-        if let Some(last) = self.delays().last().filter(|d| d.after_attempt > 0) {
+        let waited = |d: &&Delay| d.after_attempt > 0 && d.source != DelaySource::Refused;
+        if let Some(last) = self.delays().last().filter(waited) {
             self.config
                 .counters
                 .delay(last.after_attempt, last.duration);
@@ -245,6 +256,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             config,
             not_retryable,
             attempts: 0,
+            refused: 0,
             waits,
         }
     }
@@ -253,9 +265,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         !self.config.settings.first_attempt_jitter.is_zero()
     }
 
-    /// Whether a second attempt is possible at all (and the service worth keeping).
+    /// Whether a second attempt is possible at all (and the service worth keeping): even a
+    /// request that is not idempotent is sent again when it provably was not sent.
     pub(crate) fn may_retry(&self) -> bool {
-        self.not_retryable.is_none() && self.config.settings.max_attempts > 1
+        self.config.settings.max_attempts > 1
     }
 
     /// Keeps `request` for an attempt that is sent later (after the first-attempt jitter).
@@ -288,7 +301,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .headers_mut()
                 .insert(name.clone(), HeaderValue::from(self.attempts));
         }
-        let keep = self.not_retryable.is_none() && self.attempts < settings.max_attempts;
+        let keep = settings.max_attempts > 1
+            && (self.counted() < settings.max_attempts
+                || self.refused < settings.max_refused_retries);
         match keep.then(|| request.try_clone()) {
             Some(Some(copy)) => self.kept = Kept::Copy(copy),
             copy => {
@@ -349,7 +364,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             Kept::Copy(request) => request.method(),
             Kept::Method(method) => method,
         };
-        match self.config.classifier.classify(method, result) {
+        let not_sent = match self.config.classifier.classify(method, result) {
             Outcome::Success => {
                 if let Some(budget) = &self.config.settings.budget {
                     budget.deposit();
@@ -357,18 +372,23 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 return Next::Stop(StopReason::Success);
             }
             Outcome::Permanent => return Next::Stop(StopReason::Permanent),
-            Outcome::Transient => {}
-        }
+            Outcome::Transient => None,
+            Outcome::NotSent(kind) => Some(kind),
+        };
         // Cloned and read only past this point: the success path pays no reference count and no
         // clock.
         let now = now();
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
-        if let Some(reason) = self.not_retryable {
-            return Next::Stop(reason);
+        match self.not_retryable {
+            // It never reached the server: repeating it is safe whatever its method.
+            Some(StopReason::NotIdempotent) if not_sent.is_some() => {}
+            Some(reason) => return Next::Stop(reason),
+            None => {}
         }
-        if self.attempts >= settings.max_attempts {
-            return Next::Stop(StopReason::AttemptsExhausted);
+        let refused = not_sent == Some(NotSent::Refused);
+        if let Some(reason) = self.exhausted(refused) {
+            return Next::Stop(reason);
         }
         // Listen before checking: a shutdown or hold in between still wakes the sleep.
         let listener = match &settings.abort {
@@ -385,6 +405,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
             None => None,
         };
+        if refused {
+            return self.resend_refused(listener);
+        }
         let (delay, source) = match self.delay_for(result, now) {
             Ok(chosen) => chosen,
             Err(reason) => return Next::Stop(reason),
@@ -418,6 +441,33 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             delay,
             listener,
             token,
+        }
+    }
+
+    /// Why no attempt may follow, if none may: a free resend of a refused request has its own
+    /// cap, any other retry spends an attempt. (`max_attempts == 1` turns every retry off.)
+    fn exhausted(&self, refused: bool) -> Option<StopReason> {
+        let settings = &self.config.settings;
+        if refused && settings.max_attempts > 1 {
+            (self.refused >= settings.max_refused_retries).then_some(StopReason::RefusedTooOften)
+        } else {
+            (self.counted() >= settings.max_attempts).then_some(StopReason::AttemptsExhausted)
+        }
+    }
+
+    /// The server refused the request unprocessed: it goes again at once, spending neither an
+    /// attempt nor a budget token (the endpoint is up; an outage looks like `Unconnected`).
+    fn resend_refused(&mut self, listener: Option<Listener>) -> Next {
+        self.refused += 1;
+        self.record_delay(Duration::ZERO, DelaySource::Refused);
+        decision!(
+            attempt = self.attempts,
+            "resending a refused request at once"
+        );
+        Next::Sleep {
+            delay: Duration::ZERO,
+            listener,
+            token: None,
         }
     }
 
@@ -463,7 +513,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 }
             }
         }
-        let retry = self.attempts - 1;
+        let retry = self.counted() - 1;
         let previous = self.previous_delay();
         let delay = settings.backoff.delay(retry, previous, self.rng());
         Ok((delay, DelaySource::Backoff))
@@ -723,5 +773,168 @@ mod tests {
         let mut delete = sent(&config, Method::DELETE);
         let next = delete.decide(&response(409), Instant::now);
         assert_eq!(stop(next), StopReason::Permanent);
+    }
+
+    /// 421 stands for a refused request, 599 for a failed connect, 503 stays transient.
+    fn not_sent_builder() -> RetryLayerBuilder {
+        let refused = Outcome::NotSent(NotSent::Refused);
+        let unconnected = Outcome::NotSent(NotSent::Unconnected);
+        builder().classifier(
+            HttpClassifier::new()
+                .status(http::StatusCode::MISDIRECTED_REQUEST, refused)
+                .status(http::StatusCode::from_u16(599).unwrap(), unconnected),
+        )
+    }
+
+    /// Sends the stored copy again, as the future does after a sleep.
+    fn resend<C>(session: &mut Session<Req, C>) {
+        let mut service = tower::service_fn(|_: Req| async { response(200) });
+        drop(session.send(&mut service));
+    }
+
+    fn empty_bucket() -> TokenBucket {
+        let bucket = TokenBucket::builder()
+            .capacity(1.0)
+            .deposit_per_success(0.0)
+            .refill_per_second(0.0)
+            .build()
+            .unwrap();
+        assert!(bucket.withdraw());
+        bucket
+    }
+
+    #[test]
+    fn a_refused_post_without_a_key_is_resent_at_once() {
+        let config = config(not_sent_builder());
+        let mut session = sent(&config, Method::POST);
+        assert_eq!(
+            sleep(session.decide(&response(421), Instant::now)),
+            Duration::ZERO
+        );
+        assert_eq!(session.delays()[0].source, DelaySource::Refused);
+    }
+
+    #[test]
+    fn an_unconnected_post_without_a_key_is_retried_after_the_backoff_delay() {
+        let config = config(not_sent_builder());
+        let mut session = sent(&config, Method::POST);
+        assert_eq!(
+            sleep(session.decide(&response(599), Instant::now)),
+            100 * MS
+        );
+        assert_eq!(session.delays()[0].source, DelaySource::Backoff);
+    }
+
+    #[test]
+    fn a_transient_post_without_a_key_is_still_not_repeated() {
+        let config = config(not_sent_builder());
+        let mut session = sent(&config, Method::POST);
+        resend_after(&mut session, 421);
+        let next = session.decide(&response(503), Instant::now);
+        assert_eq!(stop(next), StopReason::NotIdempotent);
+    }
+
+    /// Decides on `status` (expecting a sleep) and sends the next attempt.
+    fn resend_after<C: Classify<Res, Infallible>>(session: &mut Session<Req, C>, status: u16) {
+        sleep(session.decide(&response(status), Instant::now));
+        resend(session);
+    }
+
+    #[test]
+    fn refused_resends_spend_no_attempt() {
+        let config = config(not_sent_builder().max_attempts(2));
+        let mut session = sent(&config, Method::GET);
+        resend_after(&mut session, 421);
+        resend_after(&mut session, 421);
+        // Three sent, one counted: the retry left gets the first backoff delay.
+        assert_eq!(session.attempts(), 3);
+        assert_eq!(
+            sleep(session.decide(&response(503), Instant::now)),
+            100 * MS
+        );
+        resend(&mut session);
+        let next = session.decide(&response(503), Instant::now);
+        assert_eq!(stop(next), StopReason::AttemptsExhausted);
+    }
+
+    #[test]
+    fn refused_resends_take_no_budget_token() {
+        let config = config(not_sent_builder().budget(empty_bucket()));
+        let mut session = sent(&config, Method::GET);
+        match session.decide(&response(421), Instant::now) {
+            Next::Sleep { delay, token, .. } => {
+                assert_eq!(delay, Duration::ZERO);
+                assert!(token.is_none());
+            }
+            Next::Stop(reason) => panic!("expected a resend, got a stop: {reason}"),
+        }
+        assert_eq!(config.counters.snapshot().budget_denied, 0);
+    }
+
+    #[test]
+    fn refused_resends_stop_at_the_cap() {
+        let config = config(not_sent_builder().max_refused_retries(2));
+        let mut session = sent(&config, Method::POST);
+        resend_after(&mut session, 421);
+        resend_after(&mut session, 421);
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::RefusedTooOften);
+        assert_eq!(session.attempts(), 3);
+    }
+
+    #[test]
+    fn refused_resends_keep_the_backoff_where_it_was() {
+        let config = config(not_sent_builder());
+        let mut session = sent(&config, Method::GET);
+        resend_after(&mut session, 503); // 100 ms
+        resend_after(&mut session, 421); // at once
+        assert_eq!(
+            sleep(session.decide(&response(503), Instant::now)),
+            200 * MS,
+            "the second backoff delay, not the third"
+        );
+    }
+
+    #[test]
+    fn unconnected_retries_count_as_attempts() {
+        let config = config(not_sent_builder().max_attempts(2));
+        let mut session = sent(&config, Method::POST);
+        resend_after(&mut session, 599);
+        let next = session.decide(&response(599), Instant::now);
+        assert_eq!(stop(next), StopReason::AttemptsExhausted);
+    }
+
+    #[test]
+    fn unconnected_retries_take_a_budget_token() {
+        let config = config(not_sent_builder().budget(empty_bucket()));
+        let mut session = sent(&config, Method::POST);
+        let next = session.decide(&response(599), Instant::now);
+        assert_eq!(stop(next), StopReason::BudgetEmpty);
+    }
+
+    #[test]
+    fn one_max_attempt_turns_refused_resends_off_too() {
+        let config = config(not_sent_builder().max_attempts(1));
+        let mut session = sent(&config, Method::GET);
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::AttemptsExhausted);
+    }
+
+    #[test]
+    fn a_shut_down_signal_stops_a_refused_resend() {
+        let abort = AbortSignal::new();
+        let config = config(not_sent_builder().abort_signal(abort.clone()));
+        abort.shutdown();
+        let mut session = sent(&config, Method::POST);
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::Aborted);
+    }
+
+    #[test]
+    fn zero_max_refused_retries_turns_refused_resends_off() {
+        let config = config(not_sent_builder().max_refused_retries(0));
+        let mut session = sent(&config, Method::GET);
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::RefusedTooOften);
     }
 }
