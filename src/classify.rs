@@ -18,6 +18,34 @@ pub enum Outcome {
     Transient,
     /// Not worth another attempt: return it at once.
     Permanent,
+    /// The request provably never reached the application, so sending it again is safe whatever
+    /// its method, a POST without an `Idempotency-Key` included. See [`NotSent`] for what each
+    /// kind costs.
+    NotSent(NotSent),
+}
+
+/// How a request that never reached the application failed, which decides what resending it
+/// costs.
+///
+/// An ambiguous failure (a connection that ended after the request was written, a stream reset
+/// with another reason, a read timeout) is not one of these: the server may have processed the
+/// request, and such an outcome is [`Outcome::Transient`], retried only when idempotent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotSent {
+    /// The server declined the request before processing it (RFC 9113, section 8.7): an HTTP/2
+    /// `REFUSED_STREAM` reset, or a `GOAWAY` whose last stream id is below the request's stream.
+    /// The endpoint is up and said so; the request is sent again at once, without spending an
+    /// attempt or a budget token, at most
+    /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries) times, and the
+    /// circuit breaker counts it neither as a success nor as a failure.
+    Refused,
+    /// No connection carried the request: the connection was refused, the name did not resolve,
+    /// the connect timed out, or the connection closed before the request was written (hyper
+    /// hands such a request back, "canceled"). This is what an outage looks like, so it counts
+    /// as an attempt, takes the backoff delay and a budget token, and is a failure for the
+    /// circuit breaker, like a transient outcome.
+    Unconnected,
 }
 
 /// Decides the [`Outcome`] of a response or an error.
@@ -143,15 +171,22 @@ impl AsStdError for std::convert::Infallible {
 /// | 1xx, 2xx, 3xx | success |
 /// | 408, 429, 500, 502, 503, 504 | transient |
 /// | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
+/// | HTTP/2 stream reset by the server with `REFUSED_STREAM`, or cut by the server's `GOAWAY` (`h2::Error`) | [not sent](Outcome::NotSent), [refused](NotSent::Refused) |
+/// | connection refused (`std::io::Error`); hyper: canceled (handed back unsent); hyper-util or reqwest: connect error (refused, DNS, connect timeout) | [not sent](Outcome::NotSent), [unconnected](NotSent::Unconnected) |
+/// | hyper-util or reqwest: connect error with an `std::io::Error` of kind `InvalidData` in its chain (how rustls reports a bad certificate) | permanent |
 /// | timeout (`tower::timeout::error::Elapsed`, `hyper::Error::is_timeout`) | transient |
-/// | connection refused, reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
-/// | hyper: incomplete message, canceled, channel closed; hyper-util: connect error | transient |
-/// | reqwest (feature `reqwest`): `is_timeout`, `is_connect` | transient |
+/// | connection reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
+/// | hyper: incomplete message, channel closed | transient |
+/// | reqwest (feature `reqwest`): `is_timeout` | transient |
 /// | [`CircuitOpen`] (a breaker refused the call) | permanent, whatever `unknown_errors` says |
 /// | any other error | permanent (configurable with [`unknown_errors`](Self::unknown_errors)) |
 ///
 /// Errors are recognised by walking [`Error::source`] and downcasting each link, never by
-/// matching message text.
+/// matching message text. Proof that a request was not sent counts wherever it is in the chain
+/// (a reqwest error wraps hyper-util's, which wraps hyper's, which wraps h2's); otherwise the
+/// first link of a known transient kind decides. The HTTP/2 and hyper rows need the `hyper`
+/// feature. A certificate error of a TLS stack that does not report it as `InvalidData`
+/// (native-tls) is taken for a connect failure.
 ///
 /// ```
 /// use http::StatusCode;
@@ -172,6 +207,10 @@ pub struct HttpClassifier {
     transient: [u64; 16],
     /// One bit per status code 0..1024: set when success.
     success: [u64; 16],
+    /// One bit per status code 0..1024: set when not sent, refused (e.g. 421, if so configured).
+    refused: [u64; 16],
+    /// One bit per status code 0..1024: set when not sent, unconnected.
+    unconnected: [u64; 16],
     unknown_errors: Outcome,
 }
 
@@ -181,6 +220,8 @@ impl HttpClassifier {
         let mut classifier = Self {
             transient: [0; 16],
             success: [0; 16],
+            refused: [0; 16],
+            unconnected: [0; 16],
             unknown_errors: Outcome::Permanent,
         };
         for code in 100..400 {
@@ -213,13 +254,18 @@ impl HttpClassifier {
             Outcome::Success
         } else if bit(&self.transient) {
             Outcome::Transient
+        } else if bit(&self.refused) {
+            Outcome::NotSent(NotSent::Refused)
+        } else if bit(&self.unconnected) {
+            Outcome::NotSent(NotSent::Unconnected)
         } else {
             Outcome::Permanent
         }
     }
 
-    /// The outcome of an error, from the first link of its `source()` chain that is a known
-    /// transient kind, or the configured outcome for unknown errors.
+    /// The outcome of an error: [not sent](Outcome::NotSent) if any link of its `source()`
+    /// chain proves it, else from the first link that is a known transient kind, else the
+    /// configured outcome for unknown errors.
     pub fn classify_error_chain(&self, error: &(dyn Error + 'static)) -> Outcome {
         let mut link = Some(error);
         while let Some(error) = link {
@@ -228,6 +274,13 @@ impl HttpClassifier {
             if error.is::<CircuitOpen>() {
                 return Outcome::Permanent;
             }
+            if let Some(outcome) = not_sent(error) {
+                return outcome;
+            }
+            link = error.source();
+        }
+        let mut link = Some(error);
+        while let Some(error) = link {
             if is_transient_error(error) {
                 return Outcome::Transient;
             }
@@ -241,12 +294,69 @@ impl HttpClassifier {
         let (word, bit) = (code / 64, 1u64 << (code % 64));
         self.success[word] &= !bit;
         self.transient[word] &= !bit;
+        self.refused[word] &= !bit;
+        self.unconnected[word] &= !bit;
         match outcome {
             Outcome::Success => self.success[word] |= bit,
             Outcome::Transient => self.transient[word] |= bit,
+            Outcome::NotSent(NotSent::Refused) => self.refused[word] |= bit,
+            Outcome::NotSent(NotSent::Unconnected) => self.unconnected[word] |= bit,
             Outcome::Permanent => {}
         }
     }
+}
+
+/// Whether `error` itself proves that the request never reached the application (or, for a
+/// connect error, that retrying cannot help).
+fn not_sent(error: &(dyn Error + 'static)) -> Option<Outcome> {
+    const REFUSED: Outcome = Outcome::NotSent(NotSent::Refused);
+    const UNCONNECTED: Outcome = Outcome::NotSent(NotSent::Unconnected);
+    if let Some(io) = error.downcast_ref::<io::Error>() {
+        // Only a connect can be refused.
+        return (io.kind() == io::ErrorKind::ConnectionRefused).then_some(UNCONNECTED);
+    }
+    #[cfg(feature = "hyper")]
+    {
+        // RFC 9113, section 8.7: a stream the server refused, or one above the last stream id of
+        // its GOAWAY (h2 gives those streams the GOAWAY as their error, and a request sent on
+        // the connection after it too; a stream the GOAWAY covers that is then cut gets an I/O
+        // error instead), was not processed. Sent by the server (`is_remote`), not made up by
+        // h2 on the client's side.
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            let refused = h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+            return (h2.is_remote() && (refused || h2.is_go_away())).then_some(REFUSED);
+        }
+        // hyper gives a request back "canceled" only when it wrote none of it.
+        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            return hyper.is_canceled().then_some(UNCONNECTED);
+        }
+        if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
+            return client.is_connect().then(|| connect_failure(client));
+        }
+    }
+    #[cfg(feature = "reqwest")]
+    if let Some(error) = error.downcast_ref::<reqwest::Error>() {
+        return error.is_connect().then(|| connect_failure(error));
+    }
+    #[cfg(not(feature = "hyper"))]
+    let _ = REFUSED;
+    None
+}
+
+/// A connector failed, so nothing was sent. A certificate the client rejects will be rejected
+/// again: rustls (through tokio-rustls) reports it as an `io::Error` of kind `InvalidData`.
+#[cfg(any(feature = "hyper", feature = "reqwest"))]
+fn connect_failure(error: &(dyn Error + 'static)) -> Outcome {
+    let mut link = error.source();
+    while let Some(error) = link {
+        if let Some(io) = error.downcast_ref::<io::Error>() {
+            if io.kind() == io::ErrorKind::InvalidData {
+                return Outcome::Permanent;
+            }
+        }
+        link = error.source();
+    }
+    Outcome::NotSent(NotSent::Unconnected)
 }
 
 fn is_transient_error(error: &(dyn Error + 'static)) -> bool {
@@ -256,8 +366,7 @@ fn is_transient_error(error: &(dyn Error + 'static)) -> bool {
     if let Some(io) = error.downcast_ref::<io::Error>() {
         return matches!(
             io.kind(),
-            io::ErrorKind::ConnectionRefused
-                | io::ErrorKind::ConnectionReset
+            io::ErrorKind::ConnectionReset
                 | io::ErrorKind::ConnectionAborted
                 | io::ErrorKind::NotConnected
                 | io::ErrorKind::BrokenPipe
@@ -265,24 +374,16 @@ fn is_transient_error(error: &(dyn Error + 'static)) -> bool {
                 | io::ErrorKind::UnexpectedEof
         );
     }
-    // reqwest's own timeouts and connection failures; its other errors (a bad URL, a redirect
-    // loop, a body that failed to decode) are not transient by themselves, and the chain walk
-    // goes on to their sources.
+    // reqwest's own timeouts (its connection failures are not sent); its other errors (a bad
+    // URL, a redirect loop, a body that failed to decode) are not transient by themselves, and
+    // the chain walk goes on to their sources.
     #[cfg(feature = "reqwest")]
     if let Some(error) = error.downcast_ref::<reqwest::Error>() {
-        return error.is_timeout() || error.is_connect();
+        return error.is_timeout();
     }
     #[cfg(feature = "hyper")]
-    {
-        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
-            return hyper.is_incomplete_message()
-                || hyper.is_canceled()
-                || hyper.is_closed()
-                || hyper.is_timeout();
-        }
-        if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
-            return client.is_connect();
-        }
+    if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+        return hyper.is_incomplete_message() || hyper.is_closed() || hyper.is_timeout();
     }
     false
 }
@@ -445,8 +546,52 @@ mod tests {
             classify_boxed(Box::new(Wrapper(reset.into()))),
             Outcome::Transient
         );
+    }
+
+    #[test]
+    fn a_refused_connection_is_not_sent_anywhere_in_the_chain() {
         let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
-        assert_eq!(classify_boxed(refused.into()), Outcome::Transient);
+        let unconnected = Outcome::NotSent(NotSent::Unconnected);
+        assert_eq!(classify_boxed(refused.into()), unconnected);
+        // Below a timeout that would be transient on its own: the proof wins.
+        #[derive(Debug)]
+        struct TimedOut(io::Error);
+        impl fmt::Display for TimedOut {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("timed out")
+            }
+        }
+        impl Error for TimedOut {
+            fn source(&self) -> Option<&(dyn Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        let timed_out = io::Error::new(io::ErrorKind::TimedOut, TimedOut(refused));
+        assert_eq!(
+            classify_boxed(Box::new(Wrapper(timed_out.into()))),
+            unconnected
+        );
+    }
+
+    #[cfg(feature = "hyper")]
+    #[test]
+    fn an_h2_reason_the_server_did_not_send_is_no_proof() {
+        // Made on the client's side (`is_remote` is false): nothing says the server refused.
+        let made_up: BoxError = Box::new(h2::Error::from(h2::Reason::REFUSED_STREAM));
+        assert_eq!(classify_boxed(made_up), Outcome::Permanent);
+    }
+
+    #[test]
+    fn a_status_can_be_classified_as_not_sent() {
+        let refused = Outcome::NotSent(NotSent::Refused);
+        let c = HttpClassifier::new().status(StatusCode::MISDIRECTED_REQUEST, refused);
+        assert_eq!(c.classify_status(StatusCode::MISDIRECTED_REQUEST), refused);
+        let c = c.status(StatusCode::MISDIRECTED_REQUEST, Outcome::Permanent);
+        assert_eq!(
+            c.classify_status(StatusCode::MISDIRECTED_REQUEST),
+            Outcome::Permanent
+        );
     }
 
     #[test]

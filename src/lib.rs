@@ -78,7 +78,9 @@ pub use circuit_breaker::{
     CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayer, CircuitBreakerLayerBuilder,
     CircuitState, CircuitStats, KeyedCircuitBreaker, KeyedCircuitBreakerLayer, SlowTrip,
 };
-pub use classify::{classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, Outcome};
+pub use classify::{
+    classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, NotSent, Outcome,
+};
 pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
 pub use message::{RequestHead, RetryRequest, RetryResponse};
 pub use pacer::{Pacing, PacingBuilder, PacingMode, PacingStats};

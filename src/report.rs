@@ -51,11 +51,15 @@ pub enum StopReason {
     /// its last outcome instead of sleeping only to be refused. [`RetryReport::retry_after`] is
     /// the time until the hold ends.
     Held,
+    /// The server refused the request unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`, see
+    /// [`NotSent::Refused`](crate::NotSent::Refused)) once more after
+    /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries) free resends.
+    RefusedTooOften,
 }
 
 impl StopReason {
     /// Every reason, in declaration order.
-    pub const ALL: [StopReason; 14] = [
+    pub const ALL: [StopReason; 15] = [
         StopReason::Success,
         StopReason::Permanent,
         StopReason::AttemptsExhausted,
@@ -70,6 +74,7 @@ impl StopReason {
         StopReason::Deferred,
         StopReason::CircuitOpen,
         StopReason::Held,
+        StopReason::RefusedTooOften,
     ];
 
     /// Whether sending the request again later cannot help: it succeeded, or the endpoint (or
@@ -110,6 +115,7 @@ impl StopReason {
             StopReason::Deferred => "deferred",
             StopReason::CircuitOpen => "circuit_open",
             StopReason::Held => "held",
+            StopReason::RefusedTooOften => "refused_too_often",
         }
     }
 
@@ -138,6 +144,9 @@ pub enum DelaySource {
     FirstAttempt,
     /// A wait in the endpoint's queue while [pacing](crate::Pacing) held it.
     Paced,
+    /// None (zero): the server refused the last attempt unprocessed
+    /// ([`NotSent::Refused`](crate::NotSent::Refused)), and the request went again at once.
+    Refused,
 }
 
 /// One sleep of a request.

@@ -19,7 +19,7 @@
 use super::config::Config;
 use super::window::Window;
 use crate::abort::AbortSignal;
-use crate::classify::Outcome;
+use crate::classify::{NotSent, Outcome};
 use crate::error::CircuitOpen;
 use crate::random::{uniform, RandomSource};
 use http::uri::Authority;
@@ -268,10 +268,12 @@ impl Breaker {
     pub(crate) fn record(&self, pass: Pass, outcome: Outcome, now: impl FnOnce() -> Instant) {
         if let Pass::Closed { generation } = pass {
             match outcome {
-                // The caller's own fault (a 404, a bad request): it says nothing of the endpoint.
-                Outcome::Permanent => return,
+                // The caller's own fault (a 404, a bad request), or a request the endpoint was
+                // up to refuse: it says nothing of the endpoint's health.
+                Outcome::Permanent | Outcome::NotSent(NotSent::Refused) => return,
                 Outcome::Success => return self.record_success(generation, now),
-                Outcome::Transient => {}
+                // A connection that could not be made is what an outage looks like.
+                Outcome::Transient | Outcome::NotSent(NotSent::Unconnected) => {}
             }
         }
         let mut inner = self.lock();
@@ -308,8 +310,11 @@ impl Breaker {
                         }
                         false
                     }
-                    Outcome::Transient => self.open(&mut inner, now()),
-                    Outcome::Permanent => false,
+                    Outcome::Transient | Outcome::NotSent(NotSent::Unconnected) => {
+                        self.open(&mut inner, now())
+                    }
+                    // Neither verdict: the probe slot is free again.
+                    Outcome::Permanent | Outcome::NotSent(NotSent::Refused) => false,
                 }
             }
         };
@@ -550,5 +555,42 @@ mod tests {
             call(&b, Outcome::Transient, now); // the probe fails
         }
         assert_eq!(opened_for, [1, 2, 4, 8, 8].map(|s| s * SEC));
+    }
+
+    const REFUSED: Outcome = Outcome::NotSent(NotSent::Refused);
+    const UNCONNECTED: Outcome = Outcome::NotSent(NotSent::Unconnected);
+
+    #[test]
+    fn refused_requests_are_no_failures() {
+        let b = breaker(config());
+        let now = Instant::now();
+        for _ in 0..10 {
+            call(&b, REFUSED, now);
+        }
+        assert_eq!(b.state(now), CircuitState::Closed);
+    }
+
+    #[test]
+    fn failed_connects_are_failures() {
+        let b = breaker(config());
+        let now = Instant::now();
+        for _ in 0..3 {
+            call(&b, UNCONNECTED, now);
+        }
+        assert!(matches!(b.state(now), CircuitState::Open { .. }));
+    }
+
+    #[test]
+    fn a_refused_probe_frees_its_slot_without_a_verdict() {
+        let b = breaker(config());
+        let now = Instant::now();
+        for _ in 0..3 {
+            call(&b, Outcome::Transient, now);
+        }
+        let later = now + 2 * SEC;
+        call(&b, REFUSED, later); // the only probe slot, taken and given back
+        assert_eq!(b.state(later), CircuitState::HalfOpen);
+        call(&b, Outcome::Success, later);
+        assert_eq!(b.state(later), CircuitState::Closed);
     }
 }

@@ -27,6 +27,8 @@ pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 pub(crate) struct Settings {
     pub(crate) backoff: Backoff,
     pub(crate) max_attempts: u32,
+    /// Free resends per request of a request the server refused unprocessed.
+    pub(crate) max_refused_retries: u32,
     pub(crate) first_attempt_jitter: Duration,
     /// `None`: `Retry-After` is ignored.
     pub(crate) retry_after: Option<RetryAfter>,
@@ -46,6 +48,7 @@ impl Default for Settings {
         Self {
             backoff: Backoff::default(),
             max_attempts: 3,
+            max_refused_retries: 2,
             first_attempt_jitter: Duration::ZERO,
             retry_after: Some(RetryAfter::honored()),
             idempotency: Idempotency::default(),
@@ -92,6 +95,7 @@ impl fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("backoff", &self.backoff)
             .field("max_attempts", &self.max_attempts)
+            .field("max_refused_retries", &self.max_refused_retries)
             .field("first_attempt_jitter", &self.first_attempt_jitter)
             .field("retry_after", &self.retry_after)
             .field("idempotency", &self.idempotency)

@@ -46,8 +46,9 @@ use tower_layer::Layer;
 /// # How a request flows through the layer
 ///
 /// Each request goes through [`Retry`] like this: the outcome of an attempt is
-/// [classified](HttpClassifier) as success, transient or permanent. Only a transient outcome of a
-/// repeatable request (see [`Idempotency`]) with attempts left is retried; the delay is the
+/// [classified](HttpClassifier) as success, transient, permanent or not sent. Only a transient outcome of a
+/// repeatable request (see [`Idempotency`]) with attempts left is retried, or a request of any
+/// method that provably never reached the server ([`NotSent`](crate::NotSent)); the delay is the
 /// server's `Retry-After` if valid ([`RetryAfter`], clamped) or else a draw from the
 /// [`Backoff`] policy; the delay must fit the optional deadline; and the [`RetryBudget`] must grant
 /// a token. Then, and only then, the request sleeps on tokio's clock, and an [`AbortSignal`] can
@@ -280,6 +281,7 @@ impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
 /// | setter | default |
 /// |---|---|
 /// | [`max_attempts`](Self::max_attempts) | 3 (the first attempt included) |
+/// | [`max_refused_retries`](Self::max_refused_retries) | 2 |
 /// | [`backoff`](Self::backoff) | [`Jitter::Full`](crate::Jitter::Full), base 100 ms, cap 10 s, multiplier 2 |
 /// | [`first_attempt_jitter`](Self::first_attempt_jitter) | none |
 /// | [`retry_after`](Self::retry_after) (off: [`without_retry_after`](Self::without_retry_after)) | honoured, clamped to the backoff cap, +0–10 % jitter |
@@ -318,6 +320,17 @@ impl<C> RetryLayerBuilder<C> {
     /// Sets the most attempts per request, the first included (at least 1; 1 turns retries off).
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.settings.max_attempts = attempts;
+        self
+    }
+
+    /// Sets how many times per request a request the server refused unprocessed
+    /// ([`NotSent::Refused`](crate::NotSent::Refused): an HTTP/2 `REFUSED_STREAM`, or a `GOAWAY`
+    /// that did not cover it) is sent again at once, whatever its method, without spending an
+    /// attempt or a budget token (default 2; 0 turns these resends off). Some servers refuse
+    /// the same request every time: the request then stops with
+    /// [`StopReason::RefusedTooOften`](crate::StopReason::RefusedTooOften).
+    pub fn max_refused_retries(mut self, retries: u32) -> Self {
+        self.settings.max_refused_retries = retries;
         self
     }
 

@@ -21,8 +21,10 @@ use tower_service::Service;
 ///
 /// Cloning clones the inner service and shares the configuration, budget and counters.
 /// Each request keeps one clone of the inner service for its retries; a request that cannot be
-/// retried (a POST without a key, or `max_attempts == 1`) keeps none and copies nothing, unless a
-/// first-attempt jitter delays it (the delayed attempt goes to a clone made ready after the delay).
+/// retried (`max_attempts == 1`) keeps none and copies nothing, unless a first-attempt jitter
+/// delays it (the delayed attempt goes to a clone made ready after the delay). A POST without a
+/// key keeps both: it is sent again if it provably never reached the server
+/// ([`NotSent`](crate::NotSent)).
 pub struct Retry<S, C = HttpClassifier> {
     inner: S,
     config: Arc<Config<C>>,

@@ -15,7 +15,7 @@ use super::retry_after::{parse_retry_after, Resolved, RetryAfterHint};
 use super::stats::Counters;
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
-use crate::classify::{Classify, Outcome};
+use crate::classify::{Classify, NotSent, Outcome};
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacer::{Deferred, Endpoint, Pacer, PassGuard, QueueWait, Signal};
 use crate::random::uniform;
@@ -37,9 +37,13 @@ use tower_service::Service;
 pub(crate) struct Session<Req, C> {
     config: Arc<Config<C>>,
     kept: Kept<Req>,
-    /// Set when the request must not be sent again, and why.
+    /// Set when the request must not be sent again, and why. `NotIdempotent` still lets a
+    /// request that was [not sent](Outcome::NotSent) go again.
     not_retryable: Option<StopReason>,
+    /// Attempts sent, the free resends of refused requests included.
     attempts: u32,
+    /// Free resends of refused requests so far.
+    refused: u32,
     /// When the request started, if a deadline is configured.
     started: Option<Instant>,
     slot: Option<ReportSlot>,
@@ -137,12 +141,18 @@ impl<Req, C> Session<Req, C> {
         self.delays().iter().map(|delay| delay.duration).sum()
     }
 
+    /// Attempts that count against `max_attempts`: the free resends of refused requests do not.
+    fn counted(&self) -> u32 {
+        self.attempts - self.refused
+    }
+
     /// The delay before the last retry, or `base` before the first one (what decorrelated
-    /// jitter grows from). The first-attempt delay does not count.
+    /// jitter grows from). The first-attempt delay and free resends do not count.
     fn previous_delay(&self) -> Duration {
         self.delays()
-            .last()
-            .filter(|delay| delay.after_attempt > 0)
+            .iter()
+            .rev()
+            .find(|delay| delay.after_attempt > 0 && delay.source != DelaySource::Refused)
             .map_or(self.config.settings.backoff.base(), |delay| delay.duration)
     }
 
@@ -180,7 +190,8 @@ impl<Req, C> Session<Req, C> {
     /// The last sleep is over, run out or cut short: the histogram counts the time it lasted
     /// (not the time planned, and nothing for a sleep abandoned by dropping the future).
     pub(crate) fn sleep_ended(&self) {
-        if let Some(last) = self.delays().last().filter(|d| d.after_attempt > 0) {
+        let waited = |d: &&Delay| d.after_attempt > 0 && d.source != DelaySource::Refused;
+        if let Some(last) = self.delays().last().filter(waited) {
             self.config
                 .counters
                 .delay(last.after_attempt, last.duration);
@@ -324,6 +335,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             config,
             not_retryable,
             attempts: 0,
+            refused: 0,
             waits,
         }
     }
@@ -332,9 +344,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         !self.config.settings.first_attempt_jitter.is_zero()
     }
 
-    /// Whether a second attempt is possible at all (and the service worth keeping).
+    /// Whether a second attempt is possible at all (and the service worth keeping): even a
+    /// request that is not idempotent is sent again when it provably was not sent.
     pub(crate) fn may_retry(&self) -> bool {
-        self.not_retryable.is_none() && self.config.settings.max_attempts > 1
+        self.config.settings.max_attempts > 1
     }
 
     /// Keeps `request` for an attempt that is sent later (after the first-attempt jitter).
@@ -367,7 +380,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .headers_mut()
                 .insert(name.clone(), HeaderValue::from(self.attempts));
         }
-        let keep = self.not_retryable.is_none() && self.attempts < settings.max_attempts;
+        let keep = settings.max_attempts > 1
+            && (self.counted() < settings.max_attempts
+                || self.refused < settings.max_refused_retries);
         match keep.then(|| request.try_clone()) {
             Some(Some(copy)) => self.kept = Kept::Copy(copy),
             copy => {
@@ -436,11 +451,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             None => None,
         };
         // A breaker's refusal: the endpoint is failing, not the request.
-        let refused = match (outcome, result) {
+        let breaker_wait = match (outcome, result) {
             (Outcome::Permanent, Err(error)) => self.config.classifier.refused_for(error),
             _ => None,
         };
-        match (outcome, refused) {
+        let not_sent = match (outcome, breaker_wait) {
             (Outcome::Success, _) => {
                 if let Some(budget) = &self.config.settings.budget {
                     budget.deposit();
@@ -452,25 +467,32 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 self.retry_in(wait);
                 return Next::Stop(StopReason::CircuitOpen);
             }
-            _ => {}
-        }
+            (Outcome::NotSent(kind), _) => Some(kind),
+            _ => None,
+        };
         // Cloned and read only past this point: the success path pays no reference count and no
         // clock.
         let now = now.get();
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
-        if let (Some(wait), Some(endpoint)) = (refused, &endpoint) {
+        if let (Some(wait), Some(endpoint)) = (breaker_wait, &endpoint) {
             // With pacing, an open circuit pauses the endpoint until the breaker lets a probe
             // through, and the request waits with the others.
             endpoint.pause_until(now + wait, now);
         }
-        if let Some(reason) = self.not_retryable {
-            return Next::Stop(reason);
+        match self.not_retryable {
+            // It never reached the server: repeating it is safe whatever its method.
+            Some(StopReason::NotIdempotent) if not_sent.is_some() => {}
+            Some(reason) => return Next::Stop(reason),
+            None => {}
         }
-        if self.attempts >= settings.max_attempts {
-            let (delay, _) = self.backoff_delay();
-            self.retry_in(delay);
-            return Next::Stop(StopReason::AttemptsExhausted);
+        let refused = not_sent == Some(NotSent::Refused);
+        if let Some(reason) = self.exhausted(refused) {
+            if reason == StopReason::AttemptsExhausted {
+                let (delay, _) = self.backoff_delay();
+                self.retry_in(delay);
+            }
+            return Next::Stop(reason);
         }
         // Listen before checking: a shutdown or hold in between still wakes the sleep.
         let listener = match &settings.abort {
@@ -491,8 +513,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
             None => None,
         };
-        if let (Some(_), Some(endpoint)) = (refused, &endpoint) {
+        if let (Some(_), Some(endpoint)) = (breaker_wait, &endpoint) {
             return self.enter_queue(endpoint, listener, now);
+        }
+        if refused {
+            return self.resend_refused(listener);
         }
         let (delay, source) = match self.delay_for(result, now) {
             Ok(chosen) => chosen,
@@ -624,6 +649,33 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Some((wait, listener))
     }
 
+    /// Why no attempt may follow, if none may: a free resend of a refused request has its own
+    /// cap, any other retry spends an attempt. (`max_attempts == 1` turns every retry off.)
+    fn exhausted(&self, refused: bool) -> Option<StopReason> {
+        let settings = &self.config.settings;
+        if refused && settings.max_attempts > 1 {
+            (self.refused >= settings.max_refused_retries).then_some(StopReason::RefusedTooOften)
+        } else {
+            (self.counted() >= settings.max_attempts).then_some(StopReason::AttemptsExhausted)
+        }
+    }
+
+    /// The server refused the request unprocessed: it goes again at once, spending neither an
+    /// attempt nor a budget token (the endpoint is up; an outage looks like `Unconnected`).
+    fn resend_refused(&mut self, listener: Option<Listener>) -> Next {
+        self.refused += 1;
+        self.record_delay(Duration::ZERO, DelaySource::Refused);
+        decision!(
+            attempt = self.attempts,
+            "resending a refused request at once"
+        );
+        Next::Sleep {
+            delay: Duration::ZERO,
+            listener,
+            token: None,
+        }
+    }
+
     /// The delay before the next attempt: the server's `Retry-After` when valid, else the backoff
     /// policy's draw.
     fn delay_for<Res: RetryResponse, E>(
@@ -673,7 +725,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// The backoff policy's draw for the retry after the current attempt.
     fn backoff_delay(&mut self) -> (Duration, DelaySource) {
         let config = Arc::clone(&self.config);
-        let retry = self.attempts.saturating_sub(1);
+        let retry = self.counted().saturating_sub(1);
         let previous = self.previous_delay();
         let delay = config.settings.backoff.delay(retry, previous, self.rng());
         (delay, DelaySource::Backoff)
@@ -726,7 +778,9 @@ fn signal_of<Res: RetryResponse, E>(
         (Outcome::Success, _) => Signal::Success,
         // Transient errors are timeouts and connection failures: what an overloaded or
         // unreachable endpoint looks like.
-        (Outcome::Transient, Err(_)) => Signal::Congestion,
+        (Outcome::Transient, Err(_)) | (Outcome::NotSent(NotSent::Unconnected), _) => {
+            Signal::Congestion
+        }
         (Outcome::Transient, Ok(response))
             if pacer.config().congestion.contains(&response.status()) =>
         {
@@ -979,6 +1033,170 @@ mod tests {
         let mut delete = sent(&config, Method::DELETE);
         let next = delete.decide(&response(409), Instant::now);
         assert_eq!(stop(next), StopReason::Permanent);
+    }
+
+    /// 421 stands for a refused request, 599 for a failed connect, 503 stays transient.
+    fn not_sent_builder() -> RetryLayerBuilder {
+        let refused = Outcome::NotSent(NotSent::Refused);
+        let unconnected = Outcome::NotSent(NotSent::Unconnected);
+        builder().classifier(
+            HttpClassifier::new()
+                .status(http::StatusCode::MISDIRECTED_REQUEST, refused)
+                .status(http::StatusCode::from_u16(599).unwrap(), unconnected),
+        )
+    }
+
+    /// Sends the stored copy again, as the future does after a sleep.
+    fn resend<C>(session: &mut Session<Req, C>) {
+        let mut service = tower::service_fn(|_: Req| async { response(200) });
+        drop(session.send(&mut service));
+    }
+
+    fn empty_bucket() -> TokenBucket {
+        let bucket = TokenBucket::builder()
+            .capacity(1.0)
+            .deposit_per_success(0.0)
+            .refill_per_second(0.0)
+            .build()
+            .unwrap();
+        assert!(bucket.withdraw());
+        bucket
+    }
+
+    #[test]
+    fn a_refused_post_without_a_key_is_resent_at_once() {
+        let config = config(not_sent_builder());
+        let mut session = sent(&config, Method::POST);
+        assert_eq!(
+            sleep(session.decide(&response(421), Instant::now)),
+            Duration::ZERO
+        );
+        assert_eq!(session.delays()[0].source, DelaySource::Refused);
+    }
+
+    #[test]
+    fn an_unconnected_post_without_a_key_is_retried_after_the_backoff_delay() {
+        let config = config(not_sent_builder());
+        let mut session = sent(&config, Method::POST);
+        assert_eq!(
+            sleep(session.decide(&response(599), Instant::now)),
+            100 * MS
+        );
+        assert_eq!(session.delays()[0].source, DelaySource::Backoff);
+    }
+
+    #[test]
+    fn a_transient_post_without_a_key_is_still_not_repeated() {
+        let config = config(not_sent_builder());
+        let mut session = sent(&config, Method::POST);
+        resend_after(&mut session, 421);
+        let next = session.decide(&response(503), Instant::now);
+        assert_eq!(stop(next), StopReason::NotIdempotent);
+    }
+
+    /// Decides on `status` (expecting a sleep) and sends the next attempt.
+    fn resend_after<C: Classify<Res, Infallible>>(session: &mut Session<Req, C>, status: u16) {
+        sleep(session.decide(&response(status), Instant::now));
+        resend(session);
+    }
+
+    #[test]
+    fn refused_resends_spend_no_attempt() {
+        let config = config(not_sent_builder().max_attempts(2));
+        let mut session = sent(&config, Method::GET);
+        resend_after(&mut session, 421);
+        resend_after(&mut session, 421);
+        // Three sent, one counted: the retry left gets the first backoff delay.
+        assert_eq!(session.attempts(), 3);
+        assert_eq!(
+            sleep(session.decide(&response(503), Instant::now)),
+            100 * MS
+        );
+        resend(&mut session);
+        let next = session.decide(&response(503), Instant::now);
+        assert_eq!(stop(next), StopReason::AttemptsExhausted);
+    }
+
+    #[test]
+    fn refused_resends_take_no_budget_token() {
+        let config = config(not_sent_builder().budget(empty_bucket()));
+        let mut session = sent(&config, Method::GET);
+        match session.decide(&response(421), Instant::now) {
+            Next::Sleep { delay, token, .. } => {
+                assert_eq!(delay, Duration::ZERO);
+                assert!(token.is_none());
+            }
+            Next::Stop(reason) => panic!("expected a resend, got a stop: {reason}"),
+            Next::Queue { .. } => panic!("expected a resend, got a wait in the queue"),
+        }
+        assert_eq!(config.counters.snapshot().budget_denied, 0);
+    }
+
+    #[test]
+    fn refused_resends_stop_at_the_cap() {
+        let config = config(not_sent_builder().max_refused_retries(2));
+        let mut session = sent(&config, Method::POST);
+        resend_after(&mut session, 421);
+        resend_after(&mut session, 421);
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::RefusedTooOften);
+        assert_eq!(session.attempts(), 3);
+    }
+
+    #[test]
+    fn refused_resends_keep_the_backoff_where_it_was() {
+        let config = config(not_sent_builder());
+        let mut session = sent(&config, Method::GET);
+        resend_after(&mut session, 503); // 100 ms
+        resend_after(&mut session, 421); // at once
+        assert_eq!(
+            sleep(session.decide(&response(503), Instant::now)),
+            200 * MS,
+            "the second backoff delay, not the third"
+        );
+    }
+
+    #[test]
+    fn unconnected_retries_count_as_attempts() {
+        let config = config(not_sent_builder().max_attempts(2));
+        let mut session = sent(&config, Method::POST);
+        resend_after(&mut session, 599);
+        let next = session.decide(&response(599), Instant::now);
+        assert_eq!(stop(next), StopReason::AttemptsExhausted);
+    }
+
+    #[test]
+    fn unconnected_retries_take_a_budget_token() {
+        let config = config(not_sent_builder().budget(empty_bucket()));
+        let mut session = sent(&config, Method::POST);
+        let next = session.decide(&response(599), Instant::now);
+        assert_eq!(stop(next), StopReason::BudgetEmpty);
+    }
+
+    #[test]
+    fn one_max_attempt_turns_refused_resends_off_too() {
+        let config = config(not_sent_builder().max_attempts(1));
+        let mut session = sent(&config, Method::GET);
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::AttemptsExhausted);
+    }
+
+    #[test]
+    fn a_shut_down_signal_stops_a_refused_resend() {
+        let abort = AbortSignal::new();
+        let config = config(not_sent_builder().abort_signal(abort.clone()));
+        abort.shutdown();
+        let mut session = sent(&config, Method::POST);
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::Aborted);
+    }
+
+    #[test]
+    fn zero_max_refused_retries_turns_refused_resends_off() {
+        let config = config(not_sent_builder().max_refused_retries(0));
+        let mut session = sent(&config, Method::GET);
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::RefusedTooOften);
     }
 
     #[test]

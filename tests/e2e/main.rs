@@ -9,7 +9,9 @@ mod support;
 
 mod budget;
 mod connections;
+mod frames;
 mod idempotency;
+mod not_sent;
 mod status;
 mod transport;
 

@@ -9,7 +9,7 @@ use std::error::Error;
 use std::io;
 use std::time::Duration;
 use tower::Service;
-use tower_http_retry::{Classify, HttpClassifier, Outcome, StopReason};
+use tower_http_retry::{Classify, HttpClassifier, NotSent, Outcome, StopReason};
 
 fn refused_uri() -> Uri {
     format!("http://{}/", refused_addr()).parse().unwrap()
@@ -39,7 +39,7 @@ async fn connection_refused_is_retried_until_attempts_run_out() {
     let error = result.expect_err("nothing listens there");
     assert!(refused_in_chain(&*error), "{error:?}");
     let outcome = HttpClassifier::new().classify_error_chain(&*error);
-    assert_eq!(outcome, Outcome::Transient);
+    assert_eq!(outcome, Outcome::NotSent(NotSent::Unconnected));
     assert_eq!(
         (report.attempts, report.stop),
         (4, StopReason::AttemptsExhausted)
@@ -63,7 +63,7 @@ async fn connection_refused_is_retried_without_a_timeout_layer() {
         &HttpClassifier::new(),
         &error,
     );
-    assert_eq!(outcome, Outcome::Transient);
+    assert_eq!(outcome, Outcome::NotSent(NotSent::Unconnected));
     assert_eq!(
         (report.attempts, report.stop),
         (4, StopReason::AttemptsExhausted)

@@ -18,7 +18,11 @@
 //!   when dropped.
 //! * [`refused_addr`] is a loopback address where nothing listens.
 //! * [`client`] is hyper-util's legacy `Client` over plain HTTP; [`request`] builds requests for
-//!   it, tagged with a [`REQUEST_ID`] header.
+//!   it, tagged with a [`REQUEST_ID`] header. [`h2_client`] speaks HTTP/2 only.
+//! * [`H2Server::start`] serves HTTP/2 (prior knowledge) on `127.0.0.1:0` with the `h2` crate:
+//!   a scripted handler sees each stream's [`Arrival`] before its body is read and answers with
+//!   an [`H2Reply`]: a status (the handler ran: [`H2Server::handled`]) or a `REFUSED_STREAM`
+//!   reset (it did not: [`H2Server::refused`]).
 //!
 //! Everything uses real sockets, so tests that use it run on real time (see DEVELOPERS.md).
 
@@ -53,6 +57,13 @@ pub type HttpClient = Client<HttpConnector, Body>;
 /// A new hyper-util legacy client (its own connection pool).
 pub fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// hyper-util's legacy client speaking HTTP/2 only, without TLS (prior knowledge).
+pub fn h2_client() -> HttpClient {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
 }
 
 /// A request with the [`REQUEST_ID`] header set to `id`.
@@ -357,4 +368,159 @@ pub async fn body_of(response: Response<Incoming>) -> Bytes {
         .await
         .expect("a complete response body")
         .to_bytes()
+}
+
+/// One HTTP/2 stream as the handler of an [`H2Server`] sees it, before its body is read.
+#[derive(Debug)]
+pub struct Arrival {
+    /// The [`REQUEST_ID`] header ("" when absent).
+    pub id: String,
+    /// The method.
+    pub method: Method,
+    /// 1 for the first stream with this id and method, 2 for the second, ...
+    pub nth: u32,
+}
+
+/// What an [`H2Server`] does with a stream.
+#[derive(Clone, Copy, Debug)]
+pub enum H2Reply {
+    /// Read the body and answer with this status: the request was processed.
+    Status(u16),
+    /// Reset the stream with `REFUSED_STREAM` without reading it: the request was not processed.
+    Refuse,
+}
+
+/// What an [`H2Server`] counts.
+#[derive(Default)]
+struct H2Log {
+    arrivals: HitLog,
+    handled: HitLog,
+    refused: AtomicU32,
+    connections: AtomicU32,
+}
+
+type H2Handler = dyn Fn(&Arrival) -> H2Reply + Send + Sync;
+
+/// A scripted HTTP/2 server on `127.0.0.1`, stopped (with all its connections) when dropped.
+pub struct H2Server {
+    addr: SocketAddr,
+    log: Arc<H2Log>,
+    task: AbortHandle,
+}
+
+impl H2Server {
+    /// Binds `127.0.0.1:0` and answers every stream as `handler` says.
+    pub async fn start(handler: impl Fn(&Arrival) -> H2Reply + Send + Sync + 'static) -> Self {
+        Self::serve(handler).await
+    }
+
+    async fn serve(handler: impl Fn(&Arrival) -> H2Reply + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener
+            .local_addr()
+            .expect("a bound listener has an address");
+        let log = Arc::new(H2Log::default());
+        let handler: Arc<H2Handler> = Arc::new(handler);
+        let task = tokio::spawn(h2_accept_loop(listener, handler, Arc::clone(&log)));
+        Self {
+            addr,
+            log,
+            task: task.abort_handle(),
+        }
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn uri(&self, path: &str) -> Uri {
+        format!("http://{}{path}", self.addr)
+            .parse()
+            .expect("a valid URI")
+    }
+
+    /// How many streams with this method and request id were processed (answered with a status).
+    pub fn handled(&self, method: &Method, id: &str) -> u32 {
+        self.log.handled.get(method, id)
+    }
+
+    /// How many streams were processed in all.
+    pub fn total_handled(&self) -> u32 {
+        self.log.handled.total()
+    }
+
+    /// How many streams were refused with `REFUSED_STREAM`.
+    pub fn refused(&self) -> u32 {
+        self.log.refused.load(Ordering::SeqCst)
+    }
+
+    /// How many connections the server accepted.
+    pub fn connections(&self) -> u32 {
+        self.log.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for H2Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn h2_accept_loop(listener: TcpListener, handler: Arc<H2Handler>, log: Arc<H2Log>) {
+    let mut connections = JoinSet::new();
+    loop {
+        let Ok((stream, _peer)) = listener.accept().await else {
+            continue;
+        };
+        log.connections.fetch_add(1, Ordering::SeqCst);
+        let (handler, log) = (Arc::clone(&handler), Arc::clone(&log));
+        connections.spawn(async move {
+            let Ok(mut connection) = h2::server::handshake(stream).await else {
+                return;
+            };
+            let mut streams = JoinSet::new();
+            // `accept` also drives the connection, so it is polled until the connection ends.
+            while let Some(Ok((request, respond))) = connection.accept().await {
+                let (handler, log) = (Arc::clone(&handler), Arc::clone(&log));
+                streams.spawn(answer_h2(request, respond, handler, log));
+            }
+        });
+        while connections.try_join_next().is_some() {}
+    }
+}
+
+async fn answer_h2(
+    request: Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    handler: Arc<H2Handler>,
+    log: Arc<H2Log>,
+) {
+    let (parts, mut body) = request.into_parts();
+    let id = parts
+        .headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let nth = log.arrivals.record(&parts.method, &id);
+    let arrival = Arrival {
+        id,
+        method: parts.method,
+        nth,
+    };
+    match handler(&arrival) {
+        H2Reply::Refuse => {
+            log.refused.fetch_add(1, Ordering::SeqCst);
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+        }
+        H2Reply::Status(code) => {
+            while let Some(chunk) = body.data().await {
+                let Ok(chunk) = chunk else { return };
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            log.handled.record(&arrival.method, &arrival.id);
+            let mut response = Response::new(());
+            *response.status_mut() = StatusCode::from_u16(code).expect("a valid status code");
+            let _ = respond.send_response(response, true);
+        }
+    }
 }

@@ -1,0 +1,346 @@
+//! Requests that provably never reached the application are sent again whatever their method;
+//! ambiguous failures are not. Real servers: HTTP/2 through the `h2` crate (and, for a `GOAWAY`
+//! with a chosen last stream id, a few raw frames), HTTP/1 through hyper.
+
+use super::frames::{GoAwayServer, Rotation};
+use super::support::{
+    get, h2_client, refused_addr, request, Arrival, Body, H2Reply, H2Server, HttpClient, Reply,
+    TestServer,
+};
+use super::{retry, send, without_timeout};
+use http::{Method, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+use std::error::Error;
+use std::io;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+use tower::{Service, ServiceBuilder};
+use tower_http_retry::{
+    Classify, DelaySource, HttpClassifier, NotSent, Outcome, Retry, RetryLayer, StopReason,
+};
+
+const ORDER: &str = r#"{"order":17}"#;
+
+/// Bounds every wait on a server, so that a regression fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn over_h2(layer: &RetryLayer) -> Retry<HttpClient, HttpClassifier> {
+    ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(h2_client())
+}
+
+fn classify(error: &hyper_util::client::legacy::Error) -> Outcome {
+    <HttpClassifier as Classify<Response<Incoming>, _>>::classify_error(
+        &HttpClassifier::new(),
+        error,
+    )
+}
+
+/// The `h2::Error` in the chain, if any.
+fn h2_error<'a>(error: &'a (dyn Error + 'static)) -> Option<&'a h2::Error> {
+    let mut link = Some(error);
+    while let Some(error) = link {
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            return Some(h2);
+        }
+        link = error.source();
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_refused_stream_is_resent_and_the_post_is_handled_once() {
+    let server = H2Server::start(|arrival: &Arrival| match arrival.nth {
+        1 => H2Reply::Refuse,
+        _ => H2Reply::Status(200),
+    })
+    .await;
+    let layer = retry().build().unwrap();
+    let mut client = over_h2(&layer);
+    let post = request(Method::POST, &server.uri("/orders"), "order", ORDER);
+
+    let (result, report) = send(&mut client, post).await;
+
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!(server.refused(), 1);
+    assert_eq!(server.handled(&Method::POST, "order"), 1);
+    assert_eq!((report.attempts, report.stop), (2, StopReason::Success));
+    assert_eq!(report.delays.len(), 1);
+    assert_eq!(report.delays[0].source, DelaySource::Refused);
+    assert_eq!(report.slept, Duration::ZERO);
+}
+
+#[tokio::test]
+async fn a_refused_stream_arrives_as_a_remote_h2_reset_and_is_classified_refused() {
+    let server = H2Server::start(|_: &Arrival| H2Reply::Refuse).await;
+    let layer = retry().max_refused_retries(0).build().unwrap();
+    let mut client = over_h2(&layer);
+
+    let (result, report) = send(&mut client, get(&server.uri("/"), "refused")).await;
+
+    let error = result.expect_err("refused");
+    let h2 = h2_error(&error).expect("an h2 error in the chain");
+    assert!(h2.is_reset() && h2.is_remote(), "{h2:?}");
+    assert_eq!(h2.reason(), Some(h2::Reason::REFUSED_STREAM));
+    assert_eq!(classify(&error), Outcome::NotSent(NotSent::Refused));
+    assert_eq!(
+        (report.attempts, report.stop),
+        (1, StopReason::RefusedTooOften)
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_always_refuses_stops_at_the_cap_without_spending_budget() {
+    let server = H2Server::start(|_: &Arrival| H2Reply::Refuse).await;
+    let layer = retry().max_refused_retries(2).build().unwrap();
+    let mut client = over_h2(&layer);
+    let post = request(Method::POST, &server.uri("/orders"), "order", ORDER);
+
+    let (result, report) = send(&mut client, post).await;
+
+    assert!(result.is_err());
+    assert_eq!(server.refused(), 3, "the first attempt and two resends");
+    assert_eq!(server.total_handled(), 0);
+    assert_eq!(
+        (report.attempts, report.stop),
+        (3, StopReason::RefusedTooOften)
+    );
+    let stats = layer.stats();
+    assert_eq!(stats.stopped(StopReason::RefusedTooOften), 1);
+    assert_eq!(stats.budget_granted, 0, "resends take no token");
+}
+
+#[tokio::test]
+async fn posts_above_the_last_stream_id_of_a_goaway_are_resent_and_each_handled_once() {
+    const BURST: usize = 4;
+    let server = GoAwayServer::start(Rotation::FirstCoversLowest {
+        burst: BURST,
+        covered: 2,
+    })
+    .await;
+    let layer = retry().build().unwrap();
+    let client = over_h2(&layer);
+
+    let mut posts = JoinSet::new();
+    for i in 0..BURST {
+        let mut client = client.clone();
+        let post = request(
+            Method::POST,
+            &server.uri("/orders"),
+            "order",
+            format!("order-{i}"),
+        );
+        posts.spawn(async move { send(&mut client, post).await });
+    }
+    let outcomes = tokio::time::timeout(PATIENCE, posts.join_all())
+        .await
+        .expect("every POST ends");
+
+    let mut resent = 0;
+    for (result, report) in outcomes {
+        assert_eq!(result.expect("answered").status(), StatusCode::OK);
+        assert_eq!(report.stop, StopReason::Success);
+        match report.attempts {
+            1 => assert!(report.delays.is_empty()),
+            2 => {
+                assert_eq!(report.delays[0].source, DelaySource::Refused);
+                resent += 1;
+            }
+            n => panic!("{n} attempts"),
+        }
+    }
+    assert_eq!(resent, 2, "the two streams above the last stream id");
+    let handled = server.handled();
+    assert_eq!(handled.len(), BURST, "{handled:?}");
+    assert!(handled.values().all(|&n| n == 1), "{handled:?}");
+    assert_eq!((server.connections(), server.goaways()), (2, 1));
+}
+
+/// Sends `requests` GETs through `client` from `workers` tasks, each sending its share one after
+/// another (so that new requests keep arriving while a connection goes away); returns the reports
+/// of those that failed, with whether their error was an h2 `GOAWAY` from the server.
+async fn stream_of_gets<S>(
+    server: &GoAwayServer,
+    client: S,
+    requests: u32,
+    workers: u32,
+) -> Vec<(bool, tower_http_retry::RetryReport)>
+where
+    S: Service<http::Request<Body>, Response = Response<Incoming>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Error + Send + 'static,
+{
+    let mut tasks = JoinSet::new();
+    for worker in 0..workers {
+        let mut client = client.clone();
+        let uri = server.uri("/");
+        tasks.spawn(async move {
+            let mut failed = Vec::new();
+            for i in 0..requests / workers {
+                let (result, report) =
+                    send(&mut client, get(&uri, &format!("g{worker}-{i}"))).await;
+                match result {
+                    Ok(response) => assert_eq!(response.status(), 200),
+                    Err(error) => {
+                        let go_away = h2_error(&error).is_some_and(|h2| h2.is_go_away());
+                        failed.push((go_away, report));
+                    }
+                }
+            }
+            failed
+        });
+    }
+    let failed = tokio::time::timeout(PATIENCE, tasks.join_all())
+        .await
+        .expect("every GET ends");
+    failed.into_iter().flatten().collect()
+}
+
+const GETS: u32 = 400;
+const WORKERS: u32 = 20;
+/// Each connection sends its `GOAWAY` once this many requests have arrived on it.
+const ROTATE_AFTER: usize = 50;
+
+fn rotating() -> Rotation {
+    Rotation::EachCoversReceived {
+        after: ROTATE_AFTER,
+    }
+}
+
+/// The control: without resends, a server that rotates its connections with a `GOAWAY` naming
+/// the last stream it received fails the GETs sent meanwhile, each with the server's `GOAWAY` as
+/// its error. Were there none, the test below would prove nothing.
+#[tokio::test]
+async fn without_resends_a_goaway_mid_burst_fails_gets() {
+    let server = GoAwayServer::start(rotating()).await;
+    let layer = retry().max_refused_retries(0).build().unwrap();
+
+    let failed = stream_of_gets(&server, over_h2(&layer), GETS, WORKERS).await;
+
+    eprintln!(
+        "without resends: {} of {GETS} GETs failed; {} connections",
+        failed.len(),
+        server.connections()
+    );
+    assert!(!failed.is_empty());
+    for (go_away, report) in &failed {
+        assert!(go_away);
+        assert_eq!(report.stop, StopReason::RefusedTooOften);
+    }
+}
+
+#[tokio::test]
+async fn a_goaway_mid_burst_fails_no_get() {
+    let server = GoAwayServer::start(rotating()).await;
+    let layer = retry().build().unwrap();
+
+    let failed = stream_of_gets(&server, over_h2(&layer), GETS, WORKERS).await;
+
+    let stats = layer.stats();
+    let handled: u32 = server.handled().values().sum();
+    eprintln!(
+        "with resends: {} of {GETS} GETs failed; {} connections; {handled} handled; {} attempts",
+        failed.len(),
+        server.connections(),
+        stats.attempts
+    );
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(handled, GETS, "each GET processed once");
+    assert!(stats.attempts > u64::from(GETS), "some GETs met a GOAWAY");
+    assert_eq!(stats.budget_granted, 0, "resends take no budget token");
+}
+
+#[tokio::test]
+async fn a_post_whose_body_was_read_before_the_connection_closed_is_not_resent() {
+    let server = TestServer::start(|hit| match hit.nth {
+        1 => Reply::Hangup, // reads the whole body, then closes
+        _ => Reply::status(200),
+    })
+    .await;
+    let layer = retry().build().unwrap();
+    let mut client = without_timeout(&layer);
+    let post = request(Method::POST, &server.uri("/orders"), "order", ORDER);
+
+    let (result, report) = send(&mut client, post).await;
+
+    let error = result.expect_err("the connection closed unanswered");
+    assert_eq!(classify(&error), Outcome::Transient, "ambiguous: {error:?}");
+    assert_eq!(server.hits(&Method::POST, "order"), 1);
+    assert_eq!(
+        (report.attempts, report.stop),
+        (1, StopReason::NotIdempotent)
+    );
+}
+
+#[tokio::test]
+async fn a_post_to_a_refused_connection_is_retried_and_counts_attempts() {
+    let layer = retry().max_attempts(3).build().unwrap();
+    let mut client = without_timeout(&layer);
+    let uri: Uri = format!("http://{}/orders", refused_addr()).parse().unwrap();
+
+    let (result, report) = send(&mut client, request(Method::POST, &uri, "o", ORDER)).await;
+
+    let error = result.expect_err("nothing listens there");
+    assert!(error.is_connect(), "{error:?}");
+    assert_eq!(classify(&error), Outcome::NotSent(NotSent::Unconnected));
+    assert_eq!(
+        (report.attempts, report.stop),
+        (3, StopReason::AttemptsExhausted)
+    );
+    assert!(report
+        .delays
+        .iter()
+        .all(|d| d.source == DelaySource::Backoff));
+    assert_eq!(layer.stats().budget_granted, 2, "each retry took a token");
+}
+
+/// A connector that fails the way tokio-rustls reports a certificate it rejects.
+fn rejecting_certificates() -> hyper_util::client::legacy::Client<
+    impl hyper_util::client::legacy::connect::Connect + Clone,
+    Body,
+> {
+    let connector = tower::service_fn(|_: Uri| {
+        let rejected = io::Error::new(io::ErrorKind::InvalidData, "invalid peer certificate");
+        std::future::ready(Err::<hyper_util::rt::TokioIo<TcpStream>, _>(rejected))
+    });
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(connector)
+}
+
+#[tokio::test]
+async fn a_rejected_certificate_is_permanent() {
+    let layer = retry().build().unwrap();
+    let mut client = ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(rejecting_certificates());
+
+    let (result, report) = send(&mut client, get(&"http://a.test/".parse().unwrap(), "tls")).await;
+
+    let error = result.expect_err("the connector fails");
+    assert!(error.is_connect(), "{error:?}");
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Permanent));
+}
+
+#[tokio::test]
+async fn a_connect_that_fails_otherwise_is_not_sent() {
+    let connector = tower::service_fn(|_: Uri| {
+        let unreachable = io::Error::new(io::ErrorKind::TimedOut, "connect timeout");
+        std::future::ready(Err::<hyper_util::rt::TokioIo<TcpStream>, _>(unreachable))
+    });
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, Body>(connector);
+    let mut client = ServiceBuilder::new()
+        .layer(retry().build().unwrap())
+        .service(client);
+    let post = request(Method::POST, &"http://a.test/".parse().unwrap(), "o", ORDER);
+
+    let (result, report) = send(&mut client, post).await;
+
+    assert!(result.expect_err("the connector fails").is_connect());
+    assert_eq!(
+        (report.attempts, report.stop),
+        (3, StopReason::AttemptsExhausted)
+    );
+}
