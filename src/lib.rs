@@ -3,8 +3,10 @@
 //! After a shared outage, thousands of clients that failed together retry together. Jitter
 //! spreads *when* their retries arrive; a budget bounds *how many* arrive. This crate does both,
 //! and the rest a production client needs: outcomes classified into success, transient and
-//! permanent; `Retry-After` honoured but clamped; only idempotent requests repeated; sleeps that
-//! end at once on shutdown; and a report of what happened to every request.
+//! permanent; `Retry-After` honoured but clamped; only idempotent requests repeated (and those
+//! that provably never reached the server); sleeps that end at once on shutdown; endpoint pacing
+//! that makes requests to a dead endpoint wait and recover within seconds of its return; and a
+//! report of what happened to every request.
 //!
 //! # Stacking
 //!
