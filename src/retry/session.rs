@@ -626,15 +626,18 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// waits in its queue: the place, and the listener its wait is aborted with. `None` when
     /// it goes at once (the endpoint is open, or its queue cannot take it: a first attempt has
     /// no outcome to return instead, so it is sent).
+    #[inline]
     pub(crate) fn first_attempt_queue(
         &mut self,
         request: &Req,
     ) -> Option<(QueueWait, Option<Listener>)> {
-        let config = Arc::clone(&self.config);
-        let pacer = config
+        // Checked before the reference count: the path of every call when pacing is off.
+        self.config
             .pacer
             .as_ref()
-            .filter(|p| p.config().first_attempts)?;
+            .filter(|pacer| pacer.config().first_attempts)?;
+        let config = Arc::clone(&self.config);
+        let pacer = config.pacer.as_ref()?;
         let authority = request.authority();
         let endpoint = pacer.endpoint(authority.as_deref())?;
         if !endpoint.is_paced() {
