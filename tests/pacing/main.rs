@@ -2,6 +2,11 @@
 //! while: requests wait and are let through by probes, then a ramp, instead of firing on their
 //! own timers or being refused.
 
+#[path = "../support/mod.rs"]
+mod support;
+
+mod loopback;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::JoinSet;
