@@ -1,23 +1,26 @@
 //! The webhook scenario, shared by `examples/webhook_delivery.rs` (which prints what happened) and
 //! `tests/webhook/main.rs` (which checks that the books add up).
 //!
-//! [`run`] starts a flaky receiver on `127.0.0.1:0` (axum) and delivers [`DELIVERIES`] webhooks to
-//! it through
+//! [`run`] starts a receiver on `127.0.0.1:0` (axum) and delivers [`DELIVERIES`] webhooks to it,
+//! one every [`ARRIVAL`] as the events happen, each in a task of its own, through
 //!
 //! ```text
-//! RetryLayer -> GlobalConcurrencyLimit (16 attempts on the wire) -> Timeout (250 ms per attempt)
-//!            -> hyper-util legacy Client
+//! RetryLayer::bulk() -> GlobalConcurrencyLimit (16 attempts on the wire) -> Timeout (250 ms per
+//!                       attempt) -> hyper-util legacy Client
 //! ```
 //!
-//! with 48 deliveries in flight at a time. Each webhook is a POST with an `Idempotency-Key`, so
-//! the layer may repeat it. The receiver deduplicates by that key and misbehaves the way real
-//! ones do: 503s, 429s with `Retry-After: 1`, writes that commit and then answer 503, answers that
-//! arrive after the client's per-attempt timeout, an outage that fails every attempt of 40
-//! deliveries in a row, and a 400 for every malformed payload. What it does depends only on the
-//! webhook and the attempt number (the layer sends it in `x-retry-attempt`), and the layer's
-//! jitter comes from a seeded [`RandomSource`]. The counts still vary by a few between runs: which
-//! delivery gets which random stream, and which retries the shared budget refuses, depend on the
-//! order in which concurrent tasks get there.
+//! with `bulk`'s backoff shortened to [`BACKOFF`] so that the run takes seconds; its pacing is
+//! `Pacing::new()` (about 2 probes per second while the receiver is down). Each webhook is a
+//! POST with an `Idempotency-Key`, so the layer may repeat it. The receiver deduplicates by that
+//! key. It is down during [`OUTAGE`]: every request is answered 503 (what a load balancer with no
+//! healthy upstream says), malformed or not. Around that window it is flaky the way real ones
+//! are: 500s from its own errors, writes that commit and then answer 500, answers that arrive
+//! after the client's per-attempt timeout, and a 400 for every malformed payload. A 500 is
+//! transient but says nothing of the receiver's load, so only the outage's 503s and the timeouts
+//! count as congestion to the pacer. Outside the outage what the receiver does depends only on
+//! the webhook and the attempt number (the layer sends it in `x-retry-attempt`), and the layer's
+//! jitter comes from a seeded [`RandomSource`]. The counts still vary between runs: the outage is
+//! a window of wall time, and the probes that let requests through while it lasts are jittered.
 //!
 //! Include it with `#[path = "../tests/webhook/scenario.rs"] mod scenario;` (example) or
 //! `mod scenario;` (test).
@@ -30,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
-use http::header::{HeaderName, RETRY_AFTER};
+use http::header::HeaderName;
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -41,36 +44,43 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
 use tower::timeout::{Timeout, TimeoutLayer};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http_retry::{
-    Backoff, HttpClassifier, Jitter, RandomSource, ReportSlot, Retry, RetryAfter, RetryLayer,
-    RetryReport, RetryStats, TokenBucket,
+    Backoff, HttpClassifier, Jitter, Pacing, PacingStats, RandomSource, ReportSlot, Retry,
+    RetryLayer, RetryReport, RetryStats,
 };
 
 pub const DELIVERIES: u32 = 300;
-/// Deliveries in flight at once (each worker keeps its delivery through all its retries).
-pub const WORKERS: usize = 48;
-/// Attempts on the wire at once. The retry layer gives its permit back while it sleeps.
+/// A new webhook is due every `ARRIVAL`: 300 over 4.5 s.
+pub const ARRIVAL: Duration = Duration::from_millis(15);
+/// Attempts on the wire at once. The retry layer gives its permit back while a request sleeps or
+/// waits in the pacer's queue.
 pub const ON_THE_WIRE: usize = 16;
 pub const PER_ATTEMPT: Duration = Duration::from_millis(250);
-pub const MAX_ATTEMPTS: u32 = 4;
-/// Webhooks in this range hit an outage: every attempt fails.
-pub const OUTAGE: Range<u32> = 200..240;
-/// The receiver's `Retry-After` on a 429, in seconds.
-pub const RETRY_AFTER_SECS: u64 = 1;
+/// `RetryLayer::bulk()`'s full jitter from 1 s capped at 30 s, shortened for a demo of seconds.
+pub const BACKOFF: Range<Duration> = Duration::from_millis(50)..Duration::from_millis(500);
+/// `RetryLayer::bulk()`'s probe interval (`Pacing::new()`'s), named here because the test's bound
+/// on what the receiver sees while down is derived from it.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+/// When the receiver is down, from the start of the run: every request is answered 503.
+pub const OUTAGE: Range<Duration> = Duration::from_millis(1000)..Duration::from_millis(3000);
 pub const SEED: u64 = 2024;
 const ATTEMPT_HEADER: &str = "x-retry-attempt";
 
 type Stack = Retry<ConcurrencyLimit<Timeout<Client<HttpConnector, Full<Bytes>>>>, HttpClassifier>;
 
-/// What happened to one webhook, as the sender saw it.
+/// What happened to one webhook, as the sender saw it. Times are from the start of the run.
 #[derive(Debug)]
 pub struct Delivery {
     pub id: u32,
+    /// When the webhook was handed to the client.
+    pub due: Duration,
+    /// When the client returned.
+    pub done: Duration,
     pub delivered: bool,
     pub report: RetryReport,
 }
@@ -78,10 +88,14 @@ pub struct Delivery {
 /// The receiver's books.
 #[derive(Clone, Debug, Default)]
 pub struct Books {
-    /// Requests received, malformed ones included.
+    /// Requests received, malformed ones and those answered by the outage included.
     pub requests: u64,
+    /// When each request arrived, from the start of the run.
+    pub arrivals: Vec<Duration>,
     /// Requests received per `Idempotency-Key`.
     pub received: HashMap<String, u32>,
+    /// Requests per `Idempotency-Key` answered 503 because the receiver was down.
+    pub down: HashMap<String, u32>,
     /// The keys whose request was applied: a later request with one of them is a repeat.
     applied_keys: HashSet<String>,
     /// How often each webhook (by the id in its payload, not its key) was applied.
@@ -95,8 +109,19 @@ pub struct Books {
 #[derive(Debug)]
 pub struct Run {
     pub deliveries: Vec<Delivery>,
+    pub max_attempts: u32,
     pub stats: RetryStats,
+    /// The receiver's endpoint as the pacer saw it at the end.
+    pub pacing: Option<PacingStats>,
     pub books: Books,
+}
+
+impl Run {
+    /// Whether webhook `d` was caught by the outage: due while the receiver was down, or sent to
+    /// it then (and answered 503).
+    pub fn caught(&self, d: &Delivery) -> bool {
+        OUTAGE.contains(&d.due) || self.books.down.contains_key(&key(d.id))
+    }
 }
 
 /// The `Idempotency-Key` of webhook `id`: the same on every attempt.
@@ -124,18 +149,20 @@ fn payload(id: u32) -> Bytes {
 
 /// Delivers every webhook and returns what happened, on both sides.
 pub async fn run(seed: u64) -> Run {
-    let books = Arc::new(Mutex::new(Books::default()));
-    let uri = start_receiver(Arc::clone(&books)).await;
-    let layer = RetryLayer::builder()
-        .max_attempts(MAX_ATTEMPTS)
-        .backoff(Backoff::new(
-            Jitter::Full,
-            Duration::from_millis(20),
-            Duration::from_millis(400),
-        ))
-        .retry_after(RetryAfter::honored().max_delay(Duration::from_secs(2)))
-        // The default bucket: a burst of 100 retries, then 0.2 per success and 10 per second.
-        .budget(TokenBucket::default())
+    let start = Instant::now();
+    let receiver = Arc::new(Receiver {
+        start,
+        books: Mutex::default(),
+    });
+    let uri = start_receiver(Arc::clone(&receiver)).await;
+    let layer = RetryLayer::bulk()
+        .backoff(Backoff::new(Jitter::Full, BACKOFF.start, BACKOFF.end))
+        .pacing(
+            Pacing::builder()
+                .probe_interval(PROBE_INTERVAL)
+                .build()
+                .expect("a valid pacing configuration"),
+        )
         .attempt_header(HeaderName::from_static(ATTEMPT_HEADER))
         .random_source(RandomSource::seeded(seed))
         .build()
@@ -146,31 +173,30 @@ pub async fn run(seed: u64) -> Run {
         .layer(TimeoutLayer::new(PER_ATTEMPT))
         .service(Client::builder(TokioExecutor::new()).build_http());
 
-    let workers = Arc::new(Semaphore::new(WORKERS));
     let mut tasks = JoinSet::new();
     for id in 0..DELIVERIES {
-        let permit = Arc::clone(&workers)
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
+        tokio::time::sleep_until(start + ARRIVAL * id).await;
         let (client, uri) = (client.clone(), uri.clone());
-        tasks.spawn(async move {
-            let delivery = deliver(client, uri, id).await;
-            drop(permit);
-            delivery
-        });
+        tasks.spawn(deliver(client, uri, id, start));
     }
     let mut deliveries = tasks.join_all().await;
     deliveries.sort_by_key(|d| d.id);
-    let books = books.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let books = receiver
+        .books
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     Run {
         deliveries,
+        max_attempts: layer.max_attempts(),
         stats: layer.stats(),
+        pacing: layer.pacing_stats(uri.authority()),
         books,
     }
 }
 
-async fn deliver(client: Stack, uri: Uri, id: u32) -> Delivery {
+async fn deliver(client: Stack, uri: Uri, id: u32, start: Instant) -> Delivery {
+    let due = start.elapsed();
     let slot = ReportSlot::new();
     let mut request = Request::builder()
         .method(Method::POST)
@@ -184,6 +210,8 @@ async fn deliver(client: Stack, uri: Uri, id: u32) -> Delivery {
     let result = client.oneshot(request).await;
     Delivery {
         id,
+        due,
+        done: start.elapsed(),
         delivered: matches!(&result, Ok(response) if response.status().is_success()),
         // The layer fills the slot of every request it was called with, errors included.
         report: slot.take().expect("the retry layer fills the slot"),
@@ -195,33 +223,32 @@ async fn deliver(client: Stack, uri: Uri, id: u32) -> Delivery {
 enum Fate {
     /// Apply and answer 200.
     Accept,
-    /// Answer 503 without applying.
-    Unavailable,
-    /// Answer 429 with `Retry-After` without applying.
-    RateLimited,
-    /// Apply, then answer 503 (the commit happened, the answer says otherwise).
-    AppliedThen503,
-    /// Apply, then answer only after the client's per-attempt timeout.
+    /// Answer 500 without applying: a bug or a blip of the receiver's own (transient, but says
+    /// nothing of its load).
+    Error,
+    /// Apply, then answer 500 (the commit happened, the answer says otherwise).
+    AppliedThenError,
+    /// Apply, then answer only after the client's per-attempt timeout (a timeout is congestion
+    /// to the pacer).
     AppliedThenSlow,
+    /// Answer 503: the receiver is down (what a load balancer with no healthy upstream says).
+    Down,
 }
 
-/// A fixed function of webhook and attempt, so every run faces the same receiver.
+/// Outside the outage, a fixed function of webhook and attempt, so every run faces the same
+/// receiver.
 fn fate(id: u32, attempt: u32) -> Fate {
-    if OUTAGE.contains(&id) {
-        return Fate::Unavailable;
-    }
     let roll = splitmix(u64::from(id) << 8 | u64::from(attempt)) % 100;
     // Percentiles below which each fate applies: the first attempt fares worse than retries.
     let table = if attempt == 1 {
-        [60, 72, 84, 92]
+        [85, 91, 95]
     } else {
-        [78, 88, 92, 96]
+        [92, 96, 98]
     };
     match table.iter().position(|&below| roll < below) {
         Some(0) => Fate::Accept,
-        Some(1) => Fate::Unavailable,
-        Some(2) => Fate::RateLimited,
-        Some(3) => Fate::AppliedThen503,
+        Some(1) => Fate::Error,
+        Some(2) => Fate::AppliedThenError,
         _ => Fate::AppliedThenSlow,
     }
 }
@@ -251,12 +278,23 @@ impl Books {
         }
     }
 
-    /// Books one request; returns what to do with it, or the 400 for a bad one.
-    fn receive(&mut self, headers: &HeaderMap, body: &[u8]) -> Result<Fate, &'static str> {
+    /// Books one request arriving at `at`; returns what to do with it, or the 400 for a bad one.
+    fn receive(
+        &mut self,
+        at: Duration,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Fate, &'static str> {
         self.requests += 1;
+        self.arrivals.push(at);
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let key = header("idempotency-key").ok_or("no Idempotency-Key")?;
         *self.received.entry(key.to_owned()).or_insert(0) += 1;
+        if OUTAGE.contains(&at) {
+            // Down: nothing is parsed, nothing applied.
+            *self.down.entry(key.to_owned()).or_insert(0) += 1;
+            return Ok(Fate::Down);
+        }
         let id = webhook_id(body).ok_or("malformed payload")?;
         let attempt = header(ATTEMPT_HEADER)
             .and_then(|n| n.parse().ok())
@@ -264,7 +302,7 @@ impl Books {
         let fate = fate(id, attempt);
         if matches!(
             fate,
-            Fate::Accept | Fate::AppliedThen503 | Fate::AppliedThenSlow
+            Fate::Accept | Fate::AppliedThenError | Fate::AppliedThenSlow
         ) {
             self.apply_once(key, id);
         }
@@ -272,20 +310,24 @@ impl Books {
     }
 }
 
-async fn hook(State(books): State<Arc<Mutex<Books>>>, headers: HeaderMap, body: Bytes) -> Response {
-    let fate = books
+struct Receiver {
+    start: Instant,
+    books: Mutex<Books>,
+}
+
+async fn hook(State(receiver): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -> Response {
+    let at = receiver.start.elapsed();
+    let fate = receiver
+        .books
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .receive(&headers, &body);
+        .receive(at, &headers, &body);
     match fate {
         Err(why) => (StatusCode::BAD_REQUEST, why).into_response(),
         Ok(Fate::Accept) => StatusCode::OK.into_response(),
-        Ok(Fate::Unavailable | Fate::AppliedThen503) => {
-            StatusCode::SERVICE_UNAVAILABLE.into_response()
-        }
-        Ok(Fate::RateLimited) => {
-            let retry_after = RETRY_AFTER_SECS.to_string();
-            (StatusCode::TOO_MANY_REQUESTS, [(RETRY_AFTER, retry_after)]).into_response()
+        Ok(Fate::Down) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        Ok(Fate::Error | Fate::AppliedThenError) => {
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
         Ok(Fate::AppliedThenSlow) => {
             tokio::time::sleep(PER_ATTEMPT * 3).await;
@@ -294,14 +336,16 @@ async fn hook(State(books): State<Arc<Mutex<Books>>>, headers: HeaderMap, body: 
     }
 }
 
-async fn start_receiver(books: Arc<Mutex<Books>>) -> Uri {
+async fn start_receiver(receiver: Arc<Receiver>) -> Uri {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind 127.0.0.1:0");
     let addr = listener
         .local_addr()
         .expect("a bound listener has an address");
-    let app = Router::new().route("/hooks", post(hook)).with_state(books);
+    let app = Router::new()
+        .route("/hooks", post(hook))
+        .with_state(receiver);
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}/hooks").parse().expect("a valid URI")
 }
