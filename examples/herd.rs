@@ -48,8 +48,14 @@ in model B with tens of thousands of overload 503s (plain about 18 % in B+RA, wh
 `Retry-After` jitter spreads each wave over 100 ms; tower ignores the header). In model A tower \
 meets the 3-s target only when a seed's wave happens to land just after recovery.
 - **No backoff** spends its 10 attempts in half a second, inside the outage.
-- **The pacer in B+RA**: every overload 503 carries `Retry-After: 1`, and a hint pauses the whole endpoint (it holds every request to it until then); after each pause the ramp resumes from its cut. The rejections stay few, but the seconds spent paused cost throughput: about half the capacity is used once ramped, and 99 % comes about 4 s later than the target.
-- **The pacer fleet**: ten pacers that share nothing; whichever processes' probes succeed first ramp up and take the capacity, and the probes of the others then mostly meet overload 503s, so they stay at the probe rate longer. The totals are close to a single pacer's but the shares in the window are far from fair, and the pauses and restarts miss the 99 % and rate targets.
+- **The pacer in B+RA**: every overload 503 carries `Retry-After: 1`, and a hint pauses the \
+whole endpoint (it holds every request to it until then); after each pause the ramp resumes \
+from its cut. The rejections stay few, but the seconds spent paused cost throughput: about half \
+the capacity is used once ramped, and 99 % comes several seconds later than the target.
+- **The pacer fleet**: ten pacers that share nothing. In B the totals meet the targets, but \
+whichever processes' probes succeed first ramp up first and take more of the capacity in the \
+first N/C seconds, so the shares stray further from fair than ±25 %; in B+RA the pauses of ten \
+processes add up as for one.
 - **First-attempt gating** changes nothing here: every delivery's first attempt is sent at t = 0, before the endpoint is known to be down, so the gated and ungated pacer rows are the same run.
 - **Fleets**: full jitter is fair across processes but misses model B's targets as the single \
 row does; with a budget each process has its own, and the few deliveries each makes in the \

@@ -63,6 +63,14 @@ pub(crate) enum Release {
     Blocked,
 }
 
+/// Losses in one interval below this do not cut the rate, whatever their share.
+const MIN_LOSSES_TO_CUT: u32 = 3;
+
+/// The time between two releases at `rate` per second.
+fn gap(rate: f64) -> Duration {
+    Duration::from_secs_f64(1.0 / rate)
+}
+
 /// How far behind its schedule a ramp may release at once (see `try_release`).
 const BURST_WINDOW: Duration = Duration::from_millis(10);
 
@@ -102,8 +110,11 @@ enum Mode {
 
 pub(crate) struct EndpointState {
     mode: Mode,
-    /// The earliest next release while paced.
+    /// The earliest next release while probing or paused.
     next_release: Instant,
+    /// While ramping: the slot of the last release. The next is due one gap (at the rate *now*)
+    /// later, so a rate that grows brings the next release forward.
+    last_slot: Instant,
     pub(crate) queue: VecDeque<Waiter>,
     next_id: u64,
     rng: SmallRng,
@@ -118,6 +129,7 @@ impl EndpointState {
                 congested_in_a_row: 0,
             },
             next_release: now,
+            last_slot: now,
             queue: VecDeque::new(),
             next_id: 0,
             rng,
@@ -185,10 +197,11 @@ impl EndpointState {
         position: usize,
         now: Instant,
     ) -> Duration {
-        let first = match self.mode {
+        let first = match &self.mode {
             Mode::Open { .. } => return Duration::ZERO,
-            Mode::Paused { until, .. } => until.max(self.next_release),
-            _ => self.next_release,
+            Mode::Paused { until, .. } => (*until).max(self.next_release),
+            Mode::Ramping { ramp, .. } => self.last_slot + gap(ramp.rate(&config.rate)),
+            Mode::Probing { .. } => self.next_release,
         };
         let rate = self.rate(config).max(config.rate.floor);
         let queue = Duration::from_secs_f64((position as f64 / rate).min(1e9));
@@ -218,15 +231,14 @@ impl EndpointState {
                 }
             }
             Mode::Ramping { ramp, .. } => {
-                if now < self.next_release {
-                    return Release::At(self.next_release);
+                let due = self.last_slot + gap(ramp.rate(&config.rate));
+                if now < due {
+                    return Release::At(due);
                 }
-                let gap = Duration::from_secs_f64(1.0 / ramp.rate(&config.rate));
                 // Releases due since the last one go now, up to a short window's worth: a timer
                 // wakes the queue at most once a millisecond, so a rate above 1,000/s needs a
                 // few releases per wake; an idle moment does not save up a burst beyond that.
-                let earliest = now.checked_sub(BURST_WINDOW).unwrap_or(now);
-                self.next_release = self.next_release.max(earliest) + gap;
+                self.last_slot = due.max(now.checked_sub(BURST_WINDOW).unwrap_or(now));
                 Release::Now(Pass::Paced)
             }
         }
@@ -273,6 +285,8 @@ impl EndpointState {
                 Signal::Success => {
                     *successes += 1;
                     ramp.on_success(&config.rate, config.ramp_interval.as_secs_f64());
+                    // The rate may have grown: the head recomputes when it is due.
+                    changed = true;
                 }
                 Signal::Congestion => {
                     *losses += 1;
@@ -331,12 +345,24 @@ impl EndpointState {
         if let Mode::Paused { until, resume } = self.mode {
             if now >= until {
                 self.enter_ramping(config, now);
-                if let (Some(cut), Mode::Ramping { ramp, .. }) = (resume, &mut self.mode) {
+                if let (
+                    Some(cut),
+                    Mode::Ramping {
+                        ramp,
+                        last_accepted,
+                        ..
+                    },
+                ) = (resume, &mut self.mode)
+                {
                     *ramp = cut;
+                    // Until an interval has been measured, the endpoint is taken to accept the
+                    // rate resumed with: another pause right away cuts from it, not from nothing.
+                    *last_accepted = cut.rate(&config.rate);
                 }
             }
         }
-        let queue_empty = self.queue.is_empty();
+        // At most the request asking: the rate keeps up with the demand.
+        let queue_empty = self.queue.len() <= 1;
         let Mode::Ramping {
             ramp,
             interval_start,
@@ -358,7 +384,8 @@ impl EndpointState {
             } else {
                 f64::from(*losses) / f64::from(total)
             };
-            if loss > config.loss_threshold {
+            // A loss or two at a low rate is noise (a stray 503), not the endpoint's limit.
+            if loss > config.loss_threshold && *losses >= MIN_LOSSES_TO_CUT {
                 if *interval_start >= *cut_settles_at {
                     let accepted = f64::from(*successes) / interval.as_secs_f64();
                     ramp.lose(&config.rate, accepted);
@@ -405,7 +432,8 @@ impl EndpointState {
             cut_settles_at: now,
             last_accepted: 0.0,
         };
-        self.next_release = self.next_release.max(now);
+        // The next waiter may go at once: the endpoint just answered.
+        self.last_slot = now.checked_sub(gap(config.rate.floor)).unwrap_or(now);
         trace(PacingMode::Ramping);
     }
 }
@@ -630,5 +658,27 @@ mod tests {
             "{}",
             s.rate(&config)
         );
+    }
+
+    #[test]
+    fn a_rate_that_grows_brings_the_next_release_forward() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = down(&config, now);
+        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.queue.push_back(Waiter { id: 0, waker: None });
+        assert_eq!(
+            s.try_release(&config, now),
+            Release::Now(Pass::Paced),
+            "at once"
+        );
+        let Release::At(slow) = s.try_release(&config, now) else {
+            panic!("the floor rate's gap")
+        };
+        s.record(&config, Some(Pass::Paced), Signal::Success, now);
+        let Release::At(fast) = s.try_release(&config, now) else {
+            panic!("a gap at the grown rate")
+        };
+        assert!(fast < slow, "{fast:?} not before {slow:?}");
     }
 }

@@ -299,7 +299,17 @@ where
                         PhaseProj::Sleeping { sleep } => {
                             ready!(sleep.poll(cx));
                             session.sleep_ended();
-                            wait.phase.set(Phase::Readying);
+                            let now = Instant::now();
+                            match session.queue_after_sleep(now) {
+                                Some(queue) => {
+                                    // Paced meanwhile: the pacer, not the budget, lets it go.
+                                    drop(wait.token.take());
+                                    let deadline = session.deadline().map(tokio::time::sleep_until);
+                                    wait.phase.set(Phase::Queued { queue, deadline });
+                                    continue;
+                                }
+                                None => wait.phase.set(Phase::Readying),
+                            }
                         }
                         PhaseProj::Queued { queue, deadline } => {
                             let expired = deadline

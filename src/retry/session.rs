@@ -622,6 +622,19 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
+    /// With pacing, a request whose sleep began while its endpoint was open and ended while it
+    /// is paced waits in its queue instead of firing on its own timer; its place, if so.
+    pub(crate) fn queue_after_sleep(&mut self, now: Instant) -> Option<QueueWait> {
+        self.config.pacer.as_ref()?;
+        let config = Arc::clone(&self.config);
+        let pacer = config.pacer.as_ref()?;
+        let endpoint = pacer.endpoint(self.authority().as_deref())?;
+        if !endpoint.is_paced() {
+            return None;
+        }
+        self.queue(&endpoint, now).ok()
+    }
+
     /// With pacing and its first-attempt gate on, a new request to an endpoint that is down
     /// waits in its queue: the place, and the listener its wait is aborted with. `None` when
     /// it goes at once (the endpoint is open, or its queue cannot take it: a first attempt has
