@@ -26,8 +26,8 @@ use std::time::Duration;
 ///   the losses in an interval stay at most [`loss_threshold`](PacingBuilder::loss_threshold).
 ///   Above it, the rate drops to 70 % of what the endpoint *accepted* in that interval, and grows
 ///   back along a cubic curve that regains it in [`regain`](PacingBuilder::regain) and then
-///   probes past it. Once the queue has been empty for a second without loss, the endpoint is
-///   open again.
+///   probes past it. Once the rate has kept up with the demand (at most the request asking
+///   waits) for a second without loss, the endpoint is open again.
 /// * **Paused**: a `Retry-After` (clamped) holds every request to the endpoint until then, and
 ///   the release afterwards ramps from the probe rate, so a shared hint cannot bring the herd
 ///   back in one instant.
