@@ -120,3 +120,13 @@ impl<B> RetryResponse for http::Response<B> {
         self.extensions().get()
     }
 }
+
+// Here rather than in `report.rs`, so that the report types depend on nothing else in the crate.
+impl RetryReport {
+    /// The report attached to `response` (an `http::Response`, or a `reqwest::Response` with
+    /// the `reqwest` feature), or [`FIRST_TRY`](Self::FIRST_TRY) when none is.
+    pub fn of<R: RetryResponse>(response: &R) -> &RetryReport {
+        static FIRST_TRY: RetryReport = RetryReport::FIRST_TRY;
+        response.report().unwrap_or(&FIRST_TRY)
+    }
+}

@@ -1,6 +1,5 @@
 //! What happened to one logical request: attempts, sleeps and why retrying stopped.
 
-use crate::message::RetryResponse;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -210,13 +209,6 @@ impl RetryReport {
         retry_after: None,
         retry_at: None,
     };
-
-    /// The report attached to `response` (an `http::Response`, or a `reqwest::Response` with
-    /// the `reqwest` feature), or [`FIRST_TRY`](Self::FIRST_TRY) when none is.
-    pub fn of<R: RetryResponse>(response: &R) -> &RetryReport {
-        static FIRST_TRY: RetryReport = RetryReport::FIRST_TRY;
-        response.report().unwrap_or(&FIRST_TRY)
-    }
 
     /// Sleeps whose duration came from `Retry-After`.
     pub fn retry_after_delays(&self) -> impl Iterator<Item = &Delay> {
