@@ -470,8 +470,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             (Outcome::NotSent(kind), _) => Some(kind),
             _ => None,
         };
-        // Cloned and read only past this point: the success path pays no reference count and no
-        // clock.
+        // Cloned and read only past this point: without pacing, the success path pays no
+        // reference count and no clock.
         let now = now.get();
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
