@@ -75,7 +75,11 @@ where
                     let result = ready!(future.poll(cx));
                     let outcome = this.config.classifier.classify(this.method, &result);
                     match result {
-                        Ok(response) if outcome == Outcome::Transient => {
+                        // Every response the retry layer may send again: transient, or refused
+                        // unprocessed (`NotSent`, e.g. a 421 classified so).
+                        Ok(response)
+                            if matches!(outcome, Outcome::Transient | Outcome::NotSent(_)) =>
+                        {
                             let (head, body) = response.into_parts();
                             this.state.set(State::Reading {
                                 head: Some(head),
@@ -380,5 +384,28 @@ mod tests {
             let released = service.oneshot(request.unwrap()).await.unwrap();
             assert_eq!(released.body().is_buffered(), read, "{method}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_response_refused_unprocessed_is_read_like_a_transient_one() {
+        use crate::NotSent;
+        let layer = ReleaseBodyLayer::builder()
+            .classifier(HttpClassifier::new().status(
+                StatusCode::MISDIRECTED_REQUEST,
+                Outcome::NotSent(NotSent::Refused),
+            ))
+            .build()
+            .unwrap();
+        let (body, _) = Scripted::new(vec![Step::Data(b"refused")]);
+        let once = std::sync::Mutex::new(Some(response(421, body)));
+        let service = layer.layer(service_fn(move |_: http::Request<()>| {
+            let response = once.lock().unwrap().take().expect("called once");
+            async move { Ok::<_, io::Error>(response) }
+        }));
+        let released = service.oneshot(http::Request::new(())).await.unwrap();
+        assert!(
+            released.body().is_buffered(),
+            "the retry layer sends it again"
+        );
     }
 }

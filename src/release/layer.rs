@@ -193,7 +193,9 @@ impl<C> ReleaseBodyLayerBuilder<C> {
     }
 
     /// Replaces the classifier (the type changes with it). Only the bodies of responses it calls
-    /// [`Outcome::Transient`](crate::Outcome::Transient) are read.
+    /// [`Outcome::Transient`](crate::Outcome::Transient) or
+    /// [`Outcome::NotSent`](crate::Outcome::NotSent) (those the retry layer may send again) are
+    /// read.
     pub fn classifier<C2>(self, classifier: C2) -> ReleaseBodyLayerBuilder<C2> {
         ReleaseBodyLayerBuilder {
             classifier,
