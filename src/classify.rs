@@ -3,6 +3,7 @@
 //! The table of [`HttpClassifier`] is written on it, where rustdoc shows it.
 
 use crate::error::CircuitOpen;
+use crate::hint::ServerHint;
 use crate::message::RetryResponse;
 use http::{Method, StatusCode};
 use std::error::Error;
@@ -102,6 +103,21 @@ pub trait Classify<Res, E> {
     fn refused_for(&self, error: &E) -> Option<std::time::Duration> {
         let _ = error;
         None
+    }
+
+    /// What `response` says about retrying it: when to come back, and whether to retry at all.
+    /// `now` is the local wall clock; absolute times are read against the response's `Date`
+    /// header when it has one.
+    ///
+    /// The retry layer reads it for every response that is not a success (and, with
+    /// [pacing](crate::Pacing), for successes too: a quota that is used up pauses the endpoint).
+    /// The default reads `Retry-After` alone; [`HttpClassifier`] also reads the rate-limit and
+    /// stand-down headers its `ServerHints` name.
+    fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint
+    where
+        Res: RetryResponse,
+    {
+        ServerHint::of_retry_after(response.headers(), now)
     }
 
     /// Classifies the outcome of an attempt of a request with `method`: by default, the

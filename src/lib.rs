@@ -65,6 +65,7 @@ mod abort;
 mod circuit_breaker;
 mod classify;
 mod error;
+mod hint;
 mod message;
 mod pacer;
 mod random;
@@ -84,6 +85,7 @@ pub use classify::{
     classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, NotSent, Outcome,
 };
 pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
+pub use hint::{parse_retry_after, RetryAfterHint, ServerHint};
 pub use message::{RequestHead, RetryRequest, RetryResponse};
 pub use pacer::{Pacing, PacingBuilder, PacingMode, PacingStats};
 pub use random::RandomSource;
@@ -93,10 +95,9 @@ pub use release::{
 };
 pub use report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
-    parse_retry_after, Backoff, DelayHistogram, Idempotency, Jitter, ReplayBody, Retry, RetryAfter,
-    RetryAfterHint, RetryBudget, RetryFuture, RetryLayer, RetryLayerBuilder, RetryStats,
-    TokenBucket, TokenBucketBuilder, WhenLonger, DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS,
-    IDEMPOTENCY_KEY,
+    Backoff, DelayHistogram, Idempotency, Jitter, ReplayBody, Retry, RetryAfter, RetryBudget,
+    RetryFuture, RetryLayer, RetryLayerBuilder, RetryStats, TokenBucket, TokenBucketBuilder,
+    WhenLonger, DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS, IDEMPOTENCY_KEY,
 };
 
 // The README's code blocks are compiled and run as doctests, so the README stays true.

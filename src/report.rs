@@ -54,11 +54,19 @@ pub enum StopReason {
     /// [`NotSent::Refused`](crate::NotSent::Refused)) once more after
     /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries) free resends.
     RefusedTooOften,
+    /// The server asked not to retry this request: `x-should-retry: false`,
+    /// `x-envoy-overloaded`, a negative gRPC pushback (see [`ServerHint`](crate::ServerHint)).
+    /// Its last outcome is returned. Not final: the server is shedding load *now*.
+    StandDown,
+    /// An outer retry layer retries this request (it marked it, see
+    /// `NestedLayers`), so this layer sent it once and left the retrying
+    /// to the outer one: retries do not multiply across layers.
+    Delegated,
 }
 
 impl StopReason {
     /// Every reason, in declaration order.
-    pub const ALL: [StopReason; 15] = [
+    pub const ALL: [StopReason; 17] = [
         StopReason::Success,
         StopReason::Permanent,
         StopReason::AttemptsExhausted,
@@ -74,6 +82,8 @@ impl StopReason {
         StopReason::CircuitOpen,
         StopReason::Held,
         StopReason::RefusedTooOften,
+        StopReason::StandDown,
+        StopReason::Delegated,
     ];
 
     /// Whether sending the request again later cannot help: it succeeded, or the endpoint (or
@@ -115,6 +125,8 @@ impl StopReason {
             StopReason::CircuitOpen => "circuit_open",
             StopReason::Held => "held",
             StopReason::RefusedTooOften => "refused_too_often",
+            StopReason::StandDown => "stand_down",
+            StopReason::Delegated => "delegated",
         }
     }
 

@@ -25,6 +25,6 @@ pub use future::RetryFuture;
 pub use idempotency::{Idempotency, IDEMPOTENCY_KEY};
 pub use layer::{RetryLayer, RetryLayerBuilder};
 pub use replay_body::{ReplayBody, DEFAULT_REPLAY_LIMIT};
-pub use retry_after::{parse_retry_after, RetryAfter, RetryAfterHint, WhenLonger};
+pub use retry_after::{RetryAfter, WhenLonger};
 pub use service::Retry;
 pub use stats::{DelayHistogram, RetryStats, DELAY_BUCKETS, DELAY_ROWS};

@@ -11,11 +11,12 @@
 use super::budget::RetryBudget;
 use super::config::Config;
 use super::idempotency::{is_idempotent, IDEMPOTENCY_KEY};
-use super::retry_after::{parse_retry_after, Resolved, RetryAfterHint};
+use super::retry_after::Resolved;
 use super::stats::Counters;
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, NotSent, Outcome};
+use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacer::{Deferred, Endpoint, Pacer, PassGuard, QueueWait, Signal};
 use crate::random::uniform;
@@ -445,7 +446,24 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             Kept::Copy(request) => request.method(),
             Kept::Method(method) => method,
         };
-        let outcome = self.config.classifier.classify(method, result);
+        let config = &self.config;
+        let mut outcome = config.classifier.classify(method, result);
+        // What the response says about retrying it: read unless it is a success, and for a
+        // success too with pacing (a used-up quota pauses the endpoint).
+        let hint = match result {
+            Ok(response) if outcome != Outcome::Success || config.pacer.is_some() => config
+                .classifier
+                .hint(response, (config.settings.wall_clock)()),
+            _ => ServerHint::NONE,
+        };
+        if hint.is_malformed() {
+            config.counters.retry_after_malformed();
+            decision!("ignoring a malformed hint header");
+        }
+        if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
+            // The server says this response is worth another attempt, whatever its status.
+            outcome = Outcome::Transient;
+        }
         let endpoint = match &self.config.pacer {
             Some(_) => self.learn(outcome, result, now.get()),
             None => None,
@@ -459,6 +477,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             (Outcome::Success, _) => {
                 if let Some(budget) = &self.config.settings.budget {
                     budget.deposit();
+                }
+                if let (Some(endpoint), Some(after)) = (&endpoint, self.hint_delay(&hint)) {
+                    // A success that used up the quota: the next requests wait for its reset.
+                    let now = now.get();
+                    self.config.counters.quota_paused();
+                    endpoint.pause_until(now + after.min(self.config.retry_after_clamp), now);
                 }
                 return Next::Stop(StopReason::Success);
             }
@@ -481,10 +505,19 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             endpoint.pause_until(now + wait, now);
         }
         match self.not_retryable {
-            // It never reached the server: repeating it is safe whatever its method.
-            Some(StopReason::NotIdempotent) if not_sent.is_some() => {}
+            // It never reached the server, or the server says repeating it is safe: whatever
+            // its method.
+            Some(StopReason::NotIdempotent)
+                if not_sent.is_some() || hint.should_retry() == Some(true) => {}
             Some(reason) => return Next::Stop(reason),
             None => {}
+        }
+        if hint.should_retry() == Some(false) {
+            if let Some(after) = self.hint_delay(&hint) {
+                self.retry_in(after);
+            }
+            decision!("the server asks not to retry");
+            return Next::Stop(StopReason::StandDown);
         }
         let refused = not_sent == Some(NotSent::Refused);
         if let Some(reason) = self.exhausted(refused) {
@@ -519,7 +552,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         if refused {
             return self.resend_refused(listener);
         }
-        let (delay, source) = match self.delay_for(result, now) {
+        let (delay, source) = match self.delay_for(&hint, now) {
             Ok(chosen) => chosen,
             Err(reason) => return Next::Stop(reason),
         };
@@ -692,48 +725,45 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// The delay before the next attempt: the server's `Retry-After` when valid, else the backoff
-    /// policy's draw.
-    fn delay_for<Res: RetryResponse, E>(
+    /// The server's "come back in", unless hints are turned off
+    /// ([`without_retry_after`](crate::RetryLayerBuilder::without_retry_after)).
+    fn hint_delay(&self, hint: &ServerHint) -> Option<Duration> {
+        self.config.settings.retry_after.and(hint.retry_after())
+    }
+
+    /// The delay before the next attempt: the server's hint when it gave a valid one, else the
+    /// backoff policy's draw.
+    fn delay_for(
         &mut self,
-        result: &Result<Res, E>,
+        hint: &ServerHint,
         now: Instant,
     ) -> Result<(Duration, DelaySource), StopReason> {
         let config = Arc::clone(&self.config);
-        let settings = &config.settings;
         let counters = &config.counters;
-        if let (Some(retry_after), Ok(response)) = (&settings.retry_after, result) {
-            match parse_retry_after(response.headers(), (settings.wall_clock)()) {
-                RetryAfterHint::Absent => {}
-                RetryAfterHint::Malformed => {
-                    counters.retry_after_malformed();
-                    decision!("ignoring malformed Retry-After");
-                }
-                RetryAfterHint::Delay(hint) => {
-                    counters.retry_after_seen();
-                    let clamp = config.retry_after_clamp;
-                    let room = self.room(now);
-                    return match retry_after.resolve(hint, clamp, room, self.rng()) {
-                        Resolved::Delay { delay, clamped } => {
-                            if clamped {
-                                counters.retry_after_clamped();
-                                decision!(?hint, ?clamp, "clamping Retry-After");
-                            }
-                            let source = if clamped {
-                                DelaySource::RetryAfterClamped
-                            } else {
-                                DelaySource::RetryAfter
-                            };
-                            Ok((delay, source))
-                        }
-                        Resolved::GiveUp => {
-                            counters.retry_after_clamped();
-                            self.retry_in(hint);
-                            Err(StopReason::RetryAfterTooLong)
-                        }
+        if let (Some(retry_after), Some(hint)) = (&config.settings.retry_after, hint.retry_after())
+        {
+            counters.retry_after_seen();
+            let clamp = config.retry_after_clamp;
+            let room = self.room(now);
+            return match retry_after.resolve(hint, clamp, room, self.rng()) {
+                Resolved::Delay { delay, clamped } => {
+                    if clamped {
+                        counters.retry_after_clamped();
+                        decision!(?hint, ?clamp, "clamping the server's hint");
+                    }
+                    let source = if clamped {
+                        DelaySource::RetryAfterClamped
+                    } else {
+                        DelaySource::RetryAfter
                     };
+                    Ok((delay, source))
                 }
-            }
+                Resolved::GiveUp => {
+                    counters.retry_after_clamped();
+                    self.retry_in(hint);
+                    Err(StopReason::RetryAfterTooLong)
+                }
+            };
         }
         Ok(self.backoff_delay())
     }

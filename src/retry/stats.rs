@@ -51,6 +51,7 @@ struct Cells {
     retry_after_seen: AtomicU64,
     retry_after_clamped: AtomicU64,
     retry_after_malformed: AtomicU64,
+    quota_paused: AtomicU64,
     budget_denied: AtomicU64,
     budget_granted: AtomicU64,
     budget_refunded: AtomicU64,
@@ -78,14 +79,19 @@ pub struct RetryStats {
     pub attempts: u64,
     /// Retries sent (attempts after the first).
     pub retries: u64,
-    /// Transient responses that carried a valid `Retry-After` and were otherwise eligible for a
-    /// retry (counted before the deadline and the budget are asked, so it may exceed the hints
-    /// actually slept on).
+    /// Transient responses that carried a valid "come back in" hint (`Retry-After`, or a
+    /// rate-limit or protocol header the classifier reads, see [`ServerHint`](crate::ServerHint))
+    /// and were otherwise eligible for a retry (counted before the deadline and the budget are
+    /// asked, so it may exceed the hints actually slept on).
     pub retry_after_seen: u64,
-    /// `Retry-After` hints cut to the clamp (or refused, with `WhenLonger::GiveUp`).
+    /// Hints cut to the clamp (or refused, with `WhenLonger::GiveUp`).
     pub retry_after_clamped: u64,
-    /// `Retry-After` headers that could not be parsed (ignored; the backoff policy decided).
+    /// Responses with a hint header that could not be parsed (ignored; the backoff policy
+    /// decided).
     pub retry_after_malformed: u64,
+    /// Successful responses that said their quota was used up (a rate-limit header with nothing
+    /// remaining) and paused their endpoint until its reset; with [pacing](crate::Pacing) only.
+    pub quota_paused: u64,
     /// Retries refused by the budget.
     pub budget_denied: u64,
     /// Tokens the budget granted for retries. Each is either spent on a retry that was sent or
@@ -181,6 +187,7 @@ impl Counters {
             retry_after_seen: c.retry_after_seen.load(Relaxed),
             retry_after_clamped: c.retry_after_clamped.load(Relaxed),
             retry_after_malformed: c.retry_after_malformed.load(Relaxed),
+            quota_paused: c.quota_paused.load(Relaxed),
             budget_denied: c.budget_denied.load(Relaxed),
             budget_granted: c.budget_granted.load(Relaxed),
             budget_refunded: c.budget_refunded.load(Relaxed),
@@ -218,6 +225,10 @@ impl Counters {
 
     pub(crate) fn retry_after_malformed(&self) {
         self.counters.retry_after_malformed.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn quota_paused(&self) {
+        self.counters.quota_paused.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn budget_denied(&self) {

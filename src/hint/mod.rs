@@ -1,0 +1,135 @@
+//! What a response says about retrying it: when to come back (`Retry-After` and the rate-limit
+//! headers APIs send instead) and whether to retry at all (stand-down markers, a protocol's
+//! pushback). Reading only: how a hint is clamped and spread is the retry layer's
+//! [`RetryAfter`](crate::RetryAfter).
+
+mod retry_after;
+
+pub use retry_after::{parse_retry_after, RetryAfterHint};
+
+use http::header::{HeaderMap, DATE};
+use std::time::{Duration, SystemTime};
+
+/// What a response says about retrying it, as a classifier reads it
+/// ([`Classify::hint`](crate::Classify::hint)).
+///
+/// Three independent parts: the server's word on *whether* to retry, its word on *when*, and
+/// whether a hint header was present but unreadable (counted in
+/// [`RetryStats::retry_after_malformed`](crate::RetryStats::retry_after_malformed) and
+/// otherwise ignored).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_http_retry::ServerHint;
+///
+/// let hint = ServerHint::after(Duration::from_secs(5));
+/// assert_eq!(hint.retry_after(), Some(Duration::from_secs(5)));
+/// assert_eq!(hint.should_retry(), None);
+/// assert_eq!(ServerHint::stand_down().should_retry(), Some(false));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ServerHint {
+    should_retry: Option<bool>,
+    after: Option<Duration>,
+    malformed: bool,
+}
+
+impl ServerHint {
+    /// The response says nothing about retrying.
+    pub const NONE: Self = Self {
+        should_retry: None,
+        after: None,
+        malformed: false,
+    };
+
+    /// Come back after `delay`.
+    pub const fn after(delay: Duration) -> Self {
+        Self {
+            after: Some(delay),
+            ..Self::NONE
+        }
+    }
+
+    /// Do not retry this request (`x-should-retry: false`, `x-envoy-overloaded`, a negative
+    /// gRPC pushback).
+    pub const fn stand_down() -> Self {
+        Self {
+            should_retry: Some(false),
+            ..Self::NONE
+        }
+    }
+
+    /// A hint header was there but could not be read.
+    pub const fn malformed() -> Self {
+        Self {
+            malformed: true,
+            ..Self::NONE
+        }
+    }
+
+    /// Sets the server's word on whether to retry: `false` stops retrying (with
+    /// [`StopReason::StandDown`](crate::StopReason::StandDown)), `true` allows a retry that the
+    /// status or the method alone would not (a 400, a POST without a key).
+    pub const fn with_should_retry(mut self, should_retry: Option<bool>) -> Self {
+        self.should_retry = should_retry;
+        self
+    }
+
+    /// Sets when to come back.
+    pub const fn with_retry_after(mut self, after: Option<Duration>) -> Self {
+        self.after = after;
+        self
+    }
+
+    /// Marks a hint header that could not be read.
+    pub const fn with_malformed(mut self, malformed: bool) -> Self {
+        self.malformed = malformed;
+        self
+    }
+
+    /// The server's word on whether to retry, if it gave one.
+    pub const fn should_retry(&self) -> Option<bool> {
+        self.should_retry
+    }
+
+    /// When to come back, if the server said so validly.
+    pub const fn retry_after(&self) -> Option<Duration> {
+        self.after
+    }
+
+    /// Whether a hint header was there but could not be read.
+    pub const fn is_malformed(&self) -> bool {
+        self.malformed
+    }
+
+    /// The hint of a response's `Retry-After` alone, read against `now` (or its `Date`).
+    pub fn of_retry_after(headers: &HeaderMap, now: SystemTime) -> Self {
+        match parse_retry_after(headers, now) {
+            RetryAfterHint::Absent => Self::NONE,
+            RetryAfterHint::Delay(delay) => Self::after(delay),
+            RetryAfterHint::Malformed => Self::malformed(),
+        }
+    }
+}
+
+/// The time absolute values in `headers` are measured against: the response's own `Date` when
+/// it is valid, so that a client whose clock is off by an hour neither waits an hour nor not at
+/// all; else the local `now`.
+pub(crate) fn reference_time(headers: &HeaderMap, now: SystemTime) -> SystemTime {
+    headers
+        .get(DATE)
+        .and_then(|date| date.to_str().ok())
+        .and_then(|date| httpdate::parse_http_date(date.trim()).ok())
+        .unwrap_or(now)
+}
+
+/// `value` without the optional whitespace (spaces and tabs) around it.
+pub(crate) fn trim_ows(mut value: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = value {
+        value = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = value {
+        value = rest;
+    }
+    value
+}
