@@ -3,12 +3,13 @@
 //! The table of [`HttpClassifier`] is written on it, where rustdoc shows it.
 
 use crate::error::CircuitOpen;
-use crate::hint::ServerHint;
+use crate::hint::{ServerHint, ServerHints};
 use crate::message::RetryResponse;
 use http::{Method, StatusCode};
 use std::error::Error;
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 
 /// How an outcome is treated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,7 +113,7 @@ pub trait Classify<Res, E> {
     /// The retry layer reads it for every response that is not a success (and, with
     /// [pacing](crate::Pacing), for successes too: a quota that is used up pauses the endpoint).
     /// The default reads `Retry-After` alone; [`HttpClassifier`] also reads the rate-limit and
-    /// stand-down headers its `ServerHints` name.
+    /// stand-down headers its [`ServerHints`] name.
     fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint
     where
         Res: RetryResponse,
@@ -186,6 +187,7 @@ impl AsStdError for std::convert::Infallible {
 /// |---|---|
 /// | 1xx, 2xx, 3xx | success |
 /// | 408, 429, 500, 502, 503, 504 | transient |
+/// | 403 whose rate-limit headers say the quota is used up (`x-ratelimit-remaining: 0`, an IETF `RateLimit` policy with `r=0`; see [`ServerHints`]) | transient |
 /// | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
 /// | HTTP/2 stream reset by the server with `REFUSED_STREAM`, or cut by the server's `GOAWAY` (`h2::Error`) | [not sent](Outcome::NotSent), [refused](NotSent::Refused) |
 /// | connection refused (`std::io::Error`); hyper: canceled (handed back unsent); hyper-util or reqwest: connect error (refused, DNS, connect timeout) | [not sent](Outcome::NotSent), [unconnected](NotSent::Unconnected) |
@@ -196,6 +198,11 @@ impl AsStdError for std::convert::Infallible {
 /// | reqwest (feature `reqwest`): `is_timeout` | transient |
 /// | [`CircuitOpen`] (a breaker refused the call) | permanent, whatever `unknown_errors` says |
 /// | any other error | permanent (configurable with [`unknown_errors`](Self::unknown_errors)) |
+///
+/// Besides the status, the classifier reads what the response says about retrying
+/// ([`hints`](Self::hints), [`ServerHints`]): when to come back (`Retry-After`, `retry-after-ms`,
+/// `RateLimit`, `x-ratelimit-reset`), and whether to retry at all (`x-should-retry: false` and
+/// `x-envoy-overloaded` stop retrying; `x-should-retry: true` retries even a 400 or a POST).
 ///
 /// Errors are recognised by walking [`Error::source`] and downcasting each link, never by
 /// matching message text. Proof that a request was not sent counts wherever it is in the chain
@@ -228,6 +235,8 @@ pub struct HttpClassifier {
     /// One bit per status code 0..1024: set when not sent, unconnected.
     unconnected: [u64; 16],
     unknown_errors: Outcome,
+    /// Shared: the classifier is cloned into every breaker and layer.
+    hints: Arc<ServerHints>,
 }
 
 impl HttpClassifier {
@@ -239,6 +248,7 @@ impl HttpClassifier {
             refused: [0; 16],
             unconnected: [0; 16],
             unknown_errors: Outcome::Permanent,
+            hints: Arc::new(ServerHints::new()),
         };
         for code in 100..400 {
             classifier.set(code, Outcome::Success);
@@ -259,6 +269,13 @@ impl HttpClassifier {
     /// [`Outcome::Permanent`]).
     pub fn unknown_errors(mut self, outcome: Outcome) -> Self {
         self.unknown_errors = outcome;
+        self
+    }
+
+    /// Reads these headers for when and whether to retry (default [`ServerHints::new`]):
+    /// rate-limit resets, `x-should-retry`, `x-envoy-overloaded`.
+    pub fn hints(mut self, hints: ServerHints) -> Self {
+        self.hints = Arc::new(hints);
         self
     }
 
@@ -420,6 +437,7 @@ impl fmt::Debug for HttpClassifier {
         f.debug_struct("HttpClassifier")
             .field("transient_statuses", &transient)
             .field("unknown_errors", &self.unknown_errors)
+            .field("hints", &self.hints)
             .finish_non_exhaustive()
     }
 }
@@ -430,7 +448,21 @@ where
     E: AsStdError,
 {
     fn classify_response(&self, response: &Res) -> Outcome {
-        self.classify_status(response.status())
+        let status = response.status();
+        match self.classify_status(status) {
+            // GitHub answers a used-up quota with 403: the quota headers say it is not a refusal.
+            Outcome::Permanent
+                if status == StatusCode::FORBIDDEN
+                    && self.hints.quota_exhausted(response.headers()) =>
+            {
+                Outcome::Transient
+            }
+            outcome => outcome,
+        }
+    }
+
+    fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint {
+        self.hints.read(response.status(), response.headers(), now)
     }
 
     fn classify_error(&self, error: &E) -> Outcome {

@@ -85,7 +85,10 @@ pub use classify::{
     classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, NotSent, Outcome,
 };
 pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
-pub use hint::{parse_retry_after, RetryAfterHint, ServerHint};
+pub use hint::{
+    parse_retry_after, ResetFormat, ResetHeader, RetryAfterHint, ServerHint, ServerHints,
+    XRateLimit,
+};
 pub use message::{RequestHead, RetryRequest, RetryResponse};
 pub use pacer::{Pacing, PacingBuilder, PacingMode, PacingStats};
 pub use random::RandomSource;
@@ -95,9 +98,10 @@ pub use release::{
 };
 pub use report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
-    Backoff, DelayHistogram, Idempotency, Jitter, ReplayBody, Retry, RetryAfter, RetryBudget,
-    RetryFuture, RetryLayer, RetryLayerBuilder, RetryStats, TokenBucket, TokenBucketBuilder,
-    WhenLonger, DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS, IDEMPOTENCY_KEY,
+    Backoff, DelayHistogram, Idempotency, Jitter, NestedLayers, ReplayBody, Retry, RetryAfter,
+    RetryBudget, RetryFuture, RetryLayer, RetryLayerBuilder, RetryStats, TokenBucket,
+    TokenBucketBuilder, WhenLonger, DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS,
+    IDEMPOTENCY_KEY,
 };
 
 // The README's code blocks are compiled and run as doctests, so the README stays true.

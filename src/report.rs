@@ -59,7 +59,7 @@ pub enum StopReason {
     /// Its last outcome is returned. Not final: the server is shedding load *now*.
     StandDown,
     /// An outer retry layer retries this request (it marked it, see
-    /// `NestedLayers`), so this layer sent it once and left the retrying
+    /// [`NestedLayers`](crate::NestedLayers)), so this layer sent it once and left the retrying
     /// to the outer one: retries do not multiply across layers.
     Delegated,
 }

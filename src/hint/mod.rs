@@ -3,9 +3,14 @@
 //! pushback). Reading only: how a hint is clamped and spread is the retry layer's
 //! [`RetryAfter`](crate::RetryAfter).
 
+mod rate_limit;
 mod retry_after;
+mod server_hints;
+mod structured;
 
+pub use rate_limit::{ResetFormat, XRateLimit};
 pub use retry_after::{parse_retry_after, RetryAfterHint};
+pub use server_hints::{ResetHeader, ServerHints};
 
 use http::header::{HeaderMap, DATE};
 use std::time::{Duration, SystemTime};

@@ -7,6 +7,7 @@
 use super::backoff::Backoff;
 use super::budget::{RetryBudget, TokenBucket};
 use super::idempotency::Idempotency;
+use super::nested::NestedLayers;
 use super::retry_after::RetryAfter;
 use super::stats::Counters;
 use crate::abort::AbortSignal;
@@ -41,6 +42,7 @@ pub(crate) struct Settings {
     pub(crate) random: RandomSource,
     pub(crate) wall_clock: WallClock,
     pub(crate) pacing: Option<Pacing>,
+    pub(crate) nested: NestedLayers,
 }
 
 impl Default for Settings {
@@ -60,6 +62,7 @@ impl Default for Settings {
             random: RandomSource::default(),
             wall_clock: Arc::new(SystemTime::now),
             pacing: None,
+            nested: NestedLayers::Defer,
         }
     }
 }
@@ -106,6 +109,7 @@ impl fmt::Debug for Settings {
             .field("abort", &self.abort)
             .field("random", &self.random)
             .field("pacing", &self.pacing)
+            .field("nested", &self.nested)
             .finish_non_exhaustive()
     }
 }

@@ -9,6 +9,7 @@
 //!                                      └── aborted (at any point) ──> Done, last outcome
 //! ```
 
+use super::nested::retrying;
 use super::session::{Next, Session, Withdrawal};
 use super::watch::AbortWatch;
 use crate::abort::Listener;
@@ -232,7 +233,8 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Calling { future } => {
-                    let result = ready!(future.poll(cx));
+                    let tell = this.session.tells_inner_layers();
+                    let result = ready!(retrying(tell, || future.poll(cx)));
                     match this.session.decide(&result, Instant::now) {
                         Next::Stop(reason) => {
                             this.state.set(State::Done);

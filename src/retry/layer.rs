@@ -4,6 +4,7 @@ use super::backoff::Backoff;
 use super::budget::RetryBudget;
 use super::config::{Config, Settings};
 use super::idempotency::Idempotency;
+use super::nested::NestedLayers;
 use super::retry_after::RetryAfter;
 use super::service::Retry;
 use super::stats::RetryStats;
@@ -361,10 +362,28 @@ impl<C> RetryLayerBuilder<C> {
         self
     }
 
-    /// Sets a header that carries the attempt number (1 for the first attempt) on every attempt,
-    /// e.g. `x-retry-attempt`.
+    /// Sets a header that carries the attempt number (1 for the first attempt) on every attempt.
+    /// Envoy's `x-envoy-attempt-count` is the usual convention (Envoy and the services behind it
+    /// read it, and it is what Envoy itself sends); `x-retry-attempt` is another.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// let layer = RetryLayer::builder()
+    ///     .attempt_header(HeaderName::from_static("x-envoy-attempt-count"))
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
     pub fn attempt_header(mut self, name: HeaderName) -> Self {
         self.settings.attempt_header = Some(name);
+        self
+    }
+
+    /// What this layer does inside or around another retry layer (default
+    /// [`NestedLayers::Defer`]: the outermost layer retries, the inner ones send once).
+    pub fn nested_layers(mut self, nested: NestedLayers) -> Self {
+        self.settings.nested = nested;
         self
     }
 

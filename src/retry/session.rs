@@ -11,6 +11,7 @@
 use super::budget::RetryBudget;
 use super::config::Config;
 use super::idempotency::{is_idempotent, IDEMPOTENCY_KEY};
+use super::nested::{retried_outside, retrying, NestedLayers};
 use super::retry_after::Resolved;
 use super::stats::Counters;
 use super::watch::AbortWatch;
@@ -325,10 +326,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .expect("hex digits are a valid header value");
             request.headers_mut().insert(IDEMPOTENCY_KEY.clone(), value);
         }
-        let not_retryable = (!settings
+        let mut not_retryable = (!settings
             .idempotency
             .allows(request.method(), request.headers()))
         .then_some(StopReason::NotIdempotent);
+        if settings.nested == NestedLayers::Defer && retried_outside() {
+            not_retryable = Some(StopReason::Delegated);
+        }
         Self {
             started: settings.deadline.map(|_| Instant::now()),
             slot: request.report_slot().cloned(),
@@ -382,6 +386,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .insert(name.clone(), HeaderValue::from(self.attempts));
         }
         let keep = settings.max_attempts > 1
+            && self.not_retryable != Some(StopReason::Delegated)
             && (self.counted() < settings.max_attempts
                 || self.refused < settings.max_refused_retries);
         match keep.then(|| request.try_clone()) {
@@ -395,7 +400,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         self.config.counters.attempt(self.attempts);
         decision!(attempt = self.attempts, "sending attempt");
-        service.call(request)
+        retrying(self.tells_inner_layers(), || service.call(request))
+    }
+
+    /// Whether the inner layers are told that this one retries (and so send once): when it may
+    /// retry and defers to no outer layer itself (an outer layer's mark is already set).
+    pub(crate) fn tells_inner_layers(&self) -> bool {
+        let settings = &self.config.settings;
+        settings.nested == NestedLayers::Defer
+            && settings.max_attempts > 1
+            && self.not_retryable != Some(StopReason::Delegated)
     }
 
     /// The authority of the request, which a hold of the abort signal may concern.
@@ -1278,5 +1292,181 @@ mod tests {
         );
         let report = session.report(StopReason::Permanent);
         assert_eq!((report.retry_after, report.retry_at), (None, None));
+    }
+
+    fn with_headers(code: u16, pairs: &[(&'static str, &'static str)]) -> Result<Res, Infallible> {
+        let mut result = response(code);
+        if let Ok(response) = &mut result {
+            for (name, value) in pairs {
+                let value = http::HeaderValue::from_static(value);
+                response.headers_mut().append(*name, value);
+            }
+        }
+        result
+    }
+
+    #[test]
+    fn a_rate_limit_reset_replaces_the_backoff_delay_like_retry_after() {
+        let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
+        let mut session = sent(&config, Method::GET);
+        let limited = with_headers(429, &[("retry-after-ms", "1500")]);
+        assert_eq!(sleep(session.decide(&limited, Instant::now)), 1500 * MS);
+        assert_eq!(session.delays()[0].source, DelaySource::RetryAfter);
+        assert_eq!(config.counters.snapshot().retry_after_seen, 1);
+    }
+
+    #[test]
+    fn a_reset_longer_than_the_clamp_is_clamped_like_retry_after() {
+        let config = config(
+            builder().retry_after(
+                crate::RetryAfter::honored()
+                    .max_delay(Duration::from_secs(1))
+                    .jitter(0.0),
+            ),
+        );
+        let mut session = sent(&config, Method::GET);
+        let limited = with_headers(429, &[("ratelimit", "\"q\";r=0;t=3600")]);
+        assert_eq!(sleep(session.decide(&limited, Instant::now)), 1000 * MS);
+        assert_eq!(session.delays()[0].source, DelaySource::RetryAfterClamped);
+    }
+
+    #[test]
+    fn a_used_up_quota_makes_a_403_transient() {
+        let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
+        let mut session = sent(&config, Method::GET);
+        let forbidden = response(403);
+        assert_eq!(
+            stop(session.decide(&forbidden, Instant::now)),
+            StopReason::Permanent
+        );
+        let mut session = sent(&config, Method::GET);
+        let quota = with_headers(
+            403,
+            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "7")],
+        );
+        // `7` in auto mode is a delta: seven seconds.
+        assert_eq!(sleep(session.decide(&quota, Instant::now)), 7000 * MS);
+    }
+
+    #[test]
+    fn a_server_that_says_not_to_retry_is_obeyed() {
+        let config = config(builder());
+        for pairs in [
+            &[("x-should-retry", "false")][..],
+            &[("x-envoy-overloaded", "true")][..],
+        ] {
+            let mut session = sent(&config, Method::GET);
+            let shed = with_headers(503, pairs);
+            assert_eq!(
+                stop(session.decide(&shed, Instant::now)),
+                StopReason::StandDown
+            );
+        }
+    }
+
+    #[test]
+    fn a_stand_down_with_a_reset_says_when_to_try_again() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::GET);
+        let shed = with_headers(503, &[("x-should-retry", "false"), ("retry-after", "30")]);
+        assert_eq!(
+            stop(session.decide(&shed, Instant::now)),
+            StopReason::StandDown
+        );
+        let report = session.report(StopReason::StandDown);
+        assert_eq!(report.retry_after, Some(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn a_server_that_says_to_retry_overrides_the_status_and_the_method() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::POST);
+        let plain = response(500);
+        assert_eq!(
+            stop(session.decide(&plain, Instant::now)),
+            StopReason::NotIdempotent
+        );
+        for code in [500, 400] {
+            let mut session = sent(&config, Method::POST);
+            let retry = with_headers(code, &[("x-should-retry", "true")]);
+            assert_eq!(
+                sleep(session.decide(&retry, Instant::now)),
+                100 * MS,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn markers_can_be_ignored() {
+        let hints = crate::ServerHints::new()
+            .should_retry_header(None)
+            .stand_down_headers([]);
+        let config = config(builder().classifier(HttpClassifier::new().hints(hints)));
+        let mut session = sent(&config, Method::GET);
+        let shed = with_headers(
+            503,
+            &[("x-should-retry", "false"), ("x-envoy-overloaded", "1")],
+        );
+        assert_eq!(sleep(session.decide(&shed, Instant::now)), 100 * MS);
+    }
+
+    #[test]
+    fn without_retry_after_ignores_the_reset_but_not_the_markers() {
+        let config = config(builder().without_retry_after());
+        let mut session = sent(&config, Method::GET);
+        let limited = with_headers(429, &[("retry-after-ms", "5000")]);
+        assert_eq!(sleep(session.decide(&limited, Instant::now)), 100 * MS);
+        let mut session = sent(&config, Method::GET);
+        let shed = with_headers(503, &[("x-should-retry", "false")]);
+        assert_eq!(
+            stop(session.decide(&shed, Instant::now)),
+            StopReason::StandDown
+        );
+    }
+
+    #[test]
+    fn a_malformed_hint_is_counted_and_the_backoff_decides() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::GET);
+        let garbled = with_headers(503, &[("retry-after-ms", "soon")]);
+        assert_eq!(sleep(session.decide(&garbled, Instant::now)), 100 * MS);
+        assert_eq!(config.counters.snapshot().retry_after_malformed, 1);
+    }
+
+    #[test]
+    fn a_request_an_outer_layer_retries_is_sent_once() {
+        let outer = config(builder());
+        let inner = config(builder());
+        let mut session = sent(&outer, Method::GET);
+        assert!(session.tells_inner_layers());
+        let mut inner_session = retrying(true, || sent(&inner, Method::GET));
+        assert!(!inner_session.tells_inner_layers());
+        assert_eq!(
+            stop(inner_session.decide(&response(503), Instant::now)),
+            StopReason::Delegated
+        );
+        assert_eq!(
+            sleep(session.decide(&response(503), Instant::now)),
+            100 * MS
+        );
+    }
+
+    #[test]
+    fn an_independent_layer_retries_inside_another() {
+        let inner = config(builder().nested_layers(crate::NestedLayers::Independent));
+        let mut session = retrying(true, || sent(&inner, Method::GET));
+        assert!(!session.tells_inner_layers());
+        assert_eq!(
+            sleep(session.decide(&response(503), Instant::now)),
+            100 * MS
+        );
+    }
+
+    #[test]
+    fn a_layer_that_cannot_retry_tells_inner_layers_nothing() {
+        let once = config(builder().max_attempts(1));
+        assert!(!sent(&once, Method::GET).tells_inner_layers());
+        assert!(!super::retried_outside());
     }
 }

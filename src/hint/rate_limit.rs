@@ -1,0 +1,264 @@
+//! The rate-limit headers APIs send instead of (or besides) `Retry-After`: `retry-after-ms`,
+//! the IETF `RateLimit` / `RateLimit-Policy` fields, and the `X-RateLimit-*` family, each read
+//! into "is the quota used up, and when does it reset".
+
+use super::structured::{parse_list, Bare};
+use super::trim_ows;
+use http::header::{HeaderMap, HeaderName};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What one rate-limit header said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Not there (or there, but about a quota that is not used up).
+    Absent,
+    /// There, but unreadable.
+    Malformed,
+    /// A reset time; `exhausted` when the header itself says nothing is left.
+    Reset {
+        after: Option<Duration>,
+        exhausted: bool,
+    },
+}
+
+/// `retry-after-ms`: a non-negative integer of milliseconds.
+pub(crate) fn retry_after_ms(headers: &HeaderMap) -> Reading {
+    let Some(value) = headers.get("retry-after-ms") else {
+        return Reading::Absent;
+    };
+    match integer(trim_ows(value.as_bytes())) {
+        Some(ms) => Reading::Reset {
+            after: Some(Duration::from_millis(ms)),
+            exhausted: false,
+        },
+        None => Reading::Malformed,
+    }
+}
+
+/// The IETF `RateLimit` field (draft-ietf-httpapi-ratelimit-headers): a List of policies, each
+/// with `r` (remaining) and `t` (seconds until the reset). A policy with `r=0` is used up; the
+/// wait is the largest `t` among the used-up ones. A used-up policy without `t` waits the window
+/// (`w`) its `RateLimit-Policy` entry of the same name declares, if any.
+pub(crate) fn ietf(headers: &HeaderMap) -> Reading {
+    let values = headers.get_all("ratelimit");
+    if values.iter().next().is_none() {
+        return Reading::Absent;
+    }
+    let Some(policies) = parse_list(values.iter().map(|value| value.as_bytes())) else {
+        return Reading::Malformed;
+    };
+    let mut exhausted = false;
+    let mut after: Option<Duration> = None;
+    for policy in &policies {
+        let Bare::Text(name) = &policy.bare else {
+            return Reading::Malformed;
+        };
+        let Some(remaining) = policy.non_negative("r") else {
+            return Reading::Malformed;
+        };
+        if policy.param("t").is_some() && policy.non_negative("t").is_none() {
+            return Reading::Malformed;
+        }
+        if remaining > 0 {
+            continue;
+        }
+        exhausted = true;
+        let reset = policy
+            .non_negative("t")
+            .or_else(|| declared_window(headers, name));
+        if let Some(seconds) = reset {
+            let reset = Duration::from_secs(seconds);
+            after = Some(after.map_or(reset, |longest| longest.max(reset)));
+        }
+    }
+    if exhausted {
+        Reading::Reset { after, exhausted }
+    } else {
+        Reading::Absent
+    }
+}
+
+/// The window `w` (seconds) that `RateLimit-Policy` declares for policy `name`, if readable.
+fn declared_window(headers: &HeaderMap, name: &str) -> Option<u64> {
+    let values = headers.get_all("ratelimit-policy");
+    let policies = parse_list(values.iter().map(|value| value.as_bytes()))?;
+    policies
+        .iter()
+        .find(|policy| matches!(&policy.bare, Bare::Text(n) if n == name))
+        .and_then(|policy| policy.non_negative("w"))
+}
+
+/// How an `X-RateLimit-Reset`-style header writes its reset time: APIs differ, and the header
+/// name does not say, so it is declared per header ([`XRateLimit::new`](crate::XRateLimit::new)).
+///
+/// Every format accepts an integer or a decimal with a fraction (`1700000000.250`). Epoch values
+/// are measured against the response's `Date` header when it has a valid one (a client whose
+/// clock is off waits what the server meant), else against the local clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// Unix time in seconds (GitHub, Twitter/X).
+    EpochSeconds,
+    /// Unix time in milliseconds.
+    EpochMillis,
+    /// Seconds from now (the older IETF drafts' `RateLimit-Reset`, many gateways).
+    DeltaSeconds,
+    /// An integer within `window` of now, read as Unix seconds or milliseconds, is an epoch;
+    /// any other value is seconds from now. For an API whose format is not documented: a
+    /// delta is small and an epoch is near now, so the two do not overlap for any window
+    /// shorter than decades.
+    Auto {
+        /// How far from now an epoch value may be to be taken for one.
+        window: Duration,
+    },
+}
+
+impl ResetFormat {
+    /// [`Auto`](Self::Auto) with a window of one day.
+    pub const AUTO: Self = Self::Auto {
+        window: Duration::from_secs(24 * 60 * 60),
+    };
+
+    /// The wait `raw` means, measured against `now`; `None` when it is not a number.
+    fn read(self, raw: &[u8], now: SystemTime) -> Option<Duration> {
+        let value = seconds(raw)?;
+        let since_epoch = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let until = |epoch: Duration| epoch.saturating_sub(since_epoch);
+        Some(match self {
+            Self::EpochSeconds => until(value),
+            Self::EpochMillis => until(value / 1000),
+            Self::DeltaSeconds => value,
+            Self::Auto { window } => {
+                let near =
+                    |epoch: Duration| epoch.max(since_epoch) - epoch.min(since_epoch) <= window;
+                if near(value) {
+                    until(value)
+                } else if near(value / 1000) {
+                    until(value / 1000)
+                } else {
+                    value
+                }
+            }
+        })
+    }
+}
+
+/// One `X-RateLimit-Reset`-style header, with the format its API writes it in and the
+/// remaining-requests header that says the quota is used up.
+///
+/// The reset counts as a hint when the remaining count is 0, or when the status itself says
+/// the client is limited (429, 503) and there is no remaining count. A remaining count above 0
+/// means the reset is about a quota that is not the problem, and is ignored.
+///
+/// ```
+/// use http::HeaderName;
+/// use tower_http_retry::{ResetFormat, XRateLimit};
+///
+/// // An API that writes its reset as seconds from now, under its own names.
+/// let acme = XRateLimit::new(HeaderName::from_static("acme-quota-reset"), ResetFormat::DeltaSeconds)
+///     .remaining(HeaderName::from_static("acme-quota-left"));
+/// # let _ = acme;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct XRateLimit {
+    reset: HeaderName,
+    remaining: Option<HeaderName>,
+    format: ResetFormat,
+}
+
+impl XRateLimit {
+    /// The header `reset`, written in `format`, with no remaining-requests header.
+    pub fn new(reset: HeaderName, format: ResetFormat) -> Self {
+        Self {
+            reset,
+            remaining: None,
+            format,
+        }
+    }
+
+    /// The header whose value 0 says the quota is used up.
+    pub fn remaining(mut self, remaining: HeaderName) -> Self {
+        self.remaining = Some(remaining);
+        self
+    }
+
+    /// GitHub's `x-ratelimit-reset` (Unix seconds) and `x-ratelimit-remaining`.
+    pub fn github() -> Self {
+        Self::new(X_RATELIMIT_RESET, ResetFormat::EpochSeconds).remaining(X_RATELIMIT_REMAINING)
+    }
+
+    /// `x-ratelimit-reset` in [`ResetFormat::AUTO`] and `x-ratelimit-remaining`: the family's
+    /// usual names, for an API that does not say which format it writes.
+    pub fn auto() -> Self {
+        Self::new(X_RATELIMIT_RESET, ResetFormat::AUTO).remaining(X_RATELIMIT_REMAINING)
+    }
+
+    /// What the headers say, measured against `now`; `limited` when the status says the client
+    /// is rate-limited.
+    pub(crate) fn read(&self, headers: &HeaderMap, now: SystemTime, limited: bool) -> Reading {
+        let remaining = match &self.remaining {
+            Some(name) => match headers.get(name) {
+                Some(value) => match integer(trim_ows(value.as_bytes())) {
+                    Some(count) => Some(count),
+                    None => return Reading::Malformed,
+                },
+                None => None,
+            },
+            None => None,
+        };
+        let exhausted = remaining == Some(0);
+        if !(exhausted || (limited && remaining.is_none())) {
+            return Reading::Absent;
+        }
+        let after = match headers.get(&self.reset) {
+            Some(value) => match self.format.read(trim_ows(value.as_bytes()), now) {
+                Some(after) => Some(after),
+                None => return Reading::Malformed,
+            },
+            None if exhausted => None,
+            None => return Reading::Absent,
+        };
+        Reading::Reset { after, exhausted }
+    }
+
+    /// Whether the remaining-requests header says the quota is used up.
+    pub(crate) fn exhausted(&self, headers: &HeaderMap) -> bool {
+        self.remaining
+            .as_ref()
+            .and_then(|name| headers.get(name))
+            .and_then(|value| integer(trim_ows(value.as_bytes())))
+            == Some(0)
+    }
+}
+
+const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+
+/// A non-negative decimal integer, saturating; `None` for anything else.
+fn integer(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(value.iter().fold(0u64, |acc, digit| {
+        acc.saturating_mul(10)
+            .saturating_add(u64::from(digit - b'0'))
+    }))
+}
+
+/// A non-negative number of seconds, integer or with up to nine decimals.
+fn seconds(value: &[u8]) -> Option<Duration> {
+    let (whole, fraction) = match value.iter().position(|&byte| byte == b'.') {
+        Some(dot) => (&value[..dot], Some(&value[dot + 1..])),
+        None => (value, None),
+    };
+    let whole = integer(whole)?;
+    let nanos = match fraction {
+        None => 0,
+        Some(digits) if !digits.is_empty() && digits.len() <= 9 => {
+            let scale = 10u64.pow(9 - digits.len() as u32);
+            integer(digits)? * scale
+        }
+        Some(_) => return None,
+    };
+    Some(Duration::new(whole, nanos as u32))
+}

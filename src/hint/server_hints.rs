@@ -1,0 +1,640 @@
+//! Which headers [`HttpClassifier`](crate::HttpClassifier) reads for "when" and "whether", and
+//! in which order.
+
+use super::rate_limit::{ietf, retry_after_ms, Reading, XRateLimit};
+use super::retry_after::{parse_retry_after, RetryAfterHint};
+use super::{reference_time, trim_ows, ServerHint};
+use http::header::{HeaderMap, HeaderName};
+use http::StatusCode;
+use std::time::SystemTime;
+
+/// A header that says when to come back, besides `Retry-After`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResetHeader {
+    /// `retry-after-ms`: milliseconds (OpenAI, Anthropic and other SDK-facing APIs).
+    RetryAfterMs,
+    /// The IETF `RateLimit` field, with `RateLimit-Policy` for a policy that gives no reset:
+    /// a policy with `r=0` is used up, and the wait is the largest `t` among those
+    /// (draft-ietf-httpapi-ratelimit-headers). Policy names may be Strings or Tokens; a field
+    /// that is not a valid Structured Field List of them is ignored and counted as malformed.
+    RateLimit,
+    /// An `X-RateLimit-Reset`-style header with its declared format.
+    XRateLimit(XRateLimit),
+}
+
+/// What [`HttpClassifier`](crate::HttpClassifier) reads in a response besides its status: when
+/// to come back, and whether to retry at all.
+///
+/// **When.** A valid `Retry-After` always wins. Otherwise the [`ResetHeader`]s are tried in
+/// order and the first that gives a reset time is the hint (by default `retry-after-ms`, then the
+/// IETF `RateLimit`, then `x-ratelimit-reset` in [`ResetFormat::AUTO`](crate::ResetFormat::AUTO)
+/// with `x-ratelimit-remaining`). Every hint goes through the same clamp, counters and report as
+/// `Retry-After` ([`RetryAfter`](crate::RetryAfter)). Absolute times are measured against the
+/// response's `Date`. A malformed header is ignored and counted
+/// ([`RetryStats::retry_after_malformed`](crate::RetryStats::retry_after_malformed)).
+///
+/// **Quota used up.** A rate-limit header saying nothing is left (`x-ratelimit-remaining: 0`,
+/// a `RateLimit` policy with `r=0`) makes a 403 transient (GitHub answers a used-up quota with
+/// 403), and on a *successful* response it is not a retry but a pause: with
+/// [pacing](crate::Pacing), the endpoint's next requests wait for the reset
+/// ([`RetryStats::quota_paused`](crate::RetryStats::quota_paused)).
+///
+/// **Whether.** `x-should-retry: false` and the presence of `x-envoy-overloaded` stop retrying
+/// ([`StopReason::StandDown`](crate::StopReason::StandDown)); `x-should-retry: true` allows a
+/// retry that the status or the method alone would not (a 400, a POST without a key). Any other
+/// `x-should-retry` value is malformed and ignored.
+///
+/// ```
+/// use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use tower_http_retry::{HttpClassifier, ResetFormat, ResetHeader, ServerHints, XRateLimit};
+///
+/// // An API that writes its reset as Unix milliseconds.
+/// let hints = ServerHints::new().reset_headers([
+///     ResetHeader::RetryAfterMs,
+///     ResetHeader::XRateLimit(XRateLimit::new(
+///         HeaderName::from_static("x-ratelimit-reset"),
+///         ResetFormat::EpochMillis,
+///     )),
+/// ]);
+/// let mut headers = HeaderMap::new();
+/// headers.insert("date", HeaderValue::from_static("Thu, 01 Jan 2026 00:00:00 GMT"));
+/// headers.insert("x-ratelimit-reset", HeaderValue::from_static("1767225630000"));
+/// let local_clock = UNIX_EPOCH; // wildly off: the response's Date is used instead
+/// let hint = hints.read(StatusCode::TOO_MANY_REQUESTS, &headers, local_clock);
+/// assert_eq!(hint.retry_after(), Some(Duration::from_secs(30)));
+///
+/// let classifier = HttpClassifier::new().hints(hints);
+/// # let _ = classifier;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerHints {
+    reset: Vec<ResetHeader>,
+    should_retry: Option<HeaderName>,
+    stand_down: Vec<HeaderName>,
+}
+
+impl ServerHints {
+    /// The default: `retry-after-ms`, `RateLimit`, `x-ratelimit-*` (auto format) after
+    /// `Retry-After`; `x-should-retry` and `x-envoy-overloaded`.
+    pub fn new() -> Self {
+        Self {
+            reset: vec![
+                ResetHeader::RetryAfterMs,
+                ResetHeader::RateLimit,
+                ResetHeader::XRateLimit(XRateLimit::auto()),
+            ],
+            should_retry: Some(HeaderName::from_static("x-should-retry")),
+            stand_down: vec![HeaderName::from_static("x-envoy-overloaded")],
+        }
+    }
+
+    /// `Retry-After` alone: no other reset header, no stand-down marker.
+    pub fn retry_after_only() -> Self {
+        Self {
+            reset: Vec::new(),
+            should_retry: None,
+            stand_down: Vec::new(),
+        }
+    }
+
+    /// The reset headers tried after `Retry-After`, in this order (replacing the default list).
+    pub fn reset_headers(mut self, headers: impl IntoIterator<Item = ResetHeader>) -> Self {
+        self.reset = headers.into_iter().collect();
+        self
+    }
+
+    /// The header whose `true` or `false` is the server's word on retrying (default
+    /// `x-should-retry`; `None` ignores it).
+    pub fn should_retry_header(mut self, name: Option<HeaderName>) -> Self {
+        self.should_retry = name;
+        self
+    }
+
+    /// The headers whose mere presence asks not to retry (replacing the default,
+    /// `x-envoy-overloaded`).
+    pub fn stand_down_headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.stand_down = names.into_iter().collect();
+        self
+    }
+
+    /// What a response with `status` and `headers` says, read against the local clock `now`
+    /// (absolute times against its `Date` when valid).
+    pub fn read(&self, status: StatusCode, headers: &HeaderMap, now: SystemTime) -> ServerHint {
+        let mut malformed = false;
+        let mut should_retry = None;
+        if let Some(value) = self
+            .should_retry
+            .as_ref()
+            .and_then(|name| headers.get(name))
+        {
+            match trim_ows(value.as_bytes()).to_ascii_lowercase().as_slice() {
+                b"true" => should_retry = Some(true),
+                b"false" => should_retry = Some(false),
+                _ => malformed = true,
+            }
+        }
+        if self
+            .stand_down
+            .iter()
+            .any(|name| headers.contains_key(name))
+        {
+            should_retry = Some(false);
+        }
+        // A success carries no "come back in", only a quota that is used up.
+        let success = status.as_u16() < 400;
+        let mut after = None;
+        if !success {
+            match parse_retry_after(headers, now) {
+                RetryAfterHint::Delay(delay) => after = Some(delay),
+                RetryAfterHint::Malformed => malformed = true,
+                RetryAfterHint::Absent => {}
+            }
+        }
+        if after.is_none() {
+            let now = reference_time(headers, now);
+            let limited = matches!(status.as_u16(), 429 | 503);
+            for header in &self.reset {
+                let reading = match header {
+                    ResetHeader::RetryAfterMs if success => Reading::Absent,
+                    ResetHeader::RetryAfterMs => retry_after_ms(headers),
+                    ResetHeader::RateLimit => ietf(headers),
+                    ResetHeader::XRateLimit(header) => header.read(headers, now, limited),
+                };
+                match reading {
+                    Reading::Absent => {}
+                    Reading::Malformed => malformed = true,
+                    Reading::Reset { after: reset, .. } => {
+                        // A used-up quota without a reset time: a later header may have one.
+                        if reset.is_some() {
+                            after = reset;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        ServerHint::NONE
+            .with_should_retry(should_retry)
+            .with_retry_after(after)
+            .with_malformed(malformed)
+    }
+
+    /// Whether a rate-limit header says the quota is used up.
+    pub(crate) fn quota_exhausted(&self, headers: &HeaderMap) -> bool {
+        self.reset.iter().any(|header| match header {
+            ResetHeader::RetryAfterMs => false,
+            ResetHeader::RateLimit => matches!(
+                ietf(headers),
+                Reading::Reset {
+                    exhausted: true,
+                    ..
+                }
+            ),
+            ResetHeader::XRateLimit(header) => header.exhausted(headers),
+        })
+    }
+}
+
+impl Default for ServerHints {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hint::ResetFormat;
+    use http::HeaderValue;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    /// Thu, 01 Jan 2026 00:00:00 GMT.
+    const T: u64 = 1_767_225_600;
+    const DATE: &str = "Thu, 01 Jan 2026 00:00:00 GMT";
+
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn read(
+        hints: &ServerHints,
+        status: u16,
+        pairs: &[(&'static str, &str)],
+        now: u64,
+    ) -> ServerHint {
+        let status = StatusCode::from_u16(status).unwrap();
+        hints.read(status, &headers(pairs), at(now))
+    }
+
+    fn secs(s: u64) -> Option<Duration> {
+        Some(Duration::from_secs(s))
+    }
+
+    /// One row: what a response says, and what the default hints read from it.
+    struct Case {
+        name: &'static str,
+        status: u16,
+        headers: &'static [(&'static str, &'static str)],
+        /// The local clock; the response's `Date`, when present, is `T`.
+        now: u64,
+        after: Option<Duration>,
+        malformed: bool,
+    }
+
+    const fn case(
+        name: &'static str,
+        status: u16,
+        headers: &'static [(&'static str, &'static str)],
+        after: Option<Duration>,
+        malformed: bool,
+    ) -> Case {
+        Case {
+            name,
+            status,
+            headers,
+            now: T,
+            after,
+            malformed,
+        }
+    }
+
+    #[test]
+    fn default_hints_read_every_rate_limit_dialect() {
+        let ms = |m: u64| Some(Duration::from_millis(m));
+        let cases = [
+            case(
+                "retry-after-ms",
+                429,
+                &[("retry-after-ms", "1500")],
+                ms(1500),
+                false,
+            ),
+            case(
+                "retry-after-ms with spaces",
+                503,
+                &[("retry-after-ms", " 20 ")],
+                ms(20),
+                false,
+            ),
+            case(
+                "negative retry-after-ms",
+                429,
+                &[("retry-after-ms", "-5")],
+                None,
+                true,
+            ),
+            case(
+                "fractional retry-after-ms",
+                429,
+                &[("retry-after-ms", "1.5")],
+                None,
+                true,
+            ),
+            case(
+                "Retry-After wins over retry-after-ms",
+                429,
+                &[("retry-after", "7"), ("retry-after-ms", "100")],
+                secs(7),
+                false,
+            ),
+            case(
+                "a malformed Retry-After falls through to the next header",
+                429,
+                &[("retry-after", "soon"), ("retry-after-ms", "100")],
+                ms(100),
+                true,
+            ),
+            case(
+                "IETF, String name",
+                429,
+                &[("ratelimit", "\"default\";r=0;t=30")],
+                secs(30),
+                false,
+            ),
+            case(
+                "IETF, Token name",
+                429,
+                &[("ratelimit", "default;r=0;t=30")],
+                secs(30),
+                false,
+            ),
+            case(
+                "IETF, the largest t among exhausted policies",
+                429,
+                &[(
+                    "ratelimit",
+                    "\"burst\";r=0;t=10, \"daily\";r=0;t=50, \"hour\";r=9;t=900",
+                )],
+                secs(50),
+                false,
+            ),
+            case(
+                "IETF, policies over two field lines",
+                429,
+                &[
+                    ("ratelimit", "\"a\";r=0;t=4"),
+                    ("ratelimit", "\"b\";r=0;t=8"),
+                ],
+                secs(8),
+                false,
+            ),
+            case(
+                "IETF, nothing used up",
+                429,
+                &[("ratelimit", "\"default\";r=5;t=30")],
+                None,
+                false,
+            ),
+            case(
+                "IETF, no t: the policy's window",
+                429,
+                &[
+                    ("ratelimit", "\"default\";r=0"),
+                    ("ratelimit-policy", "\"default\";q=100;w=60"),
+                ],
+                secs(60),
+                false,
+            ),
+            case(
+                "IETF, no t and no policy",
+                429,
+                &[("ratelimit", "\"default\";r=0")],
+                None,
+                false,
+            ),
+            case(
+                "IETF, r missing",
+                429,
+                &[("ratelimit", "\"default\";t=30")],
+                None,
+                true,
+            ),
+            case(
+                "IETF, negative t",
+                429,
+                &[("ratelimit", "\"default\";r=0;t=-1")],
+                None,
+                true,
+            ),
+            case(
+                "IETF, decimal t",
+                429,
+                &[("ratelimit", "\"default\";r=0;t=1.5")],
+                None,
+                true,
+            ),
+            case(
+                "IETF, bad syntax",
+                429,
+                &[("ratelimit", "\"default\";r=0;t=30,")],
+                None,
+                true,
+            ),
+            case(
+                "IETF, an integer for a name",
+                429,
+                &[("ratelimit", "5;r=0;t=30")],
+                None,
+                true,
+            ),
+            case(
+                "x-ratelimit, epoch against Date",
+                403,
+                &[
+                    ("date", DATE),
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "1767225615"),
+                ],
+                secs(15),
+                false,
+            ),
+            case(
+                "x-ratelimit, a delta in auto mode",
+                429,
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "42")],
+                secs(42),
+                false,
+            ),
+            case(
+                "x-ratelimit, epoch milliseconds in auto mode",
+                429,
+                &[
+                    ("date", DATE),
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "1767225605000"),
+                ],
+                secs(5),
+                false,
+            ),
+            case(
+                "x-ratelimit, a fractional epoch",
+                429,
+                &[
+                    ("date", DATE),
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "1767225605.250"),
+                ],
+                Some(Duration::from_millis(5250)),
+                false,
+            ),
+            case(
+                "x-ratelimit, quota left: the reset is not the problem",
+                503,
+                &[("x-ratelimit-remaining", "12"), ("x-ratelimit-reset", "30")],
+                None,
+                false,
+            ),
+            case(
+                "x-ratelimit, a 429 says so without a remaining count",
+                429,
+                &[("x-ratelimit-reset", "30")],
+                secs(30),
+                false,
+            ),
+            case(
+                "x-ratelimit, a 403 does not say so without a remaining count",
+                403,
+                &[("x-ratelimit-reset", "30")],
+                None,
+                false,
+            ),
+            case(
+                "x-ratelimit, a malformed remaining count",
+                429,
+                &[
+                    ("x-ratelimit-remaining", "none"),
+                    ("x-ratelimit-reset", "30"),
+                ],
+                None,
+                true,
+            ),
+            case(
+                "x-ratelimit, a malformed reset",
+                429,
+                &[
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "later"),
+                ],
+                None,
+                true,
+            ),
+            case(
+                "a success that used up its quota",
+                200,
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "30")],
+                secs(30),
+                false,
+            ),
+            case(
+                "a success with quota left",
+                200,
+                &[("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "30")],
+                None,
+                false,
+            ),
+            case(
+                "a success's Retry-After and retry-after-ms mean nothing",
+                200,
+                &[("retry-after", "30"), ("retry-after-ms", "30")],
+                None,
+                false,
+            ),
+            case(
+                "IETF on a success",
+                200,
+                &[("ratelimit", "\"q\";r=0;t=9")],
+                secs(9),
+                false,
+            ),
+        ];
+        let hints = ServerHints::new();
+        for case in cases {
+            let hint = read(&hints, case.status, case.headers, case.now);
+            assert_eq!(hint.retry_after(), case.after, "{}", case.name);
+            assert_eq!(hint.is_malformed(), case.malformed, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn epoch_values_follow_the_response_date_not_a_skewed_local_clock() {
+        let reset = [
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1767225630"),
+        ];
+        let hints = ServerHints::new();
+        for skew in [0, 3600, 86_400 * 30] {
+            let mut pairs = vec![("date", DATE)];
+            pairs.extend(reset);
+            // Local clock an hour (a month) fast, and an hour slow.
+            assert_eq!(read(&hints, 429, &pairs, T + skew).retry_after(), secs(30));
+            assert_eq!(read(&hints, 429, &pairs, T - skew).retry_after(), secs(30));
+        }
+        // Without a Date, the local clock is all there is.
+        assert_eq!(read(&hints, 429, &reset, T + 10).retry_after(), secs(20));
+        // An HTTP-date Retry-After too.
+        let pairs = [
+            ("date", DATE),
+            ("retry-after", "Thu, 01 Jan 2026 00:01:00 GMT"),
+        ];
+        assert_eq!(read(&hints, 503, &pairs, T + 3600).retry_after(), secs(60));
+    }
+
+    #[test]
+    fn declared_formats_read_the_same_digits_differently() {
+        let at_date = |format| {
+            let hints = ServerHints::new().reset_headers([ResetHeader::XRateLimit(
+                XRateLimit::new(HeaderName::from_static("x-ratelimit-reset"), format),
+            )]);
+            read(
+                &hints,
+                429,
+                &[("date", DATE), ("x-ratelimit-reset", "1767225630")],
+                T,
+            )
+            .retry_after()
+        };
+        assert_eq!(at_date(ResetFormat::EpochSeconds), secs(30));
+        assert_eq!(at_date(ResetFormat::AUTO), secs(30));
+        // Read as milliseconds, that epoch is in 1970: already past.
+        assert_eq!(at_date(ResetFormat::EpochMillis), secs(0));
+        // Read as a delta it is 56 years; the clamp deals with it.
+        assert_eq!(at_date(ResetFormat::DeltaSeconds), secs(1_767_225_630));
+        // Auto with a window too narrow to take it for an epoch.
+        let narrow = ResetFormat::Auto {
+            window: Duration::from_secs(10),
+        };
+        assert_eq!(at_date(narrow), secs(1_767_225_630));
+    }
+
+    #[test]
+    fn the_reset_order_is_configurable() {
+        let pairs = [("retry-after-ms", "100"), ("ratelimit", "\"q\";r=0;t=9")];
+        let ms_first = ServerHints::new();
+        let ietf_first =
+            ServerHints::new().reset_headers([ResetHeader::RateLimit, ResetHeader::RetryAfterMs]);
+        assert_eq!(
+            read(&ms_first, 429, &pairs, T).retry_after(),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(read(&ietf_first, 429, &pairs, T).retry_after(), secs(9));
+        let only_retry_after = ServerHints::retry_after_only();
+        assert_eq!(read(&only_retry_after, 429, &pairs, T).retry_after(), None);
+    }
+
+    #[test]
+    fn stand_down_markers() {
+        let hints = ServerHints::new();
+        type Headers = &'static [(&'static str, &'static str)];
+        let cases: [(Headers, Option<bool>, bool); 7] = [
+            (&[("x-should-retry", "false")], Some(false), false),
+            (&[("x-should-retry", "true")], Some(true), false),
+            (&[("x-should-retry", " TRUE ")], Some(true), false),
+            (&[("x-should-retry", "maybe")], None, true),
+            (&[("x-envoy-overloaded", "true")], Some(false), false),
+            (&[("x-envoy-overloaded", "")], Some(false), false),
+            (
+                &[("x-should-retry", "true"), ("x-envoy-overloaded", "true")],
+                Some(false),
+                false,
+            ),
+        ];
+        for (pairs, should_retry, malformed) in cases {
+            let hint = read(&hints, 503, pairs, T);
+            assert_eq!(hint.should_retry(), should_retry, "{pairs:?}");
+            assert_eq!(hint.is_malformed(), malformed, "{pairs:?}");
+        }
+        let ignored = ServerHints::new()
+            .should_retry_header(None)
+            .stand_down_headers([]);
+        let pairs = [("x-should-retry", "false"), ("x-envoy-overloaded", "true")];
+        assert_eq!(read(&ignored, 503, &pairs, T).should_retry(), None);
+        let custom = ServerHints::new().stand_down_headers([HeaderName::from_static("x-shed")]);
+        assert_eq!(
+            read(&custom, 503, &[("x-shed", "1")], T).should_retry(),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn a_used_up_quota_is_seen_by_any_rate_limit_header() {
+        let hints = ServerHints::new();
+        let exhausted = |pairs: &[(&'static str, &str)]| hints.quota_exhausted(&headers(pairs));
+        assert!(exhausted(&[("x-ratelimit-remaining", "0")]));
+        assert!(exhausted(&[("ratelimit", "\"q\";r=0")]));
+        assert!(!exhausted(&[("x-ratelimit-remaining", "1")]));
+        assert!(!exhausted(&[("ratelimit", "\"q\";r=1;t=5")]));
+        assert!(!exhausted(&[("retry-after", "5")]));
+        assert!(!ServerHints::retry_after_only()
+            .quota_exhausted(&headers(&[("x-ratelimit-remaining", "0")])));
+    }
+}
