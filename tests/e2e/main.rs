@@ -10,6 +10,7 @@ mod support;
 mod budget;
 mod connections;
 mod frames;
+mod hints;
 mod idempotency;
 mod not_sent;
 mod status;

@@ -207,8 +207,20 @@ impl Drop for OpenConnection {
 }
 
 impl TestServer {
-    /// Binds `127.0.0.1:0` and serves every request with `handler`.
+    /// Binds `127.0.0.1:0` and serves every request with `handler`, over HTTP/1.1.
     pub async fn start(handler: impl Fn(&Hit) -> Reply + Send + Sync + 'static) -> Self {
+        Self::serve(Protocol::Http1, handler).await
+    }
+
+    /// Like [`start`](Self::start), over HTTP/2 (prior knowledge, as [`h2_client`] speaks it).
+    pub async fn start_h2(handler: impl Fn(&Hit) -> Reply + Send + Sync + 'static) -> Self {
+        Self::serve(Protocol::Http2, handler).await
+    }
+
+    async fn serve(
+        protocol: Protocol,
+        handler: impl Fn(&Hit) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
@@ -219,6 +231,7 @@ impl TestServer {
         let handler: Arc<Handler> = Arc::new(handler);
         let connections = Arc::new(Connections::default());
         let task = tokio::spawn(accept_loop(
+            protocol,
             listener,
             handler,
             Arc::clone(&hits),
@@ -281,7 +294,15 @@ impl fmt::Debug for TestServer {
     }
 }
 
+/// What a [`TestServer`] speaks.
+#[derive(Clone, Copy)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
 async fn accept_loop(
+    protocol: Protocol,
     listener: TcpListener,
     handler: Arc<Handler>,
     hits: Arc<HitLog>,
@@ -305,9 +326,19 @@ async fn accept_loop(
         connections.spawn(async move {
             let _open = open;
             // A hangup ends the connection with an error; there is nothing to do about it.
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let io = TokioIo::new(stream);
+            let _ = match protocol {
+                Protocol::Http1 => {
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await
+                }
+                Protocol::Http2 => {
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, service)
+                        .await
+                }
+            };
         });
         // Reap finished connections so the set does not grow for the whole test.
         while connections.try_join_next().is_some() {}
