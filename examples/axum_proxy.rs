@@ -18,6 +18,9 @@
 //! * **Errors.** An open circuit becomes a 503 with `Retry-After`; a timed-out last attempt a
 //!   504; a transport error a 502. Each response says how many attempts it took
 //!   (`x-proxy-attempts`) and why the retry layer stopped (`x-proxy-stop`).
+//! * **No retries on top.** When the retry layer held back on purpose (its budget ran out, the
+//!   circuit is open) or the upstream asked it to, the response carries `x-should-retry: false`,
+//!   so that the proxy's own callers do not retry on top and multiply the load.
 //!
 //! The test in `tests/proxy/` includes this file and drives the same proxy end to end.
 
@@ -50,6 +53,8 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-proxy-attempts");
 /// Why the retry layer stopped, in a response header.
 pub const STOP: HeaderName = HeaderName::from_static("x-proxy-stop");
+/// The caller's cue not to retry (`false`), honoured by this crate and by many SDKs.
+pub const SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
 /// The body sent upstream: buffered, so every attempt can send it again.
 pub type Body = Full<Bytes>;
@@ -144,6 +149,9 @@ async fn forward(State(proxy): State<Proxy>, request: Request) -> Response {
         let headers = response.headers_mut();
         headers.insert(ATTEMPTS, HeaderValue::from(report.attempts));
         headers.insert(STOP, HeaderValue::from_static(report.stop.as_str()));
+        if report.stop.asks_callers_to_stand_down() {
+            headers.insert(SHOULD_RETRY, HeaderValue::from_static("false"));
+        }
     }
     response
 }
@@ -254,7 +262,11 @@ async fn main() -> Result<(), BoxError> {
             match response.headers().get(header::RETRY_AFTER) {
                 Some(value) => format!(", Retry-After {}", value.to_str()?),
                 None => String::new(),
+            } + match response.headers().get(&SHOULD_RETRY) {
+                Some(value) => format!(", x-should-retry {}", value.to_str()?),
+                None => String::new(),
             }
+            .as_str()
         );
     }
     Ok(())

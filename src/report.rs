@@ -107,6 +107,29 @@ impl StopReason {
         )
     }
 
+    /// Whether the layer held back on purpose (the budget, the pacer, a circuit breaker) or
+    /// because the server asked it to: a caller that retried on top would add the very load the
+    /// layer held back. A proxy passes this on to its own callers as `x-should-retry: false`,
+    /// which this crate's [`ServerHints`](crate::ServerHints) (and the SDKs that share the
+    /// convention) honour, so that retries do not multiply across hops.
+    ///
+    /// ```
+    /// use tower_http_retry::StopReason;
+    ///
+    /// assert!(StopReason::BudgetEmpty.asks_callers_to_stand_down());
+    /// assert!(!StopReason::AttemptsExhausted.asks_callers_to_stand_down());
+    /// ```
+    pub const fn asks_callers_to_stand_down(self) -> bool {
+        matches!(
+            self,
+            StopReason::BudgetEmpty
+                | StopReason::Deferred
+                | StopReason::CircuitOpen
+                | StopReason::Held
+                | StopReason::StandDown
+        )
+    }
+
     /// A short `snake_case` name, for logs and metrics labels.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -10,7 +10,7 @@ mod support;
 #[path = "../../examples/axum_proxy.rs"]
 mod axum_proxy;
 
-use axum_proxy::{forwarder, router, serve, ATTEMPTS, BODY_LIMIT, STOP};
+use axum_proxy::{forwarder, router, serve, ATTEMPTS, BODY_LIMIT, SHOULD_RETRY, STOP};
 use bytes::Bytes;
 use http::{Method, Response, StatusCode, Uri};
 use hyper::body::Incoming;
@@ -19,6 +19,7 @@ use std::time::Duration;
 use support::{client, refused_addr, request, Reply, TestServer};
 use tower_http_retry::{
     Backoff, CircuitBreakerLayer, CircuitBreakerLayerBuilder, Jitter, RandomSource, RetryLayer,
+    RetryReport, StopReason, TokenBucket,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -43,7 +44,16 @@ fn breaker() -> CircuitBreakerLayerBuilder {
 
 /// The proxy in front of `upstream`, with a 200 ms per-attempt timeout.
 async fn proxy(upstream: SocketAddr, breaker: CircuitBreakerLayer) -> SocketAddr {
-    let stack = forwarder(retry(), breaker, 200 * MS);
+    proxy_retrying(upstream, retry(), breaker).await
+}
+
+/// The proxy in front of `upstream`, retrying with `retry`.
+async fn proxy_retrying(
+    upstream: SocketAddr,
+    retry: RetryLayer,
+    breaker: CircuitBreakerLayer,
+) -> SocketAddr {
+    let stack = forwarder(retry, breaker, 200 * MS);
     serve(router(upstream.to_string().parse().unwrap(), stack))
         .await
         .unwrap()
@@ -192,4 +202,47 @@ async fn an_open_circuit_answers_503_with_retry_after_without_the_upstream() {
     assert_eq!(header(&refused, &http::header::RETRY_AFTER), "10");
     assert_eq!(header(&refused, &STOP), "circuit_open");
     assert_eq!(upstream.total_hits(), 3);
+}
+
+#[tokio::test]
+async fn a_proxy_out_of_budget_tells_its_callers_to_stand_down() {
+    let upstream = TestServer::start(|_| Reply::status(503)).await;
+    // One retry's worth of budget, never refilled.
+    let budget = TokenBucket::builder()
+        .capacity(1.0)
+        .retry_cost(1.0)
+        .refill_per_second(0.0)
+        .build()
+        .unwrap();
+    let proxy_retry = RetryLayer::builder()
+        .max_attempts(3)
+        .backoff(Backoff::new(Jitter::Full, 5 * MS, 20 * MS))
+        .random_source(RandomSource::seeded(5))
+        .budget(budget)
+        .build()
+        .unwrap();
+    let proxy = proxy_retrying(upstream.addr(), proxy_retry, breaker().build().unwrap()).await;
+    // The proxy's caller retries too, with this crate's defaults.
+    let outer = RetryLayer::builder()
+        .max_attempts(3)
+        .backoff(Backoff::new(Jitter::Full, 5 * MS, 20 * MS))
+        .build()
+        .unwrap();
+    let mut caller = tower::ServiceBuilder::new()
+        .layer(outer.clone())
+        .service(client());
+    let uri: Uri = format!("http://{proxy}/items").parse().unwrap();
+
+    let response = tower::ServiceExt::oneshot(&mut caller, request(Method::GET, &uri, "g", ""))
+        .await
+        .unwrap();
+
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&response, &STOP), "budget_empty");
+    assert_eq!(header(&response, &SHOULD_RETRY), "false");
+    let report = RetryReport::of(&response);
+    assert_eq!((report.attempts, report.stop), (1, StopReason::StandDown));
+    // Two upstream attempts for the one call: not three callers' attempts of two each.
+    assert_eq!(upstream.hits(&Method::GET, "g"), 2);
+    assert_eq!(outer.stats().attempts, 1);
 }
