@@ -1,0 +1,15 @@
+//! The compile errors a request with a streaming (non-`Clone`) body gives when sent through the
+//! retry layer, pinned so that a change to the diagnostics, or to the bounds, shows up in review.
+//!
+//! Method calls through `ServiceExt` (`oneshot`, `ready`) give E0599, whose text no attribute of
+//! this crate can change; forms that check `Service<Req>` as a bound give E0277, which names
+//! `Clone` and `RetryRequest`. The `.stderr` files are rustc's output and also name the source
+//! files of the impls: regenerate them with
+//! `TRYBUILD=overwrite cargo test --all-features --test compile_fail` after a toolchain update or
+//! a move of those files, and read the diff.
+
+#[test]
+fn streaming_bodies_are_rejected_with_errors_naming_the_fix() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/ui/*.rs");
+}
