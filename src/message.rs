@@ -73,6 +73,9 @@ impl<B> RequestHead for http::Request<B> {
     }
 }
 
+// Without it, rustc reports the nested `B: Clone` of this impl and never shows the trait's own
+// message naming `ReplayBody` (stable in 1.85; older compilers ignore it with a warning).
+#[diagnostic::do_not_recommend]
 impl<B: Clone> RetryRequest for http::Request<B> {
     fn try_clone(&self) -> Option<Self> {
         Some(self.clone())

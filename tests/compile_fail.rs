@@ -2,8 +2,8 @@
 //! retry layer, pinned so that a change to the diagnostics, or to the bounds, shows up in review.
 //!
 //! Method calls through `ServiceExt` (`oneshot`, `ready`) give E0599, whose text no attribute of
-//! this crate can change; forms that check `Service<Req>` as a bound give E0277, which names
-//! `Clone` and `RetryRequest`. The `.stderr` files are rustc's output and also name the source
+//! this crate can change; forms that check `Service<Req>` as a bound give E0277, which shows
+//! `RetryRequest`'s own message naming `Clone` and `ReplayBody::buffer_request`. The `.stderr` files are rustc's output and also name the source
 //! files of the impls: regenerate them with
 //! `TRYBUILD=overwrite cargo test --all-features --test compile_fail` after a toolchain update or
 //! a move of those files, and read the diff.
