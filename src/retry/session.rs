@@ -1,9 +1,10 @@
 //! The decision engine: everything one logical request remembers between attempts, and the
 //! ladder that decides, after each attempt, whether to stop or to sleep and for how long.
 //!
-//! After a transient outcome the decision is taken in this order: is the request repeatable,
-//! are attempts left, does the abort signal forbid a sleep, how long to wait (`Retry-After` or
-//! the backoff policy), does the wait fit the deadline, and last, does the budget grant a token.
+//! After a transient outcome the decision is taken in this order: is the request repeatable
+//! (and not left to an outer retry layer), did the server ask to stand down, are attempts left,
+//! does the abort signal forbid a sleep, how long to wait (the server's hint or the backoff
+//! policy), does the wait fit the deadline, and last, does the budget grant a token.
 //! Only then does the request sleep, so a request that will not be retried never waits and never
 //! spends a token. Apart from the clock, which the caller passes in as `now`, the ladder is pure:
 //! the unit tests below drive it without a runtime's timers or an inner service.
