@@ -471,10 +471,6 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .hint(response, (config.settings.wall_clock)()),
             _ => ServerHint::NONE,
         };
-        if hint.is_malformed() {
-            config.counters.retry_after_malformed();
-            decision!("ignoring a malformed hint header");
-        }
         if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
             // The server says this response is worth another attempt, whatever its status.
             outcome = Outcome::Transient;
@@ -755,8 +751,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     ) -> Result<(Duration, DelaySource), StopReason> {
         let config = Arc::clone(&self.config);
         let counters = &config.counters;
-        if let (Some(retry_after), Some(hint)) = (&config.settings.retry_after, hint.retry_after())
-        {
+        let Some(retry_after) = &config.settings.retry_after else {
+            return Ok(self.backoff_delay());
+        };
+        // Counted here, where a valid hint would have been used: not for a last attempt.
+        if hint.is_malformed() {
+            counters.retry_after_malformed();
+            decision!("ignoring a malformed hint header");
+        }
+        if let Some(hint) = hint.retry_after() {
             counters.retry_after_seen();
             let clamp = config.retry_after_clamp;
             let room = self.room(now);

@@ -86,8 +86,10 @@ pub struct RetryStats {
     pub retry_after_seen: u64,
     /// Hints cut to the clamp (or refused, with `WhenLonger::GiveUp`).
     pub retry_after_clamped: u64,
-    /// Responses with a hint header that could not be parsed (ignored; the backoff policy
-    /// decided).
+    /// Responses with a hint header that could not be parsed, counted where a hint would have
+    /// been used (a retry was going to follow; the backoff policy decided instead). Not counted
+    /// with hints turned off
+    /// ([`without_retry_after`](crate::RetryLayerBuilder::without_retry_after)).
     pub retry_after_malformed: u64,
     /// Successful responses that said their quota was used up (a rate-limit header with nothing
     /// remaining) and paused their endpoint until its reset; with [pacing](crate::Pacing) only.
