@@ -41,6 +41,9 @@ pub(crate) struct Settings {
     pub(crate) random: RandomSource,
     pub(crate) wall_clock: WallClock,
     pub(crate) pacing: Option<Pacing>,
+    /// gRPC: per-attempt `grpc-previous-rpc-attempts` and `grpc-timeout` (feature `grpc`).
+    #[cfg(feature = "grpc")]
+    pub(crate) grpc_metadata: bool,
 }
 
 impl Default for Settings {
@@ -60,6 +63,8 @@ impl Default for Settings {
             random: RandomSource::default(),
             wall_clock: Arc::new(SystemTime::now),
             pacing: None,
+            #[cfg(feature = "grpc")]
+            grpc_metadata: false,
         }
     }
 }
@@ -92,7 +97,8 @@ impl Settings {
 
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settings")
+        let mut f = f.debug_struct("Settings");
+        f
             .field("backoff", &self.backoff)
             .field("max_attempts", &self.max_attempts)
             .field("max_refused_retries", &self.max_refused_retries)
@@ -105,8 +111,10 @@ impl fmt::Debug for Settings {
             .field("budget", &self.budget)
             .field("abort", &self.abort)
             .field("random", &self.random)
-            .field("pacing", &self.pacing)
-            .finish_non_exhaustive()
+            .field("pacing", &self.pacing);
+        #[cfg(feature = "grpc")]
+        f.field("grpc_metadata", &self.grpc_metadata);
+        f.finish_non_exhaustive()
     }
 }
 
