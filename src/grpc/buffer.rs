@@ -158,7 +158,10 @@ mod tests {
 
     async fn read(frames: &[&'static str], more: bool, limit: usize) -> ReplayBody<Feed> {
         let body = Feed {
-            frames: frames.iter().map(|f| Bytes::from_static(f.as_bytes())).collect(),
+            frames: frames
+                .iter()
+                .map(|f| Bytes::from_static(f.as_bytes()))
+                .collect(),
             more,
         };
         ReplayBody::read(body, limit, false).await.unwrap()

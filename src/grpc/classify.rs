@@ -307,11 +307,17 @@ mod tests {
     #[test]
     fn a_malformed_status_is_internal_and_an_unknown_number_unknown() {
         assert_eq!(
-            GrpcClassifier::status_of(StatusCode::OK, response(200, &[("grpc-status", "x")]).headers()),
+            GrpcClassifier::status_of(
+                StatusCode::OK,
+                response(200, &[("grpc-status", "x")]).headers()
+            ),
             Some(GrpcCode::Internal)
         );
         assert_eq!(
-            GrpcClassifier::status_of(StatusCode::OK, response(200, &[("grpc-status", "42")]).headers()),
+            GrpcClassifier::status_of(
+                StatusCode::OK,
+                response(200, &[("grpc-status", "42")]).headers()
+            ),
             Some(GrpcCode::Unknown)
         );
     }
@@ -319,7 +325,10 @@ mod tests {
     #[test]
     fn retryable_codes_replace_the_default() {
         let classifier = GrpcClassifier::new().retryable_codes([GrpcCode::Aborted, GrpcCode::Ok]);
-        assert_eq!(classifier.retryable().collect::<Vec<_>>(), [GrpcCode::Aborted]);
+        assert_eq!(
+            classifier.retryable().collect::<Vec<_>>(),
+            [GrpcCode::Aborted]
+        );
         let unavailable = response(200, &[("grpc-status", "14")]);
         assert_eq!(classify(&classifier, unavailable), Outcome::Permanent);
         let aborted = response(200, &[("grpc-status", "10")]);
@@ -328,9 +337,20 @@ mod tests {
 
     #[test]
     fn a_pushback_is_the_delay_and_a_negative_or_malformed_one_stands_down() {
-        let with = |ms: &str| response(200, &[("grpc-status", "14"), ("grpc-retry-pushback-ms", ms)]);
-        assert_eq!(hint(with("1500")), ServerHint::after(Duration::from_millis(1500)));
-        assert_eq!(hint(with(" 20 ")), ServerHint::after(Duration::from_millis(20)));
+        let with = |ms: &str| {
+            response(
+                200,
+                &[("grpc-status", "14"), ("grpc-retry-pushback-ms", ms)],
+            )
+        };
+        assert_eq!(
+            hint(with("1500")),
+            ServerHint::after(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            hint(with(" 20 ")),
+            ServerHint::after(Duration::from_millis(20))
+        );
         assert_eq!(
             hint(with("99999999999999999999999")),
             ServerHint::after(Duration::MAX)
@@ -352,7 +372,10 @@ mod tests {
     fn without_a_pushback_retry_after_is_read() {
         let proxy = response(503, &[("retry-after", "3")]);
         assert_eq!(hint(proxy), ServerHint::after(Duration::from_secs(3)));
-        assert_eq!(hint(response(200, &[("grpc-status", "14")])), ServerHint::NONE);
+        assert_eq!(
+            hint(response(200, &[("grpc-status", "14")])),
+            ServerHint::NONE
+        );
     }
 
     #[test]
@@ -366,6 +389,9 @@ mod tests {
         );
         let reset: Result<http::Response<()>, io::Error> =
             Err(io::ErrorKind::ConnectionReset.into());
-        assert_eq!(classifier.classify(&Method::POST, &reset), Outcome::Transient);
+        assert_eq!(
+            classifier.classify(&Method::POST, &reset),
+            Outcome::Transient
+        );
     }
 }

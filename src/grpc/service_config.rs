@@ -122,8 +122,9 @@ impl GrpcServiceConfig {
     /// `maxTokens` outside (0, 1000], `tokenRatio` not above 0), on a `backoffMultiplier` below
     /// 1 (delays that shrink, which [`Backoff`] does not draw), and on a `hedgingPolicy`.
     pub fn from_json(json: &str) -> Result<Self, InvalidConfig> {
-        let root: Value = serde_json::from_str(json)
-            .map_err(|error| InvalidConfig::new("serviceConfig", format!("is not JSON: {error}")))?;
+        let root: Value = serde_json::from_str(json).map_err(|error| {
+            InvalidConfig::new("serviceConfig", format!("is not JSON: {error}"))
+        })?;
         let root = object(&root, "serviceConfig")?;
         let methods = match root.get("methodConfig") {
             None | Some(Value::Null) => Vec::new(),
@@ -199,13 +200,20 @@ impl GrpcServiceConfig {
     }
 }
 
-fn object<'a>(value: &'a Value, field: &'static str) -> Result<&'a Map<String, Value>, InvalidConfig> {
+fn object<'a>(
+    value: &'a Value,
+    field: &'static str,
+) -> Result<&'a Map<String, Value>, InvalidConfig> {
     value
         .as_object()
         .ok_or_else(|| InvalidConfig::new(field, "must be an object"))
 }
 
-fn number(object: &Map<String, Value>, key: &str, field: &'static str) -> Result<f64, InvalidConfig> {
+fn number(
+    object: &Map<String, Value>,
+    key: &str,
+    field: &'static str,
+) -> Result<f64, InvalidConfig> {
     match object.get(key) {
         Some(Value::Number(number)) => number
             .as_f64()
@@ -215,7 +223,11 @@ fn number(object: &Map<String, Value>, key: &str, field: &'static str) -> Result
     }
 }
 
-fn string<'a>(object: &'a Map<String, Value>, key: &str, field: &'static str) -> Result<&'a str, InvalidConfig> {
+fn string<'a>(
+    object: &'a Map<String, Value>,
+    key: &str,
+    field: &'static str,
+) -> Result<&'a str, InvalidConfig> {
     match object.get(key) {
         None | Some(Value::Null) => Ok(""),
         Some(Value::String(text)) => Ok(text),
@@ -225,7 +237,10 @@ fn string<'a>(object: &'a Map<String, Value>, key: &str, field: &'static str) ->
 
 fn method_config(value: &Value) -> Result<MethodConfig, InvalidConfig> {
     let entry = object(value, "methodConfig")?;
-    if entry.get("hedgingPolicy").is_some_and(|value| !value.is_null()) {
+    if entry
+        .get("hedgingPolicy")
+        .is_some_and(|value| !value.is_null())
+    {
         return Err(InvalidConfig::new(
             "methodConfig.hedgingPolicy",
             "is not supported: hedging is not implemented",
@@ -273,7 +288,12 @@ fn retry_policy(policy: &Map<String, Value>) -> Result<GrpcRetryPolicy, InvalidC
     let duration = |key: &str, field: &'static str| -> Result<Duration, InvalidConfig> {
         let text = match policy.get(key) {
             Some(Value::String(text)) => text,
-            Some(_) => return Err(InvalidConfig::new(field, "must be a duration string such as \"0.5s\"")),
+            Some(_) => {
+                return Err(InvalidConfig::new(
+                    field,
+                    "must be a duration string such as \"0.5s\"",
+                ))
+            }
             None => return Err(InvalidConfig::new(field, "is required")),
         };
         match parse_duration(text) {
@@ -425,22 +445,53 @@ mod tests {
     #[test]
     fn the_layer_follows_the_policy_or_does_not_retry() {
         let config = GrpcServiceConfig::from_json(HEALTH).unwrap();
-        let check = config.retry_layer("/grpc.health.v1.Health/Check").build().unwrap();
+        let check = config
+            .retry_layer("/grpc.health.v1.Health/Check")
+            .build()
+            .unwrap();
         assert_eq!(check.max_attempts(), 3);
-        assert_eq!(check.backoff(), &config.retry_policy("/grpc.health.v1.Health/Check").unwrap().backoff());
+        assert_eq!(
+            check.backoff(),
+            &config
+                .retry_policy("/grpc.health.v1.Health/Check")
+                .unwrap()
+                .backoff()
+        );
         assert!(check.budget().is_some());
-        let watch = config.retry_layer("/grpc.health.v1.Health/Watch").build().unwrap();
+        let watch = config
+            .retry_layer("/grpc.health.v1.Health/Watch")
+            .build()
+            .unwrap();
         assert_eq!(watch.max_attempts(), 1);
         let unthrottled = GrpcServiceConfig::from_json(r#"{"methodConfig": []}"#).unwrap();
-        assert!(unthrottled.retry_layer("/a.B/C").build().unwrap().budget().is_none());
+        assert!(unthrottled
+            .retry_layer("/a.B/C")
+            .build()
+            .unwrap()
+            .budget()
+            .is_none());
     }
 
     #[test]
     fn durations_are_read_as_protobuf_json_writes_them() {
         assert_eq!(parse_duration("1s"), Some(Duration::from_secs(1)));
-        assert_eq!(parse_duration("0.000000001s"), Some(Duration::from_nanos(1)));
+        assert_eq!(
+            parse_duration("0.000000001s"),
+            Some(Duration::from_nanos(1))
+        );
         assert_eq!(parse_duration("2.5s"), Some(Duration::from_millis(2500)));
-        for bad in ["", "s", "1", "1ms", "-1s", "1.s", ".5s", "1.0000000001s", "1e3s", " 1s"] {
+        for bad in [
+            "",
+            "s",
+            "1",
+            "1ms",
+            "-1s",
+            "1.s",
+            ".5s",
+            "1.0000000001s",
+            "1e3s",
+            " 1s",
+        ] {
             assert_eq!(parse_duration(bad), None, "{bad:?}");
         }
     }

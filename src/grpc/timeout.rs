@@ -105,7 +105,15 @@ mod tests {
     #[test]
     fn malformed_timeouts_are_not_read() {
         let bad: [&[u8]; 9] = [
-            b"", b"S", b"100", b"123456789S", b"1.5S", b"-1S", b"10s", b" 1S", b"1 S",
+            b"",
+            b"S",
+            b"100",
+            b"123456789S",
+            b"1.5S",
+            b"-1S",
+            b"10s",
+            b" 1S",
+            b"1 S",
         ];
         for value in bad {
             assert_eq!(parse_grpc_timeout(value), None, "{value:?}");

@@ -98,8 +98,7 @@ impl Settings {
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut f = f.debug_struct("Settings");
-        f
-            .field("backoff", &self.backoff)
+        f.field("backoff", &self.backoff)
             .field("max_attempts", &self.max_attempts)
             .field("max_refused_retries", &self.max_refused_retries)
             .field("first_attempt_jitter", &self.first_attempt_jitter)

@@ -352,8 +352,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         #[cfg(not(feature = "grpc"))]
         let grpc_deadline: Option<Duration> = None;
         Self {
-            started: (settings.deadline.is_some() || grpc_deadline.is_some())
-                .then(Instant::now),
+            started: (settings.deadline.is_some() || grpc_deadline.is_some()).then(Instant::now),
             #[cfg(feature = "grpc")]
             grpc_deadline,
             slot: request.report_slot().cloned(),
