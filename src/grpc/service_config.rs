@@ -307,7 +307,7 @@ fn retry_policy(policy: &Map<String, Value>) -> Result<GrpcRetryPolicy, InvalidC
     let initial_backoff = duration("initialBackoff", "retryPolicy.initialBackoff")?;
     let max_backoff = duration("maxBackoff", "retryPolicy.maxBackoff")?;
     let multiplier = number(policy, "backoffMultiplier", "retryPolicy.backoffMultiplier")?;
-    if !(multiplier > 0.0) {
+    if multiplier.is_nan() || multiplier <= 0.0 {
         return Err(InvalidConfig::new(
             "retryPolicy.backoffMultiplier",
             format!("must be above 0, got {multiplier}"),

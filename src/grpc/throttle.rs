@@ -50,14 +50,14 @@ impl GrpcThrottle {
     /// A6's `retryThrottling { maxTokens, tokenRatio }`: `max_tokens` in `(0, 1000]`,
     /// `token_ratio` above 0 (read to three decimals, as A6 says).
     pub fn new(max_tokens: f64, token_ratio: f64) -> Result<Self, InvalidConfig> {
-        if !(max_tokens > 0.0) {
+        if max_tokens.is_nan() || max_tokens <= 0.0 {
             return Err(InvalidConfig::new(
                 "retryThrottling.maxTokens",
                 "must be above 0",
             ));
         }
         in_range("retryThrottling.maxTokens", max_tokens, 0.0, 1000.0)?;
-        if !(token_ratio > 0.0) || !token_ratio.is_finite() {
+        if !token_ratio.is_finite() || token_ratio <= 0.0 {
             return Err(InvalidConfig::new(
                 "retryThrottling.tokenRatio",
                 "must be above 0",
