@@ -49,6 +49,8 @@
 //! * `reqwest`: [`RequestHead`], [`RetryRequest`], [`RetryResponse`] and [`AsStdError`] for
 //!   `reqwest::Request`, `reqwest::Response` and `reqwest::Error`, so the layers wrap reqwest's
 //!   `Client` (a tower `Service`). See [Retrying reqwest](RetryLayer#retrying-reqwest).
+//! * `grpc`: retrying gRPC calls (tonic's `Channel`) by the gRPC rules: [`RetryLayer::grpc`],
+//!   [`GrpcClassifier`], [`GrpcServiceConfig`], [`BufferRequestLayer`].
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -65,6 +67,8 @@ mod abort;
 mod circuit_breaker;
 mod classify;
 mod error;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod hint;
 mod message;
 mod pacer;
@@ -85,6 +89,11 @@ pub use classify::{
     classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, NotSent, Outcome,
 };
 pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
+#[cfg(feature = "grpc")]
+pub use grpc::{
+    BufferRequest, BufferRequestFuture, BufferRequestLayer, GrpcClassifier, GrpcCode,
+    GrpcRetryPolicy, GrpcServiceConfig, GrpcThrottle, Pushback,
+};
 pub use hint::{
     parse_retry_after, ResetFormat, ResetHeader, RetryAfterHint, ServerHint, ServerHints,
     XRateLimit,

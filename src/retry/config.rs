@@ -43,6 +43,9 @@ pub(crate) struct Settings {
     pub(crate) wall_clock: WallClock,
     pub(crate) pacing: Option<Pacing>,
     pub(crate) nested: NestedLayers,
+    /// gRPC: per-attempt `grpc-previous-rpc-attempts` and `grpc-timeout` (feature `grpc`).
+    #[cfg(feature = "grpc")]
+    pub(crate) grpc_metadata: bool,
 }
 
 impl Default for Settings {
@@ -63,6 +66,8 @@ impl Default for Settings {
             wall_clock: Arc::new(SystemTime::now),
             pacing: None,
             nested: NestedLayers::Defer,
+            #[cfg(feature = "grpc")]
+            grpc_metadata: false,
         }
     }
 }
@@ -95,8 +100,8 @@ impl Settings {
 
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settings")
-            .field("backoff", &self.backoff)
+        let mut f = f.debug_struct("Settings");
+        f.field("backoff", &self.backoff)
             .field("max_attempts", &self.max_attempts)
             .field("max_refused_retries", &self.max_refused_retries)
             .field("first_attempt_jitter", &self.first_attempt_jitter)
@@ -109,8 +114,10 @@ impl fmt::Debug for Settings {
             .field("abort", &self.abort)
             .field("random", &self.random)
             .field("pacing", &self.pacing)
-            .field("nested", &self.nested)
-            .finish_non_exhaustive()
+            .field("nested", &self.nested);
+        #[cfg(feature = "grpc")]
+        f.field("grpc_metadata", &self.grpc_metadata);
+        f.finish_non_exhaustive()
     }
 }
 

@@ -441,6 +441,18 @@ impl<C> RetryLayerBuilder<C> {
         self
     }
 
+    /// gRPC (feature `grpc`): stamps each retry with `grpc-previous-rpc-attempts` (the number of
+    /// attempts before it), and treats a request's `grpc-timeout` as its deadline from the call:
+    /// every attempt carries the time left instead, and no retry is started past it (the
+    /// request stops with [`StopReason::Deadline`](crate::StopReason::Deadline)). The layer's own
+    /// [`deadline`](Self::deadline), if shorter, still bounds the request. On in
+    /// [`RetryLayer::grpc`](crate::RetryLayer::grpc).
+    #[cfg(feature = "grpc")]
+    pub fn grpc_metadata(mut self, on: bool) -> Self {
+        self.settings.grpc_metadata = on;
+        self
+    }
+
     /// Replaces the classifier (the type changes with it).
     pub fn classifier<C2>(self, classifier: C2) -> RetryLayerBuilder<C2> {
         RetryLayerBuilder {

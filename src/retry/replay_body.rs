@@ -102,7 +102,17 @@ impl<B> ReplayBody<B> {
     /// A body that ends within `limit` bytes becomes replayable; a longer one (or one whose size
     /// hint already exceeds `limit`) is passed on once. An error of `body` while it is read is
     /// returned. A body that is not `Unpin` can be passed as `Box::pin(body)`.
-    pub async fn buffer(mut body: B, limit: usize) -> Result<Self, B::Error>
+    pub async fn buffer(body: B, limit: usize) -> Result<Self, B::Error>
+    where
+        B: Body + Unpin,
+    {
+        Self::read(body, limit, true).await
+    }
+
+    /// [`buffer`](Self::buffer), or with `wait` false, reads only the frames that are ready:
+    /// a body that is not over when none is (a gRPC stream the caller feeds as it goes) is
+    /// streamed once instead of waited for.
+    pub(crate) async fn read(mut body: B, limit: usize, wait: bool) -> Result<Self, B::Error>
     where
         B: Body + Unpin,
     {
@@ -114,8 +124,15 @@ impl<B> ReplayBody<B> {
         let mut read = 0usize;
         let mut trailers: Option<HeaderMap> = None;
         while !body.is_end_stream() {
-            let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await else {
-                break;
+            let next = poll_fn(|cx| match Pin::new(&mut body).poll_frame(cx) {
+                Poll::Pending if !wait => Poll::Ready(None),
+                polled => polled.map(Some),
+            })
+            .await;
+            let frame = match next {
+                Some(Some(frame)) => frame,
+                Some(None) => break,
+                None => return Ok(Self::streaming(chunks, body)),
             };
             match frame?.into_data() {
                 Ok(mut data) => {

@@ -49,6 +49,9 @@ pub(crate) struct Session<Req, C> {
     refused: u32,
     /// When the request started, if a deadline is configured.
     started: Option<Instant>,
+    /// gRPC: the request's own deadline, read from its `grpc-timeout` (feature `grpc`).
+    #[cfg(feature = "grpc")]
+    grpc_deadline: Option<Duration>,
     slot: Option<ReportSlot>,
     waits: Option<Box<Waits>>,
 }
@@ -247,7 +250,18 @@ impl<Req, C> Session<Req, C> {
 
     /// When the deadline falls, if there is one.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        Some(self.started? + self.config.settings.deadline?)
+        Some(self.started? + self.limit()?)
+    }
+
+    /// The time the request may take from its start: the layer's deadline, or with gRPC
+    /// metadata the request's own `grpc-timeout` when that is shorter.
+    fn limit(&self) -> Option<Duration> {
+        let layer = self.config.settings.deadline;
+        #[cfg(feature = "grpc")]
+        if let Some(own) = self.grpc_deadline {
+            return Some(layer.map_or(own, |layer| layer.min(own)));
+        }
+        layer
     }
 
     /// Joins `endpoint`'s queue at `now`, or says why it cannot.
@@ -272,7 +286,7 @@ impl<Req, C> Session<Req, C> {
     /// How long the request may still wait at `now` before its deadline (`Duration::MAX`
     /// without one).
     fn room(&self, now: Instant) -> Duration {
-        match (self.config.settings.deadline, self.started) {
+        match (self.limit(), self.started) {
             (Some(deadline), Some(started)) => {
                 deadline.saturating_sub(now.saturating_duration_since(started))
             }
@@ -283,7 +297,7 @@ impl<Req, C> Session<Req, C> {
     /// Whether the deadline has passed at `now`: a retry whose service became ready only then
     /// is not sent.
     pub(crate) fn past_deadline(&self, now: Instant) -> bool {
-        match (self.config.settings.deadline, self.started) {
+        match (self.limit(), self.started) {
             (Some(deadline), Some(started)) => now.saturating_duration_since(started) > deadline,
             _ => false,
         }
@@ -334,8 +348,18 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         if settings.nested == NestedLayers::Defer && retried_outside() {
             not_retryable = Some(StopReason::Delegated);
         }
+        // gRPC: a `grpc-timeout` is the request's deadline, counted from this call.
+        #[cfg(feature = "grpc")]
+        let grpc_deadline = settings
+            .grpc_metadata
+            .then(|| crate::grpc::request_timeout(request.headers()))
+            .flatten();
+        #[cfg(not(feature = "grpc"))]
+        let grpc_deadline: Option<Duration> = None;
         Self {
-            started: settings.deadline.map(|_| Instant::now()),
+            started: (settings.deadline.is_some() || grpc_deadline.is_some()).then(Instant::now),
+            #[cfg(feature = "grpc")]
+            grpc_deadline,
             slot: request.report_slot().cloned(),
             kept: Kept::Method(request.method().clone()),
             config,
@@ -385,6 +409,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             request
                 .headers_mut()
                 .insert(name.clone(), HeaderValue::from(self.attempts));
+        }
+        #[cfg(feature = "grpc")]
+        if settings.grpc_metadata {
+            // `grpc-previous-rpc-attempts` on retries, `grpc-timeout` as the time left.
+            let left = self.grpc_deadline.map(|_| self.room(Instant::now()));
+            crate::grpc::stamp_attempt(request.headers_mut(), self.attempts, left);
         }
         let keep = settings.max_attempts > 1
             && self.not_retryable != Some(StopReason::Delegated)

@@ -1,0 +1,144 @@
+//! Retrying a tonic gRPC client by the gRPC rules.
+//!
+//! Starts a health service on 127.0.0.1 whose `Check` answers UNAVAILABLE (as a Trailers-Only
+//! response) to every other call and RESOURCE_EXHAUSTED with a 50 ms pushback to every fifth,
+//! then sends a few calls through
+//! `BufferRequestLayer -> RetryLayer (from a service config) -> tonic Channel`, prints what
+//! happened to each, and exits. The config's `retryThrottling` (10 tokens, 0.5 per success)
+//! stops retrying once failures have taken the tokens down to half.
+//!
+//! ```text
+//! cargo run --example grpc --features grpc
+//! ```
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use tokio_stream::Stream;
+use tonic::body::Body;
+use tonic::metadata::MetadataMap;
+use tonic::transport::{Endpoint, Server};
+use tonic::{Request, Response, Status};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+use tower::{BoxError, ServiceBuilder};
+use tower_http_retry::{
+    BufferRequestLayer, GrpcServiceConfig, ReplayBody, RetryReport, StopReason,
+};
+
+/// The config a grpc-go or grpc-java client of this service would read.
+const SERVICE_CONFIG: &str = r#"{
+  "methodConfig": [{
+    "name": [{ "service": "grpc.health.v1.Health" }],
+    "retryPolicy": {
+      "maxAttempts": 4,
+      "initialBackoff": "0.02s",
+      "maxBackoff": "0.2s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]
+    }
+  }],
+  "retryThrottling": { "maxTokens": 10, "tokenRatio": 0.5 }
+}"#;
+
+/// Every other call fails; every fifth is pushed back.
+#[derive(Default)]
+struct Flaky {
+    calls: AtomicU32,
+}
+
+#[tonic::async_trait]
+impl Health for Flaky {
+    async fn check(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if n % 5 == 0 {
+            let mut metadata = MetadataMap::new();
+            metadata.insert("grpc-retry-pushback-ms", "50".parse().unwrap());
+            return Err(Status::with_metadata(
+                tonic::Code::ResourceExhausted,
+                "quota",
+                metadata,
+            ));
+        }
+        if n % 2 == 1 {
+            return Err(Status::unavailable("restarting"));
+        }
+        Ok(Response::new(HealthCheckResponse {
+            status: ServingStatus::Serving as i32,
+        }))
+    }
+
+    type WatchStream =
+        Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send + 'static>>;
+
+    async fn watch(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("not in this example"))
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let flaky = Arc::new(Flaky::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(
+        Server::builder()
+            .add_service(HealthServer::from_arc(Arc::clone(&flaky)))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+
+    let config = GrpcServiceConfig::from_json(SERVICE_CONFIG)?;
+    let retry = config.retry_layer("/grpc.health.v1.Health/Check").build()?;
+    let channel = Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
+    let mut client = HealthClient::new(
+        ServiceBuilder::new()
+            // tonic's request bodies stream; a unary call's one message is read so it can be
+            // sent again.
+            .layer(BufferRequestLayer::new())
+            .layer(retry.clone())
+            .map_request(|request: http::Request<ReplayBody<Body>>| request.map(Body::new))
+            .map_err(BoxError::from)
+            .service(channel),
+    );
+
+    for call in 1..=5 {
+        let mut request = Request::new(HealthCheckRequest {
+            service: String::new(),
+        });
+        request.set_timeout(std::time::Duration::from_secs(2));
+        match client.check(request).await {
+            Ok(response) => {
+                let report = response
+                    .extensions()
+                    .get::<RetryReport>()
+                    .cloned()
+                    .unwrap_or(RetryReport::FIRST_TRY);
+                println!(
+                    "call {call}: SERVING after {} attempt(s), slept {:?}",
+                    report.attempts, report.slept
+                );
+            }
+            Err(status) => println!("call {call}: {:?} {}", status.code(), status.message()),
+        }
+    }
+    let stats = retry.stats();
+    println!(
+        "handler ran {} times for 5 calls; retries {}, pushbacks honoured {}, successes {}, \
+         throttled {}",
+        flaky.calls.load(Ordering::SeqCst),
+        stats.retries,
+        stats.retry_after_seen,
+        stats.stopped(StopReason::Success),
+        stats.stopped(StopReason::BudgetEmpty),
+    );
+    server.abort();
+    Ok(())
+}

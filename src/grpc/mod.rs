@@ -1,0 +1,53 @@
+//! Retrying gRPC calls (tonic's `Channel` is a tower `Service` of `http::Request`) by the gRPC
+//! rules: gRPC proposal A6 ("gRPC Retry Design") and Google AIP-194 ("Automatic retry
+//! configuration"). Feature `grpc`.
+//!
+//! * [`GrpcClassifier`] reads `grpc-status` from the response *headers*: a call that failed
+//!   before sending anything (a Trailers-Only response) is classified by its code; a call whose
+//!   headers came without a status is committed and passed through.
+//! * Its [`hint`](crate::Classify::hint) reads the server's `grpc-retry-pushback-ms`.
+//! * [`RetryLayerBuilder::grpc_metadata`](crate::RetryLayerBuilder::grpc_metadata) stamps
+//!   `grpc-previous-rpc-attempts` and keeps `grpc-timeout` to the time left.
+//! * [`BufferRequestLayer`] makes request bodies replayable.
+//! * [`GrpcServiceConfig`] reads a service config's `retryPolicy` and `retryThrottling`
+//!   ([`GrpcThrottle`]).
+//!
+//! The library does not depend on tonic: it reads and writes `http` headers.
+
+mod buffer;
+mod classify;
+mod code;
+mod service_config;
+mod throttle;
+mod timeout;
+
+pub use buffer::{BufferRequest, BufferRequestFuture, BufferRequestLayer};
+pub use classify::{GrpcClassifier, Pushback};
+pub use code::GrpcCode;
+pub use service_config::{GrpcRetryPolicy, GrpcServiceConfig};
+pub use throttle::GrpcThrottle;
+pub(crate) use timeout::{request_timeout, stamp_attempt};
+
+use crate::retry::{Idempotency, RetryLayer, RetryLayerBuilder};
+
+impl RetryLayer {
+    /// A builder for gRPC calls: the [`GrpcClassifier`] (UNAVAILABLE retried, RESOURCE_EXHAUSTED
+    /// with pushback too), every call retryable whatever its method (gRPC calls are all POSTs;
+    /// as in A6, which codes are retryable is what says a retry is safe), and
+    /// [`grpc_metadata`](RetryLayerBuilder::grpc_metadata) on. The rest are the builder's
+    /// defaults (3 attempts, full jitter from 100 ms to 10 s, the default budget), or a service
+    /// config's ([`GrpcServiceConfig::retry_layer`]).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// let layer = RetryLayer::grpc().max_attempts(4).build().unwrap();
+    /// assert_eq!(layer.max_attempts(), 4);
+    /// ```
+    pub fn grpc() -> RetryLayerBuilder<GrpcClassifier> {
+        RetryLayer::builder()
+            .idempotency(Idempotency::Any)
+            .grpc_metadata(true)
+            .classifier(GrpcClassifier::new())
+    }
+}
