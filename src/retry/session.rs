@@ -298,9 +298,29 @@ impl<Req, C> Session<Req, C> {
     /// is not sent.
     pub(crate) fn past_deadline(&self, now: Instant) -> bool {
         match (self.limit(), self.started) {
-            (Some(deadline), Some(started)) => now.saturating_duration_since(started) > deadline,
+            (Some(limit), Some(started)) => {
+                let elapsed = now.saturating_duration_since(started);
+                elapsed > limit || (self.attempt_needs_time() && elapsed == limit)
+            }
             _ => false,
         }
+    }
+
+    /// Whether a wait of `delay` from `now` ends in time for the next attempt.
+    fn wait_fits(&self, delay: Duration, now: Instant) -> bool {
+        let room = self.room(now);
+        delay < room || (delay == room && !self.attempt_needs_time())
+    }
+
+    /// The layer's deadline bounds the waits, so a wait may end on it; a gRPC deadline bounds
+    /// the attempt too (it is sent as the attempt's `grpc-timeout`), so the attempt needs time
+    /// left when it starts.
+    fn attempt_needs_time(&self) -> bool {
+        #[cfg(feature = "grpc")]
+        if self.grpc_deadline.is_some() {
+            return true;
+        }
+        false
     }
 
     fn record_delay(&mut self, duration: Duration, source: DelaySource) {
@@ -609,7 +629,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 return self.enter_queue(endpoint, listener, now);
             }
         }
-        if delay > self.room(now) {
+        if !self.wait_fits(delay, now) {
             self.retry_in(delay);
             return Next::Stop(StopReason::Deadline);
         }
@@ -1067,6 +1087,28 @@ mod tests {
         assert_eq!(stop(next), StopReason::Deadline);
         assert!(!session.past_deadline(started + 1000 * MS));
         assert!(session.past_deadline(started + 1001 * MS));
+    }
+
+    #[test]
+    #[cfg(feature = "grpc")]
+    fn a_grpc_deadline_leaves_the_attempt_time_to_run() {
+        let config = config(
+            builder()
+                .grpc_metadata(true)
+                .idempotency(crate::Idempotency::Any),
+        );
+        let mut request = request(Method::POST);
+        let timeout = http::HeaderValue::from_static("1S");
+        request.headers_mut().insert("grpc-timeout", timeout);
+        let mut session = Session::new(Arc::clone(&config), &mut request);
+        let mut service = tower::service_fn(|_: Req| async { response(200) });
+        drop(session.send_request(request, &mut service));
+        let started = session.started.unwrap();
+        // A wait that ends exactly on the deadline would send a `grpc-timeout` of zero.
+        let next = session.decide(&response(503), || started + 900 * MS);
+        assert_eq!(stop(next), StopReason::Deadline);
+        assert!(!session.past_deadline(started + 999 * MS));
+        assert!(session.past_deadline(started + 1000 * MS));
     }
 
     #[test]
