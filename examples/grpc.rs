@@ -25,7 +25,7 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tower::{BoxError, ServiceBuilder};
 use tower_http_retry::{
-    BufferRequestLayer, GrpcServiceConfig, ReplayBody, RetryReport, StopReason,
+    BufferRequestLayer, GrpcServiceConfig, ReplayBody, ReportSlot, RetryReport, StopReason,
 };
 
 /// The config a grpc-go or grpc-java client of this service would read.
@@ -114,19 +114,23 @@ async fn main() -> Result<(), BoxError> {
             service: String::new(),
         });
         request.set_timeout(std::time::Duration::from_secs(2));
-        match client.check(request).await {
-            Ok(response) => {
-                let report = response
-                    .extensions()
-                    .get::<RetryReport>()
-                    .cloned()
-                    .unwrap_or(RetryReport::FIRST_TRY);
-                println!(
-                    "call {call}: SERVING after {} attempt(s), slept {:?}",
-                    report.attempts, report.slept
-                );
-            }
-            Err(status) => println!("call {call}: {:?} {}", status.code(), status.message()),
+        // A failed call becomes a `Status`, which has no extensions: the slot gets its report.
+        let slot = ReportSlot::new();
+        request.extensions_mut().insert(slot.clone());
+        let result = client.check(request).await;
+        let report = slot.take().unwrap_or(RetryReport::FIRST_TRY);
+        match result {
+            Ok(_) => println!(
+                "call {call}: SERVING after {} attempt(s), slept {:?}",
+                report.attempts, report.slept
+            ),
+            Err(status) => println!(
+                "call {call}: {:?} {} after {} attempt(s), stopped: {}",
+                status.code(),
+                status.message(),
+                report.attempts,
+                report.stop
+            ),
         }
     }
     let stats = retry.stats();
