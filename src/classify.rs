@@ -110,14 +110,22 @@ pub trait Classify<Res, E> {
     /// `now` is the local wall clock; absolute times are read against the response's `Date`
     /// header when it has one.
     ///
-    /// The retry layer reads it for every response that is not a success (and, with
-    /// [pacing](crate::Pacing), for successes too: a quota that is used up pauses the endpoint).
-    /// The default reads `Retry-After` alone; [`HttpClassifier`] also reads the rate-limit and
-    /// stand-down headers its [`ServerHints`] name.
+    /// The retry layer reads it for every response that is not a success, and with
+    /// [pacing](crate::Pacing) for successes too. A delay on a response classified as a success
+    /// means **the quota is used up**: the endpoint's next requests wait for it. So return one
+    /// only when the response says so, not for a `Retry-After` that asks a client to poll (a
+    /// 202) or to follow a redirect later (a 3xx).
+    ///
+    /// The default reads `Retry-After` on a 4xx or 5xx response alone; [`HttpClassifier`] also
+    /// reads the rate-limit and stand-down headers its [`ServerHints`] name.
     fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint
     where
         Res: RetryResponse,
     {
+        let status = response.status();
+        if !(status.is_client_error() || status.is_server_error()) {
+            return ServerHint::NONE;
+        }
         ServerHint::of_retry_after(response.headers(), now)
     }
 
@@ -540,6 +548,42 @@ mod tests {
 
     fn status(code: u16) -> Outcome {
         HttpClassifier::new().classify_status(StatusCode::from_u16(code).unwrap())
+    }
+
+    /// A classifier that keeps the default `hint`.
+    struct StatusOnly;
+
+    impl Classify<http::Response<()>, BoxError> for StatusOnly {
+        fn classify_response(&self, response: &http::Response<()>) -> Outcome {
+            HttpClassifier::new().classify_status(response.status())
+        }
+        fn classify_error(&self, _: &BoxError) -> Outcome {
+            Outcome::Permanent
+        }
+    }
+
+    #[test]
+    fn the_default_hint_reads_retry_after_on_failures_only() {
+        // On a success a delay would mean "quota used up" and pause a paced endpoint: a 202's
+        // or a 303's Retry-After asks a client to poll or to follow later, nothing more.
+        let hint = |code: u16| {
+            let response = http::Response::builder()
+                .status(code)
+                .header(http::header::RETRY_AFTER, "2")
+                .body(())
+                .unwrap();
+            StatusOnly.hint(&response, std::time::SystemTime::now())
+        };
+        for code in [200, 202, 303] {
+            assert_eq!(hint(code).retry_after(), None, "{code}");
+        }
+        for code in [429, 503] {
+            assert_eq!(
+                hint(code).retry_after(),
+                Some(std::time::Duration::from_secs(2)),
+                "{code}"
+            );
+        }
     }
 
     #[test]

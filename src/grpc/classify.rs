@@ -199,7 +199,11 @@ impl<B, E: AsStdError> Classify<http::Response<B>, E> for GrpcClassifier {
         match Self::pushback(response.headers()) {
             Some(Pushback::After(delay)) => ServerHint::after(delay),
             Some(Pushback::DoNotRetry) => ServerHint::stand_down(),
-            None => ServerHint::of_retry_after(response.headers(), now),
+            // A proxy's 429 or 503; a `Retry-After` on a 200 asks for nothing.
+            None if response.status().is_client_error() || response.status().is_server_error() => {
+                ServerHint::of_retry_after(response.headers(), now)
+            }
+            None => ServerHint::NONE,
         }
     }
 }

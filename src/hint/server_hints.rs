@@ -26,7 +26,7 @@ pub enum ResetHeader {
 /// What [`HttpClassifier`](crate::HttpClassifier) reads in a response besides its status: when
 /// to come back, and whether to retry at all.
 ///
-/// **When.** A valid `Retry-After` always wins. Otherwise the [`ResetHeader`]s are tried in
+/// **When.** On a 4xx or 5xx response, a valid `Retry-After` always wins. Otherwise the [`ResetHeader`]s are tried in
 /// order and the first that gives a reset time is the hint (by default `retry-after-ms`, then the
 /// IETF `RateLimit`, then `x-ratelimit-reset` in [`ResetFormat::AUTO`](crate::ResetFormat::AUTO)
 /// with `x-ratelimit-remaining`). Every hint goes through the same clamp, counters and report as

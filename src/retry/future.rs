@@ -233,8 +233,8 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Calling { future } => {
-                    let tell = this.session.tells_inner_layers();
-                    let result = ready!(retrying(tell, || future.poll(cx)));
+                    let mark = this.session.inner_layers_mark();
+                    let result = ready!(retrying(mark, || future.poll(cx)));
                     match this.session.decide(&result, Instant::now) {
                         Next::Stop(reason) => {
                             this.state.set(State::Done);

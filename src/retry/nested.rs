@@ -46,13 +46,14 @@ pub(crate) fn retried_outside() -> bool {
     RETRIED_OUTSIDE.with(Cell::get)
 }
 
-/// Runs `f` (a call or a poll of the inner service) with the inner layers told that this one
-/// retries, when `retries`.
+/// Runs `f` (a call or a poll of the inner service) with the inner layers' mark set to `mark`:
+/// `Some(true)` tells them this layer retries, `Some(false)` lets them retry on their own, and
+/// `None` leaves whatever an outer layer said.
 #[inline]
-pub(crate) fn retrying<R>(retries: bool, f: impl FnOnce() -> R) -> R {
-    if !retries {
+pub(crate) fn retrying<R>(mark: Option<bool>, f: impl FnOnce() -> R) -> R {
+    let Some(mark) = mark else {
         return f();
-    }
+    };
     /// Puts the previous value back even if `f` panics.
     struct Restore(bool);
     impl Drop for Restore {
@@ -60,6 +61,6 @@ pub(crate) fn retrying<R>(retries: bool, f: impl FnOnce() -> R) -> R {
             RETRIED_OUTSIDE.with(|cell| cell.set(self.0));
         }
     }
-    let _restore = Restore(RETRIED_OUTSIDE.with(|cell| cell.replace(true)));
+    let _restore = Restore(RETRIED_OUTSIDE.with(|cell| cell.replace(mark)));
     f()
 }

@@ -297,30 +297,30 @@ impl<Req, C> Session<Req, C> {
     /// Whether the deadline has passed at `now`: a retry whose service became ready only then
     /// is not sent.
     pub(crate) fn past_deadline(&self, now: Instant) -> bool {
-        match (self.limit(), self.started) {
-            (Some(limit), Some(started)) => {
-                let elapsed = now.saturating_duration_since(started);
-                elapsed > limit || (self.attempt_needs_time() && elapsed == limit)
-            }
+        let past_layer = match (self.config.settings.deadline, self.started) {
+            (Some(limit), Some(started)) => now.saturating_duration_since(started) > limit,
             _ => false,
-        }
+        };
+        past_layer || self.grpc_room(now) == Some(Duration::ZERO)
     }
 
-    /// Whether a wait of `delay` from `now` ends in time for the next attempt.
+    /// Whether a wait of `delay` from `now` ends in time for the next attempt. The layer's
+    /// deadline bounds the waits, so a wait may end on it; a gRPC deadline bounds the attempt
+    /// too (it is sent as the attempt's `grpc-timeout`), so the attempt needs time left.
     fn wait_fits(&self, delay: Duration, now: Instant) -> bool {
-        let room = self.room(now);
-        delay < room || (delay == room && !self.attempt_needs_time())
+        delay <= self.room(now) && self.grpc_room(now).map_or(true, |left| delay < left)
     }
 
-    /// The layer's deadline bounds the waits, so a wait may end on it; a gRPC deadline bounds
-    /// the attempt too (it is sent as the attempt's `grpc-timeout`), so the attempt needs time
-    /// left when it starts.
-    fn attempt_needs_time(&self) -> bool {
+    /// gRPC: the time left of the request's own deadline (its `grpc-timeout`), the value the
+    /// next attempt's `grpc-timeout` carries. The layer's deadline is not sent: it bounds the
+    /// waits, not an attempt in flight.
+    fn grpc_room(&self, now: Instant) -> Option<Duration> {
         #[cfg(feature = "grpc")]
-        if self.grpc_deadline.is_some() {
-            return true;
+        if let (Some(own), Some(started)) = (self.grpc_deadline, self.started) {
+            return Some(own.saturating_sub(now.saturating_duration_since(started)));
         }
-        false
+        let _ = now;
+        None
     }
 
     fn record_delay(&mut self, duration: Duration, source: DelaySource) {
@@ -433,7 +433,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         #[cfg(feature = "grpc")]
         if settings.grpc_metadata {
             // `grpc-previous-rpc-attempts` on retries, `grpc-timeout` as the time left.
-            let left = self.grpc_deadline.map(|_| self.room(Instant::now()));
+            let left = self.grpc_room(Instant::now());
             crate::grpc::stamp_attempt(request.headers_mut(), self.attempts, left);
         }
         let keep = settings.max_attempts > 1
@@ -451,16 +451,22 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         self.config.counters.attempt(self.attempts);
         decision!(attempt = self.attempts, "sending attempt");
-        retrying(self.tells_inner_layers(), || service.call(request))
+        retrying(self.inner_layers_mark(), || service.call(request))
     }
 
-    /// Whether the inner layers are told that this one retries (and so send once): when it may
-    /// retry and defers to no outer layer itself (an outer layer's mark is already set).
-    pub(crate) fn tells_inner_layers(&self) -> bool {
+    /// What the inner layers are told while this one calls and polls them (see [`retrying`]).
+    /// A deferring layer that may retry this request tells them it retries, so they send once;
+    /// one that cannot (a POST, a body it cannot copy, an outer layer retrying) leaves the mark
+    /// as it is, so an inner layer allowed to retry it does. An independent layer lets the
+    /// layers inside it retry, whatever wraps it.
+    pub(crate) fn inner_layers_mark(&self) -> Option<bool> {
         let settings = &self.config.settings;
-        settings.nested == NestedLayers::Defer
-            && settings.max_attempts > 1
-            && self.not_retryable != Some(StopReason::Delegated)
+        match settings.nested {
+            NestedLayers::Independent => Some(false),
+            NestedLayers::Defer => {
+                (settings.max_attempts > 1 && self.not_retryable.is_none()).then_some(true)
+            }
+        }
     }
 
     /// The authority of the request, which a hold of the abort signal may concern.
@@ -521,14 +527,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .hint(response, (config.settings.wall_clock)()),
             _ => ServerHint::NONE,
         };
-        if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
-            // The server says this response is worth another attempt, whatever its status.
-            outcome = Outcome::Transient;
-        }
+        // The pacer learns what the response was, before the server's word below changes it.
         let endpoint = match &self.config.pacer {
             Some(_) => self.learn(outcome, result, now.get()),
             None => None,
         };
+        if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
+            // The server says this response is worth another attempt, whatever its status.
+            outcome = Outcome::Transient;
+        }
         // A breaker's refusal: the endpoint is failing, not the request.
         let breaker_wait = match (outcome, result) {
             (Outcome::Permanent, Err(error)) => self.config.classifier.refused_for(error),
@@ -1112,6 +1119,41 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "grpc")]
+    fn a_shorter_layer_deadline_bounds_the_waits_but_is_not_sent_as_the_grpc_timeout() {
+        let config = config(
+            builder()
+                .deadline(Duration::from_secs(1))
+                .grpc_metadata(true)
+                .idempotency(crate::Idempotency::Any),
+        );
+        let mut request = request(Method::POST);
+        let timeout = http::HeaderValue::from_static("5S");
+        request.headers_mut().insert("grpc-timeout", timeout);
+        let mut session = Session::new(Arc::clone(&config), &mut request);
+        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&sent);
+        let mut service = tower::service_fn(move |request: Req| {
+            let timeout = crate::grpc::request_timeout(request.headers());
+            seen.lock().unwrap().push(timeout.unwrap());
+            async { response(200) }
+        });
+        drop(session.send_request(request, &mut service));
+        let started = session.started.unwrap();
+        // The wait may end on the layer's deadline, as without gRPC.
+        assert_eq!(
+            sleep(session.decide(&response(503), || started + 900 * MS)),
+            100 * MS
+        );
+        // Each attempt carries the time left of the request's own 5 s, not the layer's 1 s.
+        drop(session.send(&mut service));
+        assert_eq!(sent.lock().unwrap().len(), 2);
+        for timeout in sent.lock().unwrap().iter() {
+            assert!(*timeout > Duration::from_secs(4), "{timeout:?}");
+        }
+    }
+
+    #[test]
     fn the_deadline_is_asked_before_the_budget() {
         let bucket = Arc::new(TokenBucket::default());
         let config = config(builder().deadline(MS).budget(Arc::clone(&bucket)));
@@ -1515,9 +1557,9 @@ mod tests {
         let outer = config(builder());
         let inner = config(builder());
         let mut session = sent(&outer, Method::GET);
-        assert!(session.tells_inner_layers());
-        let mut inner_session = retrying(true, || sent(&inner, Method::GET));
-        assert!(!inner_session.tells_inner_layers());
+        assert_eq!(session.inner_layers_mark(), Some(true));
+        let mut inner_session = retrying(Some(true), || sent(&inner, Method::GET));
+        assert_eq!(inner_session.inner_layers_mark(), None);
         assert_eq!(
             stop(inner_session.decide(&response(503), Instant::now)),
             StopReason::Delegated
@@ -1529,20 +1571,41 @@ mod tests {
     }
 
     #[test]
-    fn an_independent_layer_retries_inside_another() {
-        let inner = config(builder().nested_layers(crate::NestedLayers::Independent));
-        let mut session = retrying(true, || sent(&inner, Method::GET));
-        assert!(!session.tells_inner_layers());
+    fn a_request_the_outer_layer_cannot_retry_is_retried_by_an_inner_layer_that_can() {
+        // A default layer around a gRPC-style one: the POST is not the outer layer's to retry.
+        let outer = config(builder());
+        let inner = config(builder().idempotency(crate::Idempotency::Any));
+        let session = sent(&outer, Method::POST);
+        assert_eq!(session.inner_layers_mark(), None);
+        let mut inner_session =
+            retrying(session.inner_layers_mark(), || sent(&inner, Method::POST));
         assert_eq!(
-            sleep(session.decide(&response(503), Instant::now)),
+            sleep(inner_session.decide(&response(503), Instant::now)),
             100 * MS
         );
     }
 
     #[test]
+    fn an_independent_layer_retries_inside_another_and_lets_its_inner_layers_retry() {
+        let independent = config(builder().nested_layers(crate::NestedLayers::Independent));
+        let inner = config(builder());
+        let mut middle = retrying(Some(true), || sent(&independent, Method::GET));
+        assert_eq!(middle.inner_layers_mark(), Some(false));
+        assert_eq!(sleep(middle.decide(&response(503), Instant::now)), 100 * MS);
+        let mut innermost = retrying(Some(true), || {
+            retrying(middle.inner_layers_mark(), || sent(&inner, Method::GET))
+        });
+        assert_eq!(
+            sleep(innermost.decide(&response(503), Instant::now)),
+            100 * MS
+        );
+        assert!(!super::retried_outside());
+    }
+
+    #[test]
     fn a_layer_that_cannot_retry_tells_inner_layers_nothing() {
         let once = config(builder().max_attempts(1));
-        assert!(!sent(&once, Method::GET).tells_inner_layers());
+        assert_eq!(sent(&once, Method::GET).inner_layers_mark(), None);
         assert!(!super::retried_outside());
     }
 }
