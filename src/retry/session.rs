@@ -1096,20 +1096,32 @@ mod tests {
         assert!(session.past_deadline(started + 1001 * MS));
     }
 
-    #[test]
+    /// A gRPC session (every method retryable, metadata on) whose first attempt, with
+    /// `grpc-timeout: timeout`, was just sent to `service`.
     #[cfg(feature = "grpc")]
-    fn a_grpc_deadline_leaves_the_attempt_time_to_run() {
+    fn grpc_sent<S: Service<Req>>(
+        builder: RetryLayerBuilder,
+        timeout: &'static str,
+        service: &mut S,
+    ) -> Session<Req, HttpClassifier> {
         let config = config(
-            builder()
+            builder
                 .grpc_metadata(true)
                 .idempotency(crate::Idempotency::Any),
         );
         let mut request = request(Method::POST);
-        let timeout = http::HeaderValue::from_static("1S");
+        let timeout = http::HeaderValue::from_static(timeout);
         request.headers_mut().insert("grpc-timeout", timeout);
-        let mut session = Session::new(Arc::clone(&config), &mut request);
+        let mut session = Session::new(config, &mut request);
+        drop(session.send_request(request, service));
+        session
+    }
+
+    #[test]
+    #[cfg(feature = "grpc")]
+    fn a_grpc_deadline_leaves_the_attempt_time_to_run() {
         let mut service = tower::service_fn(|_: Req| async { response(200) });
-        drop(session.send_request(request, &mut service));
+        let mut session = grpc_sent(builder(), "1S", &mut service);
         let started = session.started.unwrap();
         // A wait that ends exactly on the deadline would send a `grpc-timeout` of zero.
         let next = session.decide(&response(503), || started + 900 * MS);
@@ -1121,16 +1133,6 @@ mod tests {
     #[test]
     #[cfg(feature = "grpc")]
     fn a_shorter_layer_deadline_bounds_the_waits_but_is_not_sent_as_the_grpc_timeout() {
-        let config = config(
-            builder()
-                .deadline(Duration::from_secs(1))
-                .grpc_metadata(true)
-                .idempotency(crate::Idempotency::Any),
-        );
-        let mut request = request(Method::POST);
-        let timeout = http::HeaderValue::from_static("5S");
-        request.headers_mut().insert("grpc-timeout", timeout);
-        let mut session = Session::new(Arc::clone(&config), &mut request);
         let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = Arc::clone(&sent);
         let mut service = tower::service_fn(move |request: Req| {
@@ -1138,7 +1140,8 @@ mod tests {
             seen.lock().unwrap().push(timeout.unwrap());
             async { response(200) }
         });
-        drop(session.send_request(request, &mut service));
+        let layer_deadline = builder().deadline(Duration::from_secs(1));
+        let mut session = grpc_sent(layer_deadline, "5S", &mut service);
         let started = session.started.unwrap();
         // The wait may end on the layer's deadline, as without gRPC.
         assert_eq!(
