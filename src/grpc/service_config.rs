@@ -7,6 +7,7 @@ use super::throttle::GrpcThrottle;
 use crate::error::InvalidConfig;
 use crate::retry::{Backoff, Jitter, RetryLayer, RetryLayerBuilder};
 use serde_json::{Map, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A6 treats a larger `maxAttempts` as 5.
@@ -43,10 +44,13 @@ const MAX_ATTEMPTS_CAP: u32 = 5;
 /// let layer = config.retry_layer("/grpc.health.v1.Health/Check").build().unwrap();
 /// assert_eq!(layer.max_attempts(), 4);
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+///
+/// `retryThrottling` is the channel's: every layer built from one config (and from its clones)
+/// shares one [`GrpcThrottle`], so building a layer per method keeps A6's single token count.
+#[derive(Clone, Debug)]
 pub struct GrpcServiceConfig {
     methods: Vec<MethodConfig>,
-    throttling: Option<(f64, f64)>,
+    throttle: Option<Arc<GrpcThrottle>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -134,21 +138,16 @@ impl GrpcServiceConfig {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(InvalidConfig::new("methodConfig", "must be an array")),
         };
-        let throttling = match root.get("retryThrottling") {
+        let throttle = match root.get("retryThrottling") {
             None | Some(Value::Null) => None,
             Some(value) => {
                 let throttling = object(value, "retryThrottling")?;
                 let max = number(throttling, "maxTokens", "retryThrottling.maxTokens")?;
                 let ratio = number(throttling, "tokenRatio", "retryThrottling.tokenRatio")?;
-                // Checked now, so that the layer cannot fail later.
-                GrpcThrottle::new(max, ratio)?;
-                Some((max, ratio))
+                Some(Arc::new(GrpcThrottle::new(max, ratio)?))
             }
         };
-        Ok(Self {
-            methods,
-            throttling,
-        })
+        Ok(Self { methods, throttle })
     }
 
     /// The retry policy for the method at `path` (`/package.Service/Method`), if any.
@@ -173,11 +172,10 @@ impl GrpcServiceConfig {
             .as_ref()
     }
 
-    /// A new throttle for `retryThrottling`, if the config has one: one per channel, so share
-    /// the layer (or pass the same `Arc` to several) rather than calling this for each.
-    pub fn throttle(&self) -> Option<GrpcThrottle> {
-        self.throttling
-            .map(|(max, ratio)| GrpcThrottle::new(max, ratio).expect("checked when read"))
+    /// The throttle for `retryThrottling`, if the config has one: the one every layer built
+    /// from this config spends from.
+    pub fn throttle(&self) -> Option<&Arc<GrpcThrottle>> {
+        self.throttle.as_ref()
     }
 
     /// A [`RetryLayer::grpc`] builder set up for the method at `path`: its policy's attempts,
@@ -187,7 +185,7 @@ impl GrpcServiceConfig {
     pub fn retry_layer(&self, path: &str) -> RetryLayerBuilder<GrpcClassifier> {
         let builder = RetryLayer::grpc();
         let builder = match self.throttle() {
-            Some(throttle) => builder.budget(throttle),
+            Some(throttle) => builder.budget(Arc::clone(throttle)),
             None => builder.without_budget(),
         };
         match self.retry_policy(path) {
@@ -428,6 +426,26 @@ mod tests {
         assert_eq!(backoff.ceiling(2), Duration::from_micros(562_500));
         let throttle = config.throttle().unwrap();
         assert_eq!((throttle.max_tokens(), throttle.token_ratio()), (10.0, 0.1));
+    }
+
+    #[test]
+    fn layers_built_from_one_config_share_its_throttle() {
+        let config = GrpcServiceConfig::from_json(HEALTH).unwrap();
+        let check = config
+            .retry_layer("/grpc.health.v1.Health/Check")
+            .build()
+            .unwrap();
+        let other = config
+            .clone()
+            .retry_layer("/other.Service/Call")
+            .build()
+            .unwrap();
+        let full = config.throttle().unwrap().available();
+        assert!(check.budget().unwrap().withdraw());
+        // The failure one layer paid for is gone for the other too.
+        assert_eq!(config.throttle().unwrap().available(), full - 1.0);
+        other.budget().unwrap().deposit();
+        assert_eq!(config.throttle().unwrap().available(), full - 0.9);
     }
 
     #[test]
