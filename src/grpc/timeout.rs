@@ -20,12 +20,10 @@ const MAX_VALUE: u64 = 99_999_999;
 /// `u` (micro) or `n` (nano). Anything else is `None`.
 pub(crate) fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
     let (unit, digits) = value.split_last()?;
-    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.len() > 8 {
         return None;
     }
-    let amount = digits
-        .iter()
-        .fold(0u64, |sum, digit| sum * 10 + u64::from(digit - b'0'));
+    let amount = crate::hint::decimal(digits)?;
     Some(match unit {
         b'H' => Duration::from_secs(amount * 3600),
         b'M' => Duration::from_secs(amount * 60),

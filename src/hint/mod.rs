@@ -128,6 +128,18 @@ pub(crate) fn reference_time(headers: &HeaderMap, now: SystemTime) -> SystemTime
         .unwrap_or(now)
 }
 
+/// A non-negative decimal integer, saturating at `u64::MAX`; `None` for anything else (a sign,
+/// a dot, whitespace, nothing).
+pub(crate) fn decimal(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(value.iter().fold(0u64, |acc, digit| {
+        acc.saturating_mul(10)
+            .saturating_add(u64::from(digit - b'0'))
+    }))
+}
+
 /// `value` without the optional whitespace (spaces and tabs) around it.
 pub(crate) fn trim_ows(mut value: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = value {

@@ -3,7 +3,7 @@
 //! into "is the quota used up, and when does it reset".
 
 use super::structured::{parse_list, Bare};
-use super::trim_ows;
+use super::{decimal, trim_ows};
 use http::header::{HeaderMap, HeaderName};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -26,7 +26,7 @@ pub(crate) fn retry_after_ms(headers: &HeaderMap) -> Reading {
     let Some(value) = headers.get("retry-after-ms") else {
         return Reading::Absent;
     };
-    match integer(trim_ows(value.as_bytes())) {
+    match decimal(trim_ows(value.as_bytes())) {
         Some(ms) => Reading::Reset {
             after: Some(Duration::from_millis(ms)),
             exhausted: false,
@@ -198,7 +198,7 @@ impl XRateLimit {
     pub(crate) fn read(&self, headers: &HeaderMap, now: SystemTime, limited: bool) -> Reading {
         let remaining = match &self.remaining {
             Some(name) => match headers.get(name) {
-                Some(value) => match integer(trim_ows(value.as_bytes())) {
+                Some(value) => match decimal(trim_ows(value.as_bytes())) {
                     Some(count) => Some(count),
                     None => return Reading::Malformed,
                 },
@@ -226,7 +226,7 @@ impl XRateLimit {
         self.remaining
             .as_ref()
             .and_then(|name| headers.get(name))
-            .and_then(|value| integer(trim_ows(value.as_bytes())))
+            .and_then(|value| decimal(trim_ows(value.as_bytes())))
             == Some(0)
     }
 }
@@ -234,29 +234,18 @@ impl XRateLimit {
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 
-/// A non-negative decimal integer, saturating; `None` for anything else.
-fn integer(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(value.iter().fold(0u64, |acc, digit| {
-        acc.saturating_mul(10)
-            .saturating_add(u64::from(digit - b'0'))
-    }))
-}
-
 /// A non-negative number of seconds, integer or with up to nine decimals.
 fn seconds(value: &[u8]) -> Option<Duration> {
     let (whole, fraction) = match value.iter().position(|&byte| byte == b'.') {
         Some(dot) => (&value[..dot], Some(&value[dot + 1..])),
         None => (value, None),
     };
-    let whole = integer(whole)?;
+    let whole = decimal(whole)?;
     let nanos = match fraction {
         None => 0,
         Some(digits) if !digits.is_empty() && digits.len() <= 9 => {
             let scale = 10u64.pow(9 - digits.len() as u32);
-            integer(digits)? * scale
+            decimal(digits)? * scale
         }
         Some(_) => return None,
     };

@@ -1,6 +1,6 @@
 //! `Retry-After`: delta-seconds and the three HTTP-date forms, measured against a reference time.
 
-use super::{reference_time, trim_ows};
+use super::{decimal, reference_time, trim_ows};
 use http::header::{HeaderMap, RETRY_AFTER};
 use std::time::{Duration, SystemTime};
 
@@ -60,11 +60,7 @@ fn parse_value(raw: &[u8], now: SystemTime) -> Option<Duration> {
     if value.is_empty() {
         return None;
     }
-    if value.iter().all(u8::is_ascii_digit) {
-        let seconds = value.iter().fold(0u64, |acc, digit| {
-            acc.saturating_mul(10)
-                .saturating_add(u64::from(digit - b'0'))
-        });
+    if let Some(seconds) = decimal(value) {
         return Some(Duration::from_secs(seconds));
     }
     let text = std::str::from_utf8(value).ok()?;
