@@ -107,8 +107,8 @@ pub trait Classify<Res, E> {
     }
 
     /// What `response` says about retrying it: when to come back, and whether to retry at all.
-    /// `now` is the local wall clock; absolute times are read against the response's `Date`
-    /// header when it has one.
+    /// `now` is the local wall clock; absolute times are read against it when it agrees with the
+    /// response's `Date` header (within its 1 s resolution), else against the `Date`.
     ///
     /// The retry layer reads it for every response that is not a success, and with
     /// [pacing](crate::Pacing) for successes too. A delay on a response classified as a success

@@ -49,6 +49,8 @@
 //! * `reqwest`: [`RequestHead`], [`RetryRequest`], [`RetryResponse`] and [`AsStdError`] for
 //!   `reqwest::Request`, `reqwest::Response` and `reqwest::Error`, so the layers wrap reqwest's
 //!   `Client` (a tower `Service`). See [Retrying reqwest](RetryLayer#retrying-reqwest).
+//! * `reqwest-middleware` (implies `reqwest`): [`RetryMiddleware`], the retry layer as a
+//!   `reqwest_middleware::Middleware`, in place of reqwest-retry's `RetryTransientMiddleware`.
 //! * `grpc`: retrying gRPC calls (tonic's `Channel`) by the gRPC rules: [`RetryLayer::grpc`],
 //!   [`GrpcClassifier`], [`GrpcServiceConfig`], [`BufferRequestLayer`].
 //!
@@ -77,9 +79,13 @@ mod release;
 mod report;
 #[cfg(feature = "reqwest")]
 mod reqwest;
+#[cfg(feature = "reqwest-middleware")]
+mod reqwest_middleware;
 mod retry;
 mod sync;
 
+#[cfg(feature = "reqwest-middleware")]
+pub use self::reqwest_middleware::RetryMiddleware;
 pub use abort::AbortSignal;
 pub use circuit_breaker::{
     CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayer, CircuitBreakerLayerBuilder,

@@ -117,16 +117,30 @@ impl ServerHint {
     }
 }
 
-/// The time absolute values in `headers` are measured against: the response's own `Date` when
-/// it is valid, so that a client whose clock is off by an hour neither waits an hour nor not at
-/// all; else the local `now`.
+/// The time absolute values in `headers` are measured against.
+///
+/// The local `now` when it agrees with the response's `Date`: `Date` is the server's clock
+/// rounded down to the second, so a local clock in `[Date, Date + 1 s]` is consistent with it,
+/// and more precise (measured against `Date`, a reset 2.000 s away would wait up to 2.999 s).
+/// The `Date` when the two disagree by more, so that a client whose clock is off by an hour
+/// neither waits an hour nor not at all (and waits up to 1 s too long rather than too little).
+/// The local `now` when there is no valid `Date`.
 pub(crate) fn reference_time(headers: &HeaderMap, now: SystemTime) -> SystemTime {
-    headers
+    let Some(date) = headers
         .get(DATE)
         .and_then(|date| date.to_str().ok())
         .and_then(|date| httpdate::parse_http_date(date.trim()).ok())
-        .unwrap_or(now)
+    else {
+        return now;
+    };
+    match now.duration_since(date) {
+        Ok(ahead) if ahead <= DATE_RESOLUTION => now,
+        _ => date,
+    }
 }
+
+/// How finely `Date` (an HTTP-date) writes the time: whole seconds.
+const DATE_RESOLUTION: Duration = Duration::from_secs(1);
 
 /// A non-negative decimal integer, saturating at `u64::MAX`; `None` for anything else (a sign,
 /// a dot, whitespace, nothing).

@@ -1,8 +1,9 @@
 //! The rate-limit headers APIs send instead of (or besides) `Retry-After`: `retry-after-ms`,
-//! the IETF `RateLimit` / `RateLimit-Policy` fields, and the `X-RateLimit-*` family, each read
-//! into "is the quota used up, and when does it reset".
+//! the IETF `RateLimit` / `RateLimit-Policy` fields (draft 8 on, and draft-07's dictionary), the
+//! older drafts' `RateLimit-Reset` / `RateLimit-Remaining`, and the `X-RateLimit-*` family, each
+//! read into "is the quota used up, and when does it reset".
 
-use super::structured::{parse_list, Bare};
+use super::structured::{parse_dictionary, parse_list, Bare, Item};
 use super::{decimal, trim_ows};
 use http::header::{HeaderMap, HeaderName};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -35,17 +36,27 @@ pub(crate) fn retry_after_ms(headers: &HeaderMap) -> Reading {
     }
 }
 
-/// The IETF `RateLimit` field (draft-ietf-httpapi-ratelimit-headers): a List of policies, each
-/// with `r` (remaining) and `t` (seconds until the reset). A policy with `r=0` is used up; the
-/// wait is the largest `t` among the used-up ones. A used-up policy without `t` waits the window
-/// (`w`) its `RateLimit-Policy` entry of the same name declares, if any.
+/// The IETF `RateLimit` field (draft-ietf-httpapi-ratelimit-headers), in either of its shapes.
+///
+/// From draft 8 on, a List of policies, each with `r` (remaining) and `t` (seconds until the
+/// reset). A policy with `r=0` is used up; the wait is the largest `t` among the used-up ones. A
+/// used-up policy without `t` waits the window (`w`) its `RateLimit-Policy` entry of the same
+/// name declares, if any.
+///
+/// Draft-07 (express-rate-limit's `draft-7`), one Dictionary: `limit=100, remaining=0, reset=2`,
+/// `reset` in seconds from now. The two shapes cannot be mistaken for each other: `key=value` at
+/// the top level is not valid List syntax, and a List member is tried as a policy first.
 pub(crate) fn ietf(headers: &HeaderMap) -> Reading {
     let values = headers.get_all("ratelimit");
     if values.iter().next().is_none() {
         return Reading::Absent;
     }
-    let Some(policies) = parse_list(values.iter().map(|value| value.as_bytes())) else {
-        return Reading::Malformed;
+    let lines = || values.iter().map(|value| value.as_bytes());
+    let Some(policies) = parse_list(lines()) else {
+        return match parse_dictionary(lines()) {
+            Some(members) => draft_07(&members),
+            None => Reading::Malformed,
+        };
     };
     let mut exhausted = false;
     let mut after: Option<Duration> = None;
@@ -78,6 +89,35 @@ pub(crate) fn ietf(headers: &HeaderMap) -> Reading {
     }
 }
 
+/// Draft-07's dictionary: `remaining` (required) and `reset` (seconds from now), both
+/// non-negative Integers; `limit` and unknown keys are not needed to decide.
+fn draft_07(members: &[(String, Item)]) -> Reading {
+    let member = |key: &str| {
+        members
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, item)| match item.bare {
+                Bare::Integer(n) => u64::try_from(n).ok(),
+                _ => None,
+            })
+    };
+    let Some(Some(remaining)) = member("remaining") else {
+        return Reading::Malformed;
+    };
+    let after = match member("reset") {
+        Some(Some(seconds)) => Some(Duration::from_secs(seconds)),
+        Some(None) => return Reading::Malformed,
+        None => None,
+    };
+    if remaining > 0 {
+        return Reading::Absent;
+    }
+    Reading::Reset {
+        after,
+        exhausted: true,
+    }
+}
+
 /// The window `w` (seconds) that `RateLimit-Policy` declares for policy `name`, if readable.
 fn declared_window(headers: &HeaderMap, name: &str) -> Option<u64> {
     let values = headers.get_all("ratelimit-policy");
@@ -92,8 +132,10 @@ fn declared_window(headers: &HeaderMap, name: &str) -> Option<u64> {
 /// name does not say, so it is declared per header ([`XRateLimit::new`](crate::XRateLimit::new)).
 ///
 /// Every format accepts an integer or a decimal with a fraction (`1700000000.250`). Epoch values
-/// are measured against the response's `Date` header when it has a valid one (a client whose
-/// clock is off waits what the server meant), else against the local clock.
+/// are measured against the local clock when it agrees with the response's `Date` header (within
+/// the second `Date` is rounded to), so a reset 2.000 s away is waited 2.0 s; against the `Date`
+/// when the clocks disagree by more (a client whose clock is off by an hour waits what the server
+/// meant, up to 1 s late, never early); against the local clock when there is no valid `Date`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ResetFormat {
@@ -193,6 +235,13 @@ impl XRateLimit {
         Self::new(X_RATELIMIT_RESET, ResetFormat::AUTO).remaining(X_RATELIMIT_REMAINING)
     }
 
+    /// `RateLimit-Reset` and `RateLimit-Remaining` of the IETF drafts up to 06 (sent by
+    /// express-rate-limit's `draft-6` and many gateways): the reset in seconds from now, read in
+    /// [`ResetFormat::AUTO`] so that a server that writes a Unix time there is understood too.
+    pub fn ietf_draft_06() -> Self {
+        Self::new(RATELIMIT_RESET, ResetFormat::AUTO).remaining(RATELIMIT_REMAINING)
+    }
+
     /// What the headers say, measured against `now`; `limited` when the status says the client
     /// is rate-limited.
     pub(crate) fn read(&self, headers: &HeaderMap, now: SystemTime, limited: bool) -> Reading {
@@ -233,6 +282,8 @@ impl XRateLimit {
 
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 
 /// A non-negative number of seconds, integer or with up to nine decimals.
 fn seconds(value: &[u8]) -> Option<Duration> {

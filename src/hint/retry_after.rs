@@ -19,9 +19,11 @@ pub enum RetryAfterHint {
 ///
 /// Accepts delta-seconds (`120`; absurdly large values saturate rather than fail, the clamp deals
 /// with them) and the three HTTP-date forms of RFC 9110 (IMF-fixdate, RFC 850, asctime), measured
-/// against the response's `Date` header when it has a valid one (so that a client whose clock is
-/// off waits what the server meant), else against `now`. Negative numbers, fractions, trailing
-/// garbage and several headers with different values are [`Malformed`](RetryAfterHint::Malformed).
+/// against `now` when it agrees with the response's `Date` header within the second `Date` is
+/// rounded to, else against the `Date` (so that a client whose clock is off waits what the server
+/// meant, up to 1 s late), and against `now` when there is no valid `Date`. Negative numbers,
+/// fractions, trailing garbage and several headers with different values are
+/// [`Malformed`](RetryAfterHint::Malformed).
 ///
 /// ```
 /// use http::{HeaderMap, HeaderValue};

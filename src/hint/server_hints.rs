@@ -14,10 +14,13 @@ use std::time::SystemTime;
 pub enum ResetHeader {
     /// `retry-after-ms`: milliseconds (OpenAI, Anthropic and other SDK-facing APIs).
     RetryAfterMs,
-    /// The IETF `RateLimit` field, with `RateLimit-Policy` for a policy that gives no reset:
-    /// a policy with `r=0` is used up, and the wait is the largest `t` among those
-    /// (draft-ietf-httpapi-ratelimit-headers). Policy names may be Strings or Tokens; a field
-    /// that is not a valid Structured Field List of them is ignored and counted as malformed.
+    /// The IETF `RateLimit` field (draft-ietf-httpapi-ratelimit-headers), in both shapes it has
+    /// had. From draft 8 on, a List of policies with `RateLimit-Policy` for a policy that gives
+    /// no reset: a policy with `r=0` is used up, and the wait is the largest `t` among those;
+    /// policy names may be Strings or Tokens. Draft-07's single Dictionary,
+    /// `limit=100, remaining=0, reset=2`: `remaining=0` is used up, `reset` is seconds from
+    /// now. A field that is neither is ignored and counted as malformed. (The drafts up to 06
+    /// used separate fields: [`XRateLimit::ietf_draft_06`].)
     RateLimit,
     /// An `X-RateLimit-Reset`-style header with its declared format.
     XRateLimit(XRateLimit),
@@ -26,13 +29,29 @@ pub enum ResetHeader {
 /// What [`HttpClassifier`](crate::HttpClassifier) reads in a response besides its status: when
 /// to come back, and whether to retry at all.
 ///
-/// **When.** On a 4xx or 5xx response, a valid `Retry-After` always wins. Otherwise the [`ResetHeader`]s are tried in
-/// order and the first that gives a reset time is the hint (by default `retry-after-ms`, then the
-/// IETF `RateLimit`, then `x-ratelimit-reset` in [`ResetFormat::AUTO`](crate::ResetFormat::AUTO)
-/// with `x-ratelimit-remaining`). Every hint goes through the same clamp, counters and report as
-/// `Retry-After` ([`RetryAfter`](crate::RetryAfter)). Absolute times are measured against the
-/// response's `Date`. A malformed header is ignored and counted
+/// **When.** On a 4xx or 5xx response, a valid `Retry-After` always wins. Otherwise the
+/// [`ResetHeader`]s are tried in order and the first that gives a reset time is the hint. Every
+/// hint goes through the same clamp, counters and report as `Retry-After`
+/// ([`RetryAfter`](crate::RetryAfter)). A malformed header is ignored and counted
 /// ([`RetryStats::retry_after_malformed`](crate::RetryStats::retry_after_malformed)).
+///
+/// The dialects read by default, in this order, and how exactly each wait matches what the
+/// server meant (besides the server's own rounding of the value it writes):
+///
+/// | Dialect | Example | Accuracy |
+/// |---|---|---|
+/// | `Retry-After`, seconds | `Retry-After: 2` | whole seconds |
+/// | `Retry-After`, HTTP-date | `Retry-After: Thu, 01 Jan 2026 00:00:02 GMT` | whole seconds; clock as below |
+/// | `retry-after-ms` | `retry-after-ms: 1500` | milliseconds |
+/// | IETF `RateLimit`, draft 8 on | `RateLimit: "default";r=0;t=2` | whole seconds |
+/// | IETF `RateLimit`, draft-07 | `RateLimit: limit=100, remaining=0, reset=2` | whole seconds |
+/// | IETF drafts up to 06 ([`XRateLimit::ietf_draft_06`]) | `RateLimit-Remaining: 0`, `RateLimit-Reset: 2` | whole (or fractional) seconds |
+/// | `X-RateLimit-*` ([`XRateLimit::auto`]) | `X-RateLimit-Remaining: 0`, `X-RateLimit-Reset: 1767225602` | Unix time or seconds from now, integer or fractional; clock as below |
+///
+/// Absolute times (an epoch reset, an HTTP-date) are measured against the local clock when it
+/// agrees with the response's `Date` within the second `Date` is rounded to: exact up to how
+/// well the two clocks agree. When they disagree by more, against the `Date`: up to 1 s late,
+/// never early. Without a valid `Date`, against the local clock.
 ///
 /// **Quota used up.** A rate-limit header saying nothing is left (`x-ratelimit-remaining: 0`,
 /// a `RateLimit` policy with `r=0`) makes a 403 transient (GitHub answers a used-up quota with
@@ -76,13 +95,15 @@ pub struct ServerHints {
 }
 
 impl ServerHints {
-    /// The default: `retry-after-ms`, `RateLimit`, `x-ratelimit-*` (auto format) after
-    /// `Retry-After`; `x-should-retry` and `x-envoy-overloaded`.
+    /// The default: `retry-after-ms`, `RateLimit` (draft 8 on and draft-07),
+    /// `RateLimit-Reset` (drafts up to 06), `x-ratelimit-*` (auto format) after `Retry-After`;
+    /// `x-should-retry` and `x-envoy-overloaded`.
     pub fn new() -> Self {
         Self {
             reset: vec![
                 ResetHeader::RetryAfterMs,
                 ResetHeader::RateLimit,
+                ResetHeader::XRateLimit(XRateLimit::ietf_draft_06()),
                 ResetHeader::XRateLimit(XRateLimit::auto()),
             ],
             should_retry: Some(HeaderName::from_static("x-should-retry")),
@@ -102,6 +123,25 @@ impl ServerHints {
     /// The reset headers tried after `Retry-After`, in this order (replacing the default list).
     pub fn reset_headers(mut self, headers: impl IntoIterator<Item = ResetHeader>) -> Self {
         self.reset = headers.into_iter().collect();
+        self
+    }
+
+    /// Adds `header` after the reset headers already listed, keeping them (the defaults, or
+    /// those of [`reset_headers`](Self::reset_headers)): an API's own header is read besides
+    /// every common dialect.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use tower_http_retry::{ResetFormat, ResetHeader, ServerHints, XRateLimit};
+    ///
+    /// let hints = ServerHints::new().add_reset_header(ResetHeader::XRateLimit(
+    ///     XRateLimit::new(HeaderName::from_static("acme-quota-reset"), ResetFormat::DeltaSeconds)
+    ///         .remaining(HeaderName::from_static("acme-quota-left")),
+    /// ));
+    /// # let _ = hints;
+    /// ```
+    pub fn add_reset_header(mut self, header: ResetHeader) -> Self {
+        self.reset.push(header);
         self
     }
 
@@ -408,6 +448,105 @@ mod tests {
                 true,
             ),
             case(
+                "IETF draft-07, a used-up dictionary",
+                429,
+                &[("ratelimit", "limit=100, remaining=0, reset=2")],
+                secs(2),
+                false,
+            ),
+            case(
+                "IETF draft-07, with its policy field and keys in any order",
+                429,
+                &[
+                    ("ratelimit", "reset=30, limit=100, remaining=0"),
+                    ("ratelimit-policy", "100;w=60"),
+                ],
+                secs(30),
+                false,
+            ),
+            case(
+                "IETF draft-07, quota left",
+                429,
+                &[("ratelimit", "limit=100, remaining=4, reset=2")],
+                None,
+                false,
+            ),
+            case(
+                "IETF draft-07, no remaining",
+                429,
+                &[("ratelimit", "limit=100, reset=2")],
+                None,
+                true,
+            ),
+            case(
+                "IETF draft-07, a negative reset",
+                429,
+                &[("ratelimit", "limit=100, remaining=0, reset=-2")],
+                None,
+                true,
+            ),
+            case(
+                "IETF draft-07, a decimal remaining",
+                429,
+                &[("ratelimit", "limit=100, remaining=0.5, reset=2")],
+                None,
+                true,
+            ),
+            case(
+                "IETF drafts up to 06, seconds from now",
+                429,
+                &[
+                    ("ratelimit-limit", "100"),
+                    ("ratelimit-remaining", "0"),
+                    ("ratelimit-reset", "2"),
+                ],
+                secs(2),
+                false,
+            ),
+            case(
+                "IETF drafts up to 06, a reset on a 429 without a remaining count",
+                429,
+                &[("ratelimit-reset", "7")],
+                secs(7),
+                false,
+            ),
+            case(
+                "IETF drafts up to 06, quota left",
+                503,
+                &[("ratelimit-remaining", "3"), ("ratelimit-reset", "7")],
+                None,
+                false,
+            ),
+            case(
+                "IETF drafts up to 06, a Unix time where seconds belong",
+                429,
+                &[
+                    ("date", DATE),
+                    ("ratelimit-remaining", "0"),
+                    ("ratelimit-reset", "1767225612"),
+                ],
+                secs(12),
+                false,
+            ),
+            case(
+                "IETF drafts up to 06, a malformed reset",
+                429,
+                &[("ratelimit-remaining", "0"), ("ratelimit-reset", "2s")],
+                None,
+                true,
+            ),
+            case(
+                "draft 8 wins over the older fields it replaces",
+                429,
+                &[
+                    ("ratelimit", "\"q\";r=0;t=9"),
+                    ("ratelimit-remaining", "0"),
+                    ("ratelimit-reset", "2"),
+                ],
+                secs(9),
+                false,
+            ),
+            case(
                 "x-ratelimit, epoch against Date",
                 403,
                 &[
@@ -550,6 +689,85 @@ mod tests {
     }
 
     #[test]
+    fn a_local_clock_that_agrees_with_date_measures_epochs_to_the_millisecond() {
+        let reset = [
+            ("date", DATE),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1767225602"),
+        ];
+        let hints = ServerHints::new();
+        let status = StatusCode::TOO_MANY_REQUESTS;
+        let map = headers(&reset);
+        // Anywhere within the second the Date was rounded down from, the local clock is used:
+        // the reset 2.000 s after T, read at T + 0.909 s, is 1.091 s away, not 2 s.
+        for (local_ms, expected_ms) in [(0, 2000), (1, 1999), (909, 1091), (1000, 1000)] {
+            let now = at(T) + Duration::from_millis(local_ms);
+            assert_eq!(
+                hints.read(status, &map, now).retry_after(),
+                Some(Duration::from_millis(expected_ms)),
+                "local clock T + {local_ms} ms"
+            );
+        }
+        // Beyond it (or behind the Date), the clocks disagree: the Date is the reference.
+        for local_ms in [1001, 5000] {
+            let now = at(T) + Duration::from_millis(local_ms);
+            assert_eq!(hints.read(status, &map, now).retry_after(), secs(2));
+        }
+        let behind = at(T) - Duration::from_millis(1);
+        assert_eq!(hints.read(status, &map, behind).retry_after(), secs(2));
+        // An HTTP-date Retry-After is measured the same way.
+        let date = [
+            ("date", DATE),
+            ("retry-after", "Thu, 01 Jan 2026 00:00:02 GMT"),
+        ];
+        let now = at(T) + Duration::from_millis(250);
+        assert_eq!(
+            hints.read(status, &headers(&date), now).retry_after(),
+            Some(Duration::from_millis(1750))
+        );
+    }
+
+    #[test]
+    fn an_added_reset_header_is_read_besides_the_defaults() {
+        let acme = XRateLimit::new(
+            HeaderName::from_static("acme-quota-reset"),
+            ResetFormat::DeltaSeconds,
+        )
+        .remaining(HeaderName::from_static("acme-quota-left"));
+        let hints = ServerHints::new().add_reset_header(ResetHeader::XRateLimit(acme));
+        let custom = [("acme-quota-left", "0"), ("acme-quota-reset", "4")];
+        assert_eq!(read(&hints, 429, &custom, T).retry_after(), secs(4));
+        assert!(hints.quota_exhausted(&headers(&custom)));
+        // Every default is still read, ahead of the added one.
+        for pairs in [
+            &[("retry-after-ms", "100")][..],
+            &[("ratelimit", "limit=1, remaining=0, reset=3")],
+            &[("ratelimit-remaining", "0"), ("ratelimit-reset", "3")],
+            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "3")],
+        ] {
+            assert_eq!(
+                read(&hints, 429, pairs, T).retry_after(),
+                read(&ServerHints::new(), 429, pairs, T).retry_after(),
+                "{pairs:?}"
+            );
+            assert!(
+                read(&hints, 429, pairs, T).retry_after().is_some(),
+                "{pairs:?}"
+            );
+        }
+        // `reset_headers` replaces; adding to it keeps what it set.
+        let only_acme = ServerHints::retry_after_only().add_reset_header(ResetHeader::XRateLimit(
+            XRateLimit::new(
+                HeaderName::from_static("acme-quota-reset"),
+                ResetFormat::DeltaSeconds,
+            ),
+        ));
+        assert_eq!(read(&only_acme, 429, &custom, T).retry_after(), secs(4));
+        let x = [("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "3")];
+        assert_eq!(read(&only_acme, 429, &x, T).retry_after(), None);
+    }
+
+    #[test]
     fn declared_formats_read_the_same_digits_differently() {
         let at_date = |format| {
             let hints = ServerHints::new().reset_headers([ResetHeader::XRateLimit(
@@ -631,6 +849,12 @@ mod tests {
         let exhausted = |pairs: &[(&'static str, &str)]| hints.quota_exhausted(&headers(pairs));
         assert!(exhausted(&[("x-ratelimit-remaining", "0")]));
         assert!(exhausted(&[("ratelimit", "\"q\";r=0")]));
+        assert!(exhausted(&[("ratelimit", "limit=5, remaining=0, reset=9")]));
+        assert!(exhausted(&[("ratelimit-remaining", "0")]));
+        assert!(!exhausted(&[(
+            "ratelimit",
+            "limit=5, remaining=2, reset=9"
+        )]));
         assert!(!exhausted(&[("x-ratelimit-remaining", "1")]));
         assert!(!exhausted(&[("ratelimit", "\"q\";r=1;t=5")]));
         assert!(!exhausted(&[("retry-after", "5")]));

@@ -48,13 +48,7 @@ impl Item {
 /// members are Items. Inner lists are valid syntax but not rate-limit policies: `None`, like any
 /// error.
 pub(crate) fn parse_list<'a>(values: impl Iterator<Item = &'a [u8]>) -> Option<Vec<Item>> {
-    let mut joined = Vec::new();
-    for (i, value) in values.enumerate() {
-        if i > 0 {
-            joined.extend_from_slice(b", ");
-        }
-        joined.extend_from_slice(value);
-    }
+    let joined = join(values);
     let mut parser = Parser {
         input: &joined,
         at: 0,
@@ -76,6 +70,60 @@ pub(crate) fn parse_list<'a>(values: impl Iterator<Item = &'a [u8]>) -> Option<V
             return None; // a trailing comma
         }
     }
+}
+
+/// Parses the field lines `values` (combined as one comma-separated list) as a Dictionary whose
+/// members are Items (draft-07's `RateLimit: limit=100, remaining=0, reset=2`); a key without a
+/// value is `true`, and a repeated key takes the last value, as RFC 9651 says. Inner lists and any
+/// syntax error give `None`.
+pub(crate) fn parse_dictionary<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+) -> Option<Vec<(String, Item)>> {
+    let joined = join(values);
+    let mut parser = Parser {
+        input: &joined,
+        at: 0,
+    };
+    parser.skip_sp();
+    let mut members: Vec<(String, Item)> = Vec::new();
+    if parser.done() {
+        return Some(members);
+    }
+    loop {
+        let key = parser.key()?;
+        let item = if parser.peek() == Some(b'=') {
+            parser.at += 1;
+            parser.item()?
+        } else {
+            Item {
+                bare: Bare::Boolean(true),
+                params: parser.params()?,
+            }
+        };
+        members.retain(|(k, _)| *k != key);
+        members.push((key, item));
+        parser.skip_ows();
+        if parser.done() {
+            return Some(members);
+        }
+        parser.expect(b',')?;
+        parser.skip_ows();
+        if parser.done() {
+            return None; // a trailing comma
+        }
+    }
+}
+
+/// The field lines as one value, joined as RFC 9110 combines repeated fields.
+fn join<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut joined = Vec::new();
+    for (i, value) in values.enumerate() {
+        if i > 0 {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(value);
+    }
+    joined
 }
 
 struct Parser<'a> {
@@ -110,6 +158,11 @@ impl Parser<'_> {
 
     fn item(&mut self) -> Option<Item> {
         let bare = self.bare()?;
+        let params = self.params()?;
+        Some(Item { bare, params })
+    }
+
+    fn params(&mut self) -> Option<Vec<(String, Bare)>> {
         let mut params = Vec::new();
         while self.peek() == Some(b';') {
             self.at += 1;
@@ -123,7 +176,7 @@ impl Parser<'_> {
             };
             params.push((key, value));
         }
-        Some(Item { bare, params })
+        Some(params)
     }
 
     fn key(&mut self) -> Option<String> {
@@ -308,6 +361,39 @@ mod tests {
     fn empty_field_is_an_empty_list() {
         assert_eq!(list("").unwrap(), vec![]);
         assert_eq!(list("   ").unwrap(), vec![]);
+    }
+
+    fn dictionary(text: &str) -> Option<Vec<(String, Item)>> {
+        parse_dictionary(std::iter::once(text.as_bytes()))
+    }
+
+    #[test]
+    fn dictionary_members() {
+        let members = dictionary("limit=100, remaining=0, reset=2").unwrap();
+        let keys: Vec<&str> = members.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["limit", "remaining", "reset"]);
+        assert_eq!(members[1].1.bare, Bare::Integer(0));
+        assert_eq!(members[2].1.bare, Bare::Integer(2));
+        let members = dictionary("a;x=1, b=?0, a=5").unwrap();
+        assert_eq!(members.len(), 2, "a repeated key keeps one member");
+        assert_eq!(members[0].1.bare, Bare::Boolean(false));
+        assert_eq!(members[1], ("a".to_owned(), list("5").unwrap().remove(0)));
+        assert_eq!(dictionary("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn dictionary_syntax_errors_fail_the_whole_field() {
+        for bad in [
+            "limit=100,",
+            "Limit=1",
+            "\"default\";r=0",
+            "a=(1 2)",
+            "a=",
+            "a=1 b=2",
+            "a=1,,b=2",
+        ] {
+            assert_eq!(dictionary(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

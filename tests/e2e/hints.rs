@@ -1,6 +1,7 @@
 //! What the wire says besides the status, against real servers: rate-limit resets in the
-//! dialects APIs use (GitHub's `x-ratelimit-*`, the IETF `RateLimit` fields, `retry-after-ms`),
-//! read against the response's `Date`; stand-down markers; and retry layers nested in one process.
+//! dialects APIs use (GitHub's `x-ratelimit-*`, the IETF `RateLimit` fields of every draft,
+//! `retry-after-ms`), read against the local clock or, when it disagrees, the response's `Date`;
+//! stand-down markers; and retry layers nested in one process.
 
 use super::support::{client, get, h2_client, request, Body, HttpClient, Reply, TestServer};
 use super::{retry, send, GENEROUS};
@@ -10,7 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tower::timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
 use tower_http_retry::{
-    DelaySource, NestedLayers, Pacing, RetryLayer, RetryLayerBuilder, RetryReport, StopReason,
+    DelaySource, NestedLayers, Pacing, RetryAfter, RetryLayer, RetryLayerBuilder, RetryReport,
+    StopReason,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -25,15 +27,16 @@ fn server_now() -> (u64, String) {
     )
 }
 
-/// GitHub's answer to a used-up quota: 403, nothing remaining, the reset as Unix seconds one
-/// second after its own `Date`.
-fn github_limited() -> Reply {
+/// GitHub's answer to a used-up quota: 403, nothing remaining, the reset as Unix seconds
+/// `after` whole seconds after its own `Date` (so between `after - 1` and `after` seconds after
+/// the answer).
+fn github_limited(after: u64) -> Reply {
     let (now, date) = server_now();
     Reply::status(403)
         .header("date", &date)
         .header("x-ratelimit-limit", "60")
         .header("x-ratelimit-remaining", "0")
-        .header("x-ratelimit-reset", &(now + 1).to_string())
+        .header("x-ratelimit-reset", &(now + after).to_string())
 }
 
 fn stack(
@@ -62,7 +65,7 @@ async fn a_github_style_403_with_no_quota_left_is_retried_at_the_reset() {
     for (server, client) in [
         (
             TestServer::start(|hit| match hit.nth {
-                1 => github_limited(),
+                1 => github_limited(2),
                 _ => Reply::status(200),
             })
             .await,
@@ -70,21 +73,31 @@ async fn a_github_style_403_with_no_quota_left_is_retried_at_the_reset() {
         ),
         (
             TestServer::start_h2(|hit| match hit.nth {
-                1 => github_limited(),
+                1 => github_limited(2),
                 _ => Reply::status(200),
             })
             .await,
             h2_client(),
         ),
     ] {
-        let layer = retry().build().unwrap();
+        let layer = retry()
+            .retry_after(RetryAfter::honored().max_delay(5 * SECOND))
+            .build()
+            .unwrap();
         let mut client = stack(&layer, client);
 
         let (result, report) = send(&mut client, get(&server.uri("/"), "quota")).await;
 
         assert_eq!(result.unwrap().status(), 200);
         assert_eq!(server.hits(&Method::GET, "quota"), 2);
-        assert_hinted(&report, SECOND);
+        // The reset is 2 s after the Date, the local clock a fraction of a second later.
+        assert_eq!(report.delays.len(), 1, "{report:?}");
+        let delay = report.delays[0];
+        assert_eq!(delay.source, DelaySource::RetryAfter, "{report:?}");
+        assert!(
+            (SECOND..=(2 * SECOND).mul_f64(1.1)).contains(&delay.duration),
+            "{delay:?}"
+        );
     }
 }
 
@@ -112,7 +125,7 @@ async fn a_skewed_client_clock_waits_what_the_server_meant() {
     // (a retry at the clamp). Measured against the response's Date, it is one second.
     for skew in [3600i64, -3600] {
         let server = TestServer::start(|hit| match hit.nth {
-            1 => github_limited(),
+            1 => github_limited(1),
             _ => Reply::status(200),
         })
         .await;
@@ -158,6 +171,138 @@ async fn an_ietf_ratelimit_429_is_retried_after_the_largest_exhausted_reset() {
     assert_eq!(server.hits(&Method::GET, "ietf"), 2);
     assert_hinted(&report, SECOND);
     assert_eq!(layer.stats().retry_after_seen, 1);
+}
+
+/// A rate limiter whose window closes `window` after the first request: until then every request
+/// gets a 429 with the reset (whole seconds from now, rounded up, as servers write it) in the
+/// dialect `limited` writes; after it, 200. Returns the server and the instants of its hits.
+async fn window_limiter(
+    window: Duration,
+    limited: fn(u64) -> Reply,
+) -> (TestServer, Arc<std::sync::Mutex<Vec<std::time::Instant>>>) {
+    let arrivals = Arc::new(std::sync::Mutex::new(Vec::<std::time::Instant>::new()));
+    let seen = Arc::clone(&arrivals);
+    let server = TestServer::start(move |_| {
+        let mut seen = seen.lock().unwrap();
+        let now = std::time::Instant::now();
+        let opened = *seen.first().unwrap_or(&now);
+        seen.push(now);
+        let left = window.saturating_sub(now - opened);
+        if left.is_zero() {
+            Reply::status(200)
+        } else {
+            limited(left.as_secs() + u64::from(left.subsec_nanos() > 0))
+        }
+    })
+    .await;
+    (server, arrivals)
+}
+
+/// express-rate-limit's `draft-6`: the drafts up to 06's three fields.
+fn draft_6(reset: u64) -> Reply {
+    Reply::status(429)
+        .header("ratelimit-limit", "100")
+        .header("ratelimit-remaining", "0")
+        .header("ratelimit-reset", &reset.to_string())
+}
+
+/// express-rate-limit's `draft-7`: one dictionary, and the policy beside it.
+fn draft_7(reset: u64) -> Reply {
+    Reply::status(429)
+        .header(
+            "ratelimit",
+            &format!("limit=100, remaining=0, reset={reset}"),
+        )
+        .header("ratelimit-policy", "100;w=60")
+}
+
+#[tokio::test]
+async fn the_older_ietf_dialects_are_waited_for_by_default() {
+    // The default layer (a new user's first try), against a 2 s window: one retry at the reset,
+    // not three hits on plain backoff and a 429.
+    let window = 2 * SECOND;
+    for (dialect, limited) in [
+        ("drafts <= 06", draft_6 as fn(u64) -> Reply),
+        ("draft-07", draft_7),
+    ] {
+        let (server, arrivals) = window_limiter(window, limited).await;
+        let layer = RetryLayer::new();
+        let mut client = stack(&layer, client());
+        let started = std::time::Instant::now();
+
+        let (result, report) = send(&mut client, get(&server.uri("/"), "window")).await;
+
+        let took = started.elapsed();
+        let status = result.unwrap().status();
+        let hits = arrivals.lock().unwrap().len();
+        println!("{dialect}: {hits} hits, {took:.3?}, then {status}");
+        assert_eq!(status, 200, "{dialect}");
+        assert_eq!(hits, 2, "{dialect}");
+        assert_hinted(&report, window);
+    }
+}
+
+#[tokio::test]
+async fn an_epoch_reset_is_waited_from_the_local_clock_when_it_agrees_with_date() {
+    // The request leaves in the middle of a second: its Date is rounded down by ~0.5 s. Measured
+    // against the Date, a reset 2.000 s after the answer would be waited ~2.5 s; measured
+    // against the local clock, which agrees with the Date, it is waited 2.0 s (plus the upward
+    // spread of at most 10 %, so at most 2.2 s).
+    let meant = 2 * SECOND;
+    let answered = Arc::new(std::sync::Mutex::new(None));
+    let arrivals = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (answer, seen) = (Arc::clone(&answered), Arc::clone(&arrivals));
+    let server = TestServer::start(move |hit| {
+        seen.lock().unwrap().push(std::time::Instant::now());
+        match hit.nth {
+            1 => {
+                let now = SystemTime::now();
+                let since_epoch = now.duration_since(UNIX_EPOCH).unwrap();
+                let date = UNIX_EPOCH + Duration::from_secs(since_epoch.as_secs());
+                *answer.lock().unwrap() = Some(std::time::Instant::now());
+                Reply::status(429)
+                    .header("date", &httpdate::fmt_http_date(date))
+                    .header("x-ratelimit-remaining", "0")
+                    .header(
+                        "x-ratelimit-reset",
+                        &format!("{:.3}", (since_epoch + meant).as_secs_f64()),
+                    )
+            }
+            _ => Reply::status(200),
+        }
+    })
+    .await;
+    let layer = RetryLayer::new();
+    let mut client = stack(&layer, client());
+    let into_second = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_millis();
+    tokio::time::sleep(Duration::from_millis(u64::from(
+        (1500 - into_second) % 1000,
+    )))
+    .await;
+
+    let (result, report) = send(&mut client, get(&server.uri("/"), "epoch")).await;
+
+    assert_eq!(result.unwrap().status(), 200);
+    let answered = answered.lock().unwrap().unwrap();
+    let waited = arrivals.lock().unwrap()[1] - answered;
+    let hinted = report.delays[0];
+    println!(
+        "epoch reset meant {meant:.3?}: hint {:.3?}, waited {waited:.3?}",
+        hinted.duration
+    );
+    assert_eq!(hinted.source, DelaySource::RetryAfter, "{report:?}");
+    // The hint is read a little after the answer, so it may be a few ms short of 2 s.
+    assert!(
+        hinted.duration >= meant - Duration::from_millis(100),
+        "{hinted:?}"
+    );
+    assert!(
+        hinted.duration <= meant.mul_f64(1.1) + Duration::from_millis(100),
+        "{hinted:?}: measured against the rounded Date, not the local clock"
+    );
 }
 
 #[tokio::test]
@@ -321,7 +466,7 @@ async fn a_success_that_used_up_the_quota_makes_the_next_request_wait_for_the_re
                 Reply::status(200)
                     .header("date", &date)
                     .header("x-ratelimit-remaining", "0")
-                    .header("x-ratelimit-reset", &(now + 1).to_string())
+                    .header("x-ratelimit-reset", &(now + 2).to_string())
             }
             _ => Reply::status(200),
         }
@@ -338,8 +483,9 @@ async fn a_success_that_used_up_the_quota_makes_the_next_request_wait_for_the_re
     assert_eq!(second.unwrap().status(), 200);
     let arrivals = arrivals.lock().unwrap();
     assert_eq!(arrivals.len(), 2);
-    // The reset was one second after the first answer's Date: the second request, sent at once,
-    // waited for it in the endpoint's queue (a lower bound only; a slow machine adds).
+    // The reset was two seconds after the first answer's Date, so at least one after the
+    // answer: the second request, sent at once, waited for it in the endpoint's queue (a lower
+    // bound only; a slow machine adds).
     let waited = arrivals[1].saturating_duration_since(answered);
     assert!(
         waited >= Duration::from_millis(900),
