@@ -105,7 +105,7 @@ pub use release::{
     ReleaseBody, ReleaseBodyFuture, ReleaseBodyLayer, ReleaseBodyLayerBuilder, ReleasedBody,
     DEFAULT_RELEASE_LIMIT,
 };
-pub use report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
+pub use report::{Captured, Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
     Backoff, DelayHistogram, Idempotency, Jitter, NestedLayers, ReplayBody, Retry, RetryAfter,
     RetryBudget, RetryFuture, RetryLayer, RetryLayerBuilder, RetryStats, TokenBucket,

@@ -71,12 +71,23 @@ use tower_layer::Layer;
 /// [holds](crate::AbortSignal::hold_until) the signal until it will half-open (a keyed breaker
 /// does less: see [below](#waking-the-retry-layer)). Every request
 /// sleeping before a retry returns its last outcome at once (with
-/// [`StopReason::Aborted`](crate::StopReason::Aborted); its budget token is refunded) instead of
+/// [`StopReason::Held`](crate::StopReason::Held); its budget token is refunded) instead of
 /// waking later only to be refused, and so does a request whose attempt fails while the circuit
-/// is open (the attempt that opened it, for one), instead of starting a sleep. [`HttpClassifier`](crate::HttpClassifier) classifies
-/// [`CircuitOpen`](crate::CircuitOpen) as permanent, even with `unknown_errors(Outcome::Transient)`, so a refused
-/// attempt ends the request rather than being retried. [`CircuitBreakerLayer::check_retry`]
-/// checks that a single request's retry sequence is long enough to trip the breaker.
+/// is open (the attempt that opened it, for one), instead of starting a sleep. A hold is not a
+/// shutdown: [`StopReason::Aborted`](crate::StopReason::Aborted) is kept for
+/// [`AbortSignal::shutdown`](crate::AbortSignal::shutdown) and
+/// [`wake_sleepers`](crate::AbortSignal::wake_sleepers).
+///
+/// [`HttpClassifier`](crate::HttpClassifier) classifies [`CircuitOpen`](crate::CircuitOpen) as
+/// permanent *for this request*, even with `unknown_errors(Outcome::Transient)`, so a refused
+/// attempt ends the request rather than being retried into the open circuit; the request stops
+/// with [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen), which is **not final**
+/// ([`is_final`](crate::StopReason::is_final) is `false`): the endpoint is failing, not the
+/// request, and [`RetryReport::retry_after`](crate::RetryReport::retry_after) says when the
+/// breaker lets a probe through. Neither `Held` nor `CircuitOpen` is final: a sender
+/// redelivers both. [`CircuitBreakerLayer::check_retry`] checks that a single request's retry
+/// sequence is long enough to trip the breaker, and that the circuit half-opens within the retry
+/// layer's deadline.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -195,14 +206,16 @@ use tower_layer::Layer;
 /// the circuit half-opens:
 ///
 /// * the requests to that authority sleeping before a retry return their last outcome at once
-///   ([`StopReason::Aborted`](crate::StopReason::Aborted), budget token refunded), and so does
+///   ([`StopReason::Held`](crate::StopReason::Held), budget token refunded), and so does
 ///   a request to it whose attempt fails while the circuit is open (the one that opened it, for
 ///   one), as with an unkeyed breaker;
 /// * requests to other authorities keep sleeping and retrying: each sleeper is woken (the signal
 ///   is shared), sees that the hold is not for its authority and goes back to sleep.
 ///
 /// Without a signal nothing is woken: the sleepers of a dead upstream wait out their backoff and
-/// are then refused with [`CircuitOpen`](crate::CircuitOpen), which ends the request (it is permanent for the call).
+/// are then refused with [`CircuitOpen`](crate::CircuitOpen), which ends the request with
+/// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen): not retried into the open
+/// circuit, but not final either (the report's `retry_after` says when a probe goes through).
 ///
 /// # Where it goes in a stack
 ///
