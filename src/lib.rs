@@ -83,7 +83,8 @@ mod sync;
 pub use abort::AbortSignal;
 pub use circuit_breaker::{
     CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayer, CircuitBreakerLayerBuilder,
-    CircuitState, CircuitStats, KeyedCircuitBreaker, KeyedCircuitBreakerLayer, SlowTrip,
+    CircuitState, CircuitStats, KeyedCircuitBreaker, KeyedCircuitBreakerLayer, OpenPastDeadline,
+    RetryMismatch, SlowTrip,
 };
 pub use classify::{
     classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, NotSent, Outcome,

@@ -59,7 +59,8 @@ use tower_layer::Layer;
 ///   success ends a run of failures.
 /// * **Open**: calls fail at once with [`CircuitOpen`](crate::CircuitOpen), without reaching the inner service, for
 ///   the open duration plus jitter (drawn from a [`RandomSource`](crate::RandomSource), so a fleet
-///   that tripped together does not probe together), growing each time a probe fails.
+///   that tripped together does not probe together), growing each time a probe fails or the
+///   circuit trips again within a window of closing.
 ///   `poll_ready` stays `Ready(Ok(()))`: a `poll_ready` error is final under tower's contract.
 /// * **Half-open**: a bounded number of probe calls go through at once, each holding its slot in
 ///   its response future (dropping the future frees it). Enough successes close the circuit; one
@@ -248,6 +249,47 @@ impl CircuitBreakerLayer {
     pub fn builder() -> CircuitBreakerLayerBuilder {
         CircuitBreakerLayerBuilder::default()
     }
+
+    /// A builder for callers that wait for the answer, to go under
+    /// [`RetryLayer::interactive`](crate::RetryLayer::interactive): a short open duration that
+    /// grows while the outage lasts.
+    ///
+    /// The **open duration** is the shortest outage every caller sees once the breaker trips:
+    /// for that long each call fails at once, whatever the endpoint does meanwhile. The
+    /// defaults (5 to 7.5 s) suit a batch client; behind a user's click a 2 s blip becomes a
+    /// 5 to 7.5 s lockout. This preset:
+    ///
+    /// | setter | value |
+    /// |---|---|
+    /// | [`consecutive_failures`](CircuitBreakerLayerBuilder::consecutive_failures) | 3 (one request's attempts in `interactive()`) |
+    /// | [`open_duration`](CircuitBreakerLayerBuilder::open_duration) | 250 ms |
+    /// | [`open_jitter`](CircuitBreakerLayerBuilder::open_jitter) | 0.5 (open 0.25 to 0.375 s after a first trip) |
+    /// | [`open_multiplier`](CircuitBreakerLayerBuilder::open_multiplier) | 1.25: each failed probe, and each trip less than a [`window`](CircuitBreakerLayerBuilder::window) after the circuit closed, opens it a quarter longer |
+    /// | [`max_open_duration`](CircuitBreakerLayerBuilder::max_open_duration) | 3 s (4.5 s with jitter: within `interactive()`'s 5 s deadline) |
+    ///
+    /// and the defaults for the rest (a 50 % failure ratio over 10 s with at least 20 calls,
+    /// one probe). A short blip costs callers about the blip: with 20 clicks at once and one
+    /// every 250 ms against an endpoint down for 2 s, the first click succeeds at 2 to 2.5 s
+    /// (5.75 to 7.5 s with the defaults), and over blips of 1 to 8 s it came on average
+    /// 0 to 1.2 s after the endpoint's return. A long outage is probed by one call every 3 to
+    /// 4.5 s once the growth reaches its cap.
+    ///
+    /// ```
+    /// use tower_http_retry::{AbortSignal, CircuitBreakerLayer, RetryLayer};
+    ///
+    /// let wake = AbortSignal::new();
+    /// let retry = RetryLayer::interactive().abort_signal(wake.clone()).build().unwrap();
+    /// let breaker = CircuitBreakerLayer::interactive().abort_signal(wake).build().unwrap();
+    /// breaker.check_retry(&retry).unwrap();
+    /// ```
+    pub fn interactive() -> CircuitBreakerLayerBuilder {
+        Self::builder()
+            .consecutive_failures(3)
+            .open_duration(Duration::from_millis(250))
+            .open_jitter(0.5)
+            .open_multiplier(1.25)
+            .max_open_duration(Duration::from_secs(3))
+    }
 }
 
 impl<C> CircuitBreakerLayer<C> {
@@ -379,7 +421,10 @@ impl<C> CircuitBreakerLayerBuilder<C> {
         self
     }
 
-    /// How long the circuit stays open after its first trip, before jitter.
+    /// How long the circuit stays open after its first trip, before jitter: the shortest
+    /// outage every caller sees once the breaker trips (each call in that time fails at once).
+    /// Keep it within the deadline of the callers above it
+    /// ([`CircuitBreakerLayer::check_retry`] checks it).
     pub fn open_duration(mut self, duration: Duration) -> Self {
         self.settings.open_duration = duration;
         self
@@ -392,8 +437,10 @@ impl<C> CircuitBreakerLayerBuilder<C> {
         self
     }
 
-    /// Multiplies the open duration each time a probe fails and the circuit re-opens (at least
-    /// 1; 1 turns growth off). It falls back to the base duration once the circuit closes.
+    /// Multiplies the open duration each time the circuit trips again soon (at least 1; 1
+    /// turns growth off): a probe failed, or the circuit tripped less than one
+    /// [`window`](Self::window) after it closed (an endpoint that flaps). It falls back to the
+    /// base duration once the circuit has stayed closed for a whole window.
     pub fn open_multiplier(mut self, multiplier: f64) -> Self {
         self.settings.open_multiplier = multiplier;
         self
