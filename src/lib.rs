@@ -93,7 +93,8 @@ pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
 #[cfg(feature = "grpc")]
 pub use grpc::{
     BufferRequest, BufferRequestFuture, BufferRequestLayer, GrpcClassifier, GrpcCode,
-    GrpcRetryPolicy, GrpcServiceConfig, GrpcThrottle, Pushback,
+    GrpcRetryPolicy, GrpcServiceConfig, GrpcStack, GrpcThrottle, IntoBody, IntoBodyFuture,
+    Pushback,
 };
 pub use hint::{
     parse_retry_after, ResetFormat, ResetHeader, RetryAfterHint, ServerHint, ServerHints,
