@@ -614,7 +614,7 @@ mod tests {
     /// Trips the closed breaker at `now` (3 failures in a row); returns how long it is open.
     fn trip(b: &Breaker, now: Instant) -> Duration {
         for _ in 0..3 {
-            call(&b, Outcome::Transient, now);
+            call(b, Outcome::Transient, now);
         }
         match b.state(now) {
             CircuitState::Open { half_open_at } => half_open_at - now,

@@ -94,6 +94,7 @@ async fn a_two_second_blip_locks_users_out_for_about_the_blip_with_the_interacti
         let interactive = clicks(CircuitBreakerLayer::interactive(), seed).await;
         let default = clicks(CircuitBreakerLayer::builder().consecutive_failures(3), seed).await;
         println!("seed {seed}: interactive {interactive:?}, default {default:?}");
+        assert_eq!((interactive.total, default.total), (52, 52));
         let first = interactive.first_success.expect("some click succeeded");
         assert!(first >= 2 * SEC, "nothing succeeds during the blip");
         // The preset's promise: a 2 s blip costs users about the blip, within a second.
