@@ -332,7 +332,9 @@ impl RetryReport {
     /// layer), and the future should make one logical request: with several, the report of the
     /// last one to finish is returned. With nested retry layers it is the outermost layer's.
     /// A request that succeeded at its first attempt without delay gives
-    /// [`FIRST_TRY`](Self::FIRST_TRY), as [`RetryReport::of`] does.
+    /// [`FIRST_TRY`](Self::FIRST_TRY), as [`RetryReport::of`] does (the layer hands over
+    /// nothing on that path, which costs nothing); so does a future in which no retry layer
+    /// finished a request, one that ran elsewhere included.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

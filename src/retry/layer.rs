@@ -126,7 +126,8 @@ use tower_layer::Layer;
 ///   headers, and the [`RetryReport`](crate::RetryReport) put in its extensions, read with
 ///   [`RetryReport::of(&response)`](crate::RetryReport::of) as for an `http::Response`. reqwest keeps a
 ///   request's extensions private, so a [`ReportSlot`](crate::ReportSlot) cannot be attached to
-///   a `reqwest::Request`: the report of a request that ends in an error is not available.
+///   a `reqwest::Request`; the report of a request that ends in an error comes from
+///   [`RetryReport::capture`](crate::RetryReport::capture), as for any outcome.
 /// * `reqwest::Error` is an [`AsStdError`](crate::AsStdError): [`HttpClassifier`](crate::HttpClassifier) treats its
 ///   timeouts and connection errors as transient and walks its `source()` chain for the rest.
 ///
