@@ -67,7 +67,8 @@ pub enum StopReason {
     /// [`WhenLonger::GiveUp`](crate::WhenLonger::GiveUp).
     RetryAfterTooLong,
     /// The [`AbortSignal`](crate::AbortSignal) was shut down, or woke every sleeping request
-    /// ([`wake_sleepers`](crate::AbortSignal::wake_sleepers)): the process is stopping.
+    /// ([`wake_sleepers`](crate::AbortSignal::wake_sleepers)): the process is stopping. A
+    /// breaker's hold is [`Held`](Self::Held), not this.
     Aborted,
     /// The inner service failed `poll_ready` before a retry; its error is returned.
     NotReady,
@@ -80,13 +81,15 @@ pub enum StopReason {
     /// final: [`RetryReport::retry_after`] says when trying again makes sense.
     Deferred,
     /// A circuit breaker refused the attempt ([`CircuitOpen`](crate::CircuitOpen)): the
-    /// endpoint is failing, not the request. [`RetryReport::retry_after`] is the time until the
-    /// breaker lets a probe through.
+    /// endpoint is failing, not the request. Not final, though the request was not retried into
+    /// the open circuit: [`RetryReport::retry_after`] is the time until the breaker lets a probe
+    /// through.
     CircuitOpen,
     /// A circuit breaker that opened holds the [`AbortSignal`](crate::AbortSignal) for the
     /// request's endpoint ([`hold_until`](crate::AbortSignal::hold_until)): the request returned
-    /// its last outcome instead of sleeping only to be refused. [`RetryReport::retry_after`] is
-    /// the time until the hold ends.
+    /// its last outcome instead of sleeping only to be refused. Not final, and not a shutdown
+    /// ([`Aborted`](Self::Aborted) is): [`RetryReport::retry_after`] is the time until the hold
+    /// ends.
     Held,
     /// The server refused the request unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`, see
     /// [`NotSent::Refused`](crate::NotSent::Refused)) once more after
