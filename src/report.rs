@@ -357,7 +357,7 @@ impl RetryReport {
     /// ```
     pub fn capture<F: Future>(future: F) -> Captured<F> {
         Captured {
-            future,
+            future: Some(future),
             slot: ReportSlot::new(),
         }
     }
@@ -448,8 +448,10 @@ pin_project! {
     /// its request.
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct Captured<F> {
+        // Dropped as soon as it is ready, while still capturing: a retry layer that an outer
+        // timeout cut short reports `Cancelled` when its future is dropped.
         #[pin]
-        future: F,
+        future: Option<F>,
         slot: ReportSlot,
     }
 }
@@ -458,10 +460,16 @@ impl<F: Future> Future for Captured<F> {
     type Output = (F::Output, RetryReport);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
+        let mut this = self.project();
+        let Some(future) = this.future.as_mut().as_pin_mut() else {
+            panic!("`Captured` polled after it completed");
+        };
         let previous = CAPTURING.with(|capturing| capturing.replace(Some(this.slot.clone())));
         let restore = Restore(previous);
-        let polled = this.future.poll(cx);
+        let polled = future.poll(cx);
+        if polled.is_ready() {
+            this.future.set(None);
+        }
         drop(restore);
         match polled {
             Poll::Ready(output) => {

@@ -349,3 +349,16 @@ async fn delegated_an_inner_layer_left_the_retrying_to_the_outer_one() {
     assert_eq!(inner.stats().stopped(StopReason::Delegated), 1);
     assert_eq!(inner.stats().attempts, 2, "one per outer attempt");
 }
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_a_total_timeout_outside_the_layer_fired_mid_sleep() {
+    let client = ServiceBuilder::new()
+        .timeout(50 * MS)
+        .layer(layer().build().unwrap())
+        .service(answering(&[503]));
+    let (result, report) = RetryReport::capture(client.oneshot(get())).await;
+    let error = result.unwrap_err();
+    assert!(error.is::<tower::timeout::error::Elapsed>());
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Cancelled));
+    assert_eq!(report.slept, 50 * MS, "the sleep lasted until the timeout");
+}
