@@ -18,9 +18,13 @@
 //! * **Errors.** An open circuit becomes a 503 with `Retry-After`; a timed-out last attempt a
 //!   504; a transport error a 502. Each response says how many attempts it took
 //!   (`x-proxy-attempts`) and why the retry layer stopped (`x-proxy-stop`).
-//! * **No retries on top.** When the retry layer held back on purpose (its budget ran out, the
-//!   circuit is open) or the upstream asked it to, the response carries `x-should-retry: false`,
-//!   so that the proxy's own callers do not retry on top and multiply the load.
+//! * **No retries on top.** When the retry layer has itself retried, held back on purpose (its
+//!   budget ran out, the circuit is open) or the upstream asked it to
+//!   ([`RetryReport::asks_callers_to_stand_down`]), the response carries
+//!   `x-should-retry: false`, so that the proxy's own callers do not retry on top and multiply
+//!   the load (3 attempts per hop over 2 hops would be 9 upstream calls for one request).
+//! * **Reports.** [`RetryReport::capture`] gives the report of every outcome, an upstream error
+//!   included, without a `ReportSlot`.
 //!
 //! The test in `tests/proxy/` includes this file and drives the same proxy end to end.
 
@@ -42,7 +46,7 @@ use tower::timeout::Timeout;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_http_retry::CircuitBreaker;
 use tower_http_retry::{
-    CircuitBreakerLayer, CircuitOpen, HttpClassifier, ReportSlot, Retry, RetryLayer,
+    CircuitBreakerLayer, CircuitOpen, HttpClassifier, Retry, RetryLayer, RetryReport,
 };
 
 /// The largest request body the proxy forwards. Bodies are buffered whole so that a retry can
@@ -137,21 +141,19 @@ async fn forward(State(proxy): State<Proxy>, request: Request) -> Response {
     for name in &HOP_BY_HOP {
         upstream.headers_mut().remove(name);
     }
-    // The retry layer fills the slot whatever the outcome, errors included.
-    let slot = ReportSlot::new();
-    upstream.extensions_mut().insert(slot.clone());
-
-    let mut response = match proxy.forwarder.oneshot(upstream).await {
+    // The report of the request whatever the outcome, errors included.
+    let (result, report) = RetryReport::capture(proxy.forwarder.oneshot(upstream)).await;
+    let mut response = match result {
         Ok(response) => response.map(AxumBody::new),
         Err(error) => error_response(&error),
     };
-    if let Some(report) = slot.take() {
-        let headers = response.headers_mut();
-        headers.insert(ATTEMPTS, HeaderValue::from(report.attempts));
-        headers.insert(STOP, HeaderValue::from_static(report.stop.as_str()));
-        if report.stop.asks_callers_to_stand_down() {
-            headers.insert(SHOULD_RETRY, HeaderValue::from_static("false"));
-        }
+    let headers = response.headers_mut();
+    headers.insert(ATTEMPTS, HeaderValue::from(report.attempts));
+    headers.insert(STOP, HeaderValue::from_static(report.stop.as_str()));
+    // The proxy has retried (or held back on purpose): a caller that retried on top would
+    // multiply the upstream's load, three attempts per hop.
+    if report.asks_callers_to_stand_down() {
+        headers.insert(SHOULD_RETRY, HeaderValue::from_static("false"));
     }
     response
 }

@@ -20,8 +20,12 @@ use tokio::time::Instant;
 /// process shuts down, or a circuit breaker opens in front of the endpoint, waiting out the sleep
 /// only delays a result that is already known. Give the same signal to
 /// [`RetryLayerBuilder::abort_signal`](crate::RetryLayerBuilder::abort_signal) and trigger it:
-/// every sleeping request concerned returns its last outcome within one scheduler tick, with
-/// [`StopReason::Aborted`](crate::StopReason::Aborted), and its budget token is refunded.
+/// every sleeping request concerned returns its last outcome within one scheduler tick, and its
+/// budget token is refunded. The report says which: [`StopReason::Aborted`](crate::StopReason::Aborted)
+/// after [`shutdown`](Self::shutdown) or [`wake_sleepers`](Self::wake_sleepers) (the process is
+/// stopping), [`StopReason::Held`](crate::StopReason::Held) while a hold is in force (a breaker
+/// opened; not final: [`RetryReport::retry_after`](crate::RetryReport::retry_after) is the time
+/// until the hold ends).
 ///
 /// Instants are tokio's ([`tokio::time::Instant`]), so that paused time in tests moves them.
 ///
@@ -110,14 +114,16 @@ impl AbortSignal {
         Self::default()
     }
 
-    /// Wakes every request that is sleeping now; later failures sleep as usual.
+    /// Wakes every request that is sleeping now ([`StopReason::Aborted`](crate::StopReason::Aborted));
+    /// later failures sleep as usual.
     pub fn wake_sleepers(&self) {
         self.state.wakes.fetch_add(1, Ordering::SeqCst);
         self.state.everyone.notify_waiters();
     }
 
     /// Wakes every sleeping request and, until `until` (tokio's clock), lets no failed request
-    /// start a sleep: each returns its last outcome at once. A circuit breaker calls this when it
+    /// start a sleep: each returns its last outcome at once, with
+    /// [`StopReason::Held`](crate::StopReason::Held). A circuit breaker calls this when it
     /// opens, with the moment it will half-open, so that no request sleeps only to be refused,
     /// the attempt that was in flight when it opened included. A hold already in force for
     /// longer stays.

@@ -89,7 +89,8 @@ pub use self::reqwest_middleware::RetryMiddleware;
 pub use abort::AbortSignal;
 pub use circuit_breaker::{
     CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayer, CircuitBreakerLayerBuilder,
-    CircuitState, CircuitStats, KeyedCircuitBreaker, KeyedCircuitBreakerLayer, SlowTrip,
+    CircuitState, CircuitStats, KeyedCircuitBreaker, KeyedCircuitBreakerLayer, OpenPastDeadline,
+    RetryMismatch, SlowTrip,
 };
 pub use classify::{
     classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, NotSent, Outcome,
@@ -98,7 +99,8 @@ pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
 #[cfg(feature = "grpc")]
 pub use grpc::{
     BufferRequest, BufferRequestFuture, BufferRequestLayer, GrpcClassifier, GrpcCode,
-    GrpcRetryPolicy, GrpcServiceConfig, GrpcThrottle, Pushback,
+    GrpcRetryPolicy, GrpcServiceConfig, GrpcStack, GrpcThrottle, IntoBody, IntoBodyFuture,
+    Pushback,
 };
 pub use hint::{
     parse_retry_after, ResetFormat, ResetHeader, RetryAfterHint, ServerHint, ServerHints,
@@ -111,7 +113,7 @@ pub use release::{
     ReleaseBody, ReleaseBodyFuture, ReleaseBodyLayer, ReleaseBodyLayerBuilder, ReleasedBody,
     DEFAULT_RELEASE_LIMIT,
 };
-pub use report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
+pub use report::{Captured, Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
     Backoff, DelayHistogram, Idempotency, Jitter, NestedLayers, ReplayBody, Retry, RetryAfter,
     RetryBudget, RetryFuture, RetryLayer, RetryLayerBuilder, RetryStats, TokenBucket,

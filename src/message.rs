@@ -132,4 +132,18 @@ impl RetryReport {
         static FIRST_TRY: RetryReport = RetryReport::FIRST_TRY;
         response.report().unwrap_or(&FIRST_TRY)
     }
+
+    /// [`of`](Self::of), owned: a copy that outlives `response` (to return from a closure that
+    /// consumes the response, or to keep after its body is read). For the report of an error
+    /// too, see [`capture`](Self::capture).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryReport;
+    ///
+    /// let report = |response: http::Response<()>| RetryReport::from_response(&response);
+    /// assert_eq!(report(http::Response::new(())), RetryReport::FIRST_TRY);
+    /// ```
+    pub fn from_response<R: RetryResponse>(response: &R) -> RetryReport {
+        Self::of(response).clone()
+    }
 }

@@ -1,12 +1,50 @@
 //! What happened to one logical request: attempts, sleeps and why retrying stopped.
 
+use pin_project_lite::pin_project;
+use std::cell::RefCell;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 /// Why the retry layer stopped and returned the outcome it returned.
 ///
 /// Ordered (in declaration order) and hashable, so it can key a map of counts or queues.
+///
+/// What each reason tells a sender, checked here so that the docs cannot drift from the code
+/// (the situation that produces each one is pinned by `tests/stop_reasons.rs`):
+///
+/// ```
+/// use tower_http_retry::StopReason::{self, *};
+///
+/// // reason, is_final (sending it again cannot help), asks_callers_to_stand_down
+/// let table = [
+///     (Success, true, false),
+///     (Permanent, true, false),
+///     (AttemptsExhausted, false, false),
+///     (BudgetEmpty, false, true),
+///     (Deadline, false, false),
+///     (NotIdempotent, true, false),
+///     (NotReplayable, true, false),
+///     (RetryAfterTooLong, false, false),
+///     (Aborted, false, false),
+///     (NotReady, false, false),
+///     (Cancelled, false, false),
+///     (Deferred, false, true),
+///     (CircuitOpen, false, true),
+///     (Held, false, true),
+///     (RefusedTooOften, false, false),
+///     (StandDown, false, true),
+///     (Delegated, false, false),
+/// ];
+/// assert_eq!(table.map(|(reason, ..)| reason), StopReason::ALL);
+/// for (reason, is_final, stand_down) in table {
+///     assert_eq!(reason.is_final(), is_final, "{reason}");
+///     assert_eq!(reason.asks_callers_to_stand_down(), stand_down, "{reason}");
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum StopReason {
@@ -29,7 +67,8 @@ pub enum StopReason {
     /// [`WhenLonger::GiveUp`](crate::WhenLonger::GiveUp).
     RetryAfterTooLong,
     /// The [`AbortSignal`](crate::AbortSignal) was shut down, or woke every sleeping request
-    /// ([`wake_sleepers`](crate::AbortSignal::wake_sleepers)): the process is stopping.
+    /// ([`wake_sleepers`](crate::AbortSignal::wake_sleepers)): the process is stopping. A
+    /// breaker's hold is [`Held`](Self::Held), not this.
     Aborted,
     /// The inner service failed `poll_ready` before a retry; its error is returned.
     NotReady,
@@ -42,13 +81,15 @@ pub enum StopReason {
     /// final: [`RetryReport::retry_after`] says when trying again makes sense.
     Deferred,
     /// A circuit breaker refused the attempt ([`CircuitOpen`](crate::CircuitOpen)): the
-    /// endpoint is failing, not the request. [`RetryReport::retry_after`] is the time until the
-    /// breaker lets a probe through.
+    /// endpoint is failing, not the request. Not final, though the request was not retried into
+    /// the open circuit: [`RetryReport::retry_after`] is the time until the breaker lets a probe
+    /// through.
     CircuitOpen,
     /// A circuit breaker that opened holds the [`AbortSignal`](crate::AbortSignal) for the
     /// request's endpoint ([`hold_until`](crate::AbortSignal::hold_until)): the request returned
-    /// its last outcome instead of sleeping only to be refused. [`RetryReport::retry_after`] is
-    /// the time until the hold ends.
+    /// its last outcome instead of sleeping only to be refused. Not final, and not a shutdown
+    /// ([`Aborted`](Self::Aborted) is): [`RetryReport::retry_after`] is the time until the hold
+    /// ends.
     Held,
     /// The server refused the request unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`, see
     /// [`NotSent::Refused`](crate::NotSent::Refused)) once more after
@@ -255,6 +296,72 @@ impl RetryReport {
         })
     }
 
+    /// Whether the layer sent the request more than once.
+    pub fn retried(&self) -> bool {
+        self.attempts > 1
+    }
+
+    /// Whether a proxy should tell its own callers not to retry this outcome on top
+    /// (`x-should-retry: false`): the layer held back on purpose or the server asked it to
+    /// ([`StopReason::asks_callers_to_stand_down`]), **or it has itself retried and still
+    /// failed**. In the second case the upstream has had its retries already; a caller that
+    /// retried on top would multiply them (three attempts per hop over two hops is nine calls
+    /// upstream for one request).
+    ///
+    /// ```
+    /// use tower_http_retry::{RetryReport, StopReason};
+    ///
+    /// let mut report = RetryReport::default();
+    /// report.stop = StopReason::AttemptsExhausted;
+    /// report.attempts = 3;
+    /// assert!(report.asks_callers_to_stand_down()); // retried already
+    /// report.attempts = 1;
+    /// assert!(!report.asks_callers_to_stand_down()); // `max_attempts(1)`: the caller may retry
+    /// report.stop = StopReason::BudgetEmpty;
+    /// assert!(report.asks_callers_to_stand_down()); // held back on purpose
+    /// ```
+    pub fn asks_callers_to_stand_down(&self) -> bool {
+        self.stop.asks_callers_to_stand_down()
+            || (self.stop != StopReason::Success && self.retried())
+    }
+
+    /// Runs `future` (a call through the retry layer, or anything that makes one: a tonic
+    /// client's method, `ServiceExt::oneshot`) and returns its output with the report of the
+    /// request, **whatever the outcome**: an `Ok` response, an error of any client (hyper,
+    /// reqwest, tonic's `Status`), a circuit breaker's refusal. No [`ReportSlot`] needed.
+    ///
+    /// The layer hands the report over while `future` is polled, so the call must run inside
+    /// it (not in a task of its own or behind a `tower::buffer::Buffer` in front of the retry
+    /// layer), and the future should make one logical request: with several, the report of the
+    /// last one to finish is returned. With nested retry layers it is the outermost layer's.
+    /// A request that succeeded at its first attempt without delay gives
+    /// [`FIRST_TRY`](Self::FIRST_TRY), as [`RetryReport::of`] does (the layer hands over
+    /// nothing on that path, which costs nothing); so does a future in which no retry layer
+    /// finished a request, one that ran elsewhere included.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use tower::{service_fn, ServiceBuilder, ServiceExt};
+    /// use tower_http_retry::{RetryLayer, RetryReport, StopReason};
+    ///
+    /// let down = service_fn(|_: http::Request<String>| async {
+    ///     Err::<http::Response<String>, _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+    /// });
+    /// let client = ServiceBuilder::new().layer(RetryLayer::new()).service(down);
+    ///
+    /// let (result, report) = RetryReport::capture(client.oneshot(http::Request::new(String::new()))).await;
+    /// assert!(result.is_err());
+    /// assert_eq!((report.attempts, report.stop), (3, StopReason::AttemptsExhausted));
+    /// # }
+    /// ```
+    pub fn capture<F: Future>(future: F) -> Captured<F> {
+        Captured {
+            future: Some(future),
+            slot: ReportSlot::new(),
+        }
+    }
+
     /// Whether attaching this report to a response says anything beyond "first try, success".
     pub(crate) fn is_first_try(&self) -> bool {
         self.attempts <= 1 && self.stop == StopReason::Success && self.delays.is_empty()
@@ -307,5 +414,97 @@ impl ReportSlot {
 
     pub(crate) fn fill(&self, report: RetryReport) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(report);
+    }
+}
+
+thread_local! {
+    /// The slot of the [`Captured`] future being polled on this thread, if any.
+    static CAPTURING: RefCell<Option<ReportSlot>> = const { RefCell::new(None) };
+}
+
+/// Hands `report` to the [`RetryReport::capture`] being polled, if there is one. Called where a
+/// layer finishes a request with something to report (the first-try success is left out: the
+/// capture starts from [`RetryReport::FIRST_TRY`]).
+pub(crate) fn offer(report: &RetryReport) {
+    CAPTURING.with(|capturing| {
+        if let Some(slot) = &*capturing.borrow() {
+            slot.fill(report.clone());
+        }
+    });
+}
+
+/// Puts the previous capture back when a poll ends, even by a panic.
+struct Restore(Option<ReportSlot>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        CAPTURING.with(|capturing| *capturing.borrow_mut() = previous);
+    }
+}
+
+pin_project! {
+    /// The future of [`RetryReport::capture`]: the output of the future it runs and the report of
+    /// its request.
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    pub struct Captured<F> {
+        // Dropped as soon as it is ready, while still capturing: a retry layer that an outer
+        // timeout cut short reports `Cancelled` when its future is dropped.
+        #[pin]
+        future: Option<F>,
+        slot: ReportSlot,
+    }
+}
+
+impl<F: Future> Future for Captured<F> {
+    type Output = (F::Output, RetryReport);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let Some(future) = this.future.as_mut().as_pin_mut() else {
+            panic!("`Captured` polled after it completed");
+        };
+        let previous = CAPTURING.with(|capturing| capturing.replace(Some(this.slot.clone())));
+        let restore = Restore(previous);
+        let polled = future.poll(cx);
+        if polled.is_ready() {
+            this.future.set(None);
+        }
+        drop(restore);
+        match polled {
+            Poll::Ready(output) => {
+                Poll::Ready((output, this.slot.take().unwrap_or(RetryReport::FIRST_TRY)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<F> fmt::Debug for Captured<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Captured").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_capture_inside_another_gets_its_own_report_and_restores_the_outer_one() {
+        let report = |attempts| RetryReport {
+            attempts,
+            ..RetryReport::FIRST_TRY
+        };
+        let (inner, outer) = RetryReport::capture(async {
+            let inner = RetryReport::capture(async { offer(&report(2)) }).await;
+            offer(&report(3));
+            inner.1
+        })
+        .await;
+        assert_eq!((inner.attempts, outer.attempts), (2, 3));
+        // Nothing is captured outside a capture.
+        offer(&report(4));
+        CAPTURING.with(|capturing| assert!(capturing.borrow().is_none()));
     }
 }

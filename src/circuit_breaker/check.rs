@@ -1,5 +1,5 @@
 //! A configuration check across the two layers: does the breaker trip before the retries it
-//! guards have run their course?
+//! guards have run their course, and does it half-open within the time a caller waits?
 
 use super::config::Config;
 use super::layer::CircuitBreakerLayer;
@@ -54,34 +54,140 @@ impl fmt::Display for SlowTrip {
 
 impl std::error::Error for SlowTrip {}
 
+/// The circuit stays open longer than the retry layer's deadline.
+///
+/// The open duration is the shortest outage every caller sees once the breaker trips: each
+/// request in that time fails at once, whatever its own deadline. A caller that gives up after
+/// its deadline has said it would rather fail than wait that long, so an open period past it
+/// turns a short blip into a lockout longer than any caller waits. Returned (inside
+/// [`RetryMismatch`]) by [`CircuitBreakerLayer::check_retry`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenPastDeadline {
+    longest_open: Duration,
+    deadline: Duration,
+}
+
+impl OpenPastDeadline {
+    /// The longest the circuit stays open after its first trip: the open duration with its
+    /// whole jitter.
+    pub fn longest_open(&self) -> Duration {
+        self.longest_open
+    }
+
+    /// The retry layer's deadline.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+}
+
+impl fmt::Display for OpenPastDeadline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the circuit breaker stays open up to {:?} after a trip, longer than the retry \
+             layer's deadline ({:?}): every caller in that time fails; set open_duration so that \
+             open_duration * (1 + open_jitter) is at most the deadline (or use \
+             CircuitBreakerLayer::interactive())",
+            self.longest_open, self.deadline
+        )
+    }
+}
+
+impl std::error::Error for OpenPastDeadline {}
+
+/// What [`CircuitBreakerLayer::check_retry`] found wrong with a breaker and the retry layer
+/// above it (the first problem found).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryMismatch {
+    /// One request's retries cannot trip the breaker.
+    SlowTrip(SlowTrip),
+    /// The circuit stays open longer than the retry layer's deadline.
+    OpenPastDeadline(OpenPastDeadline),
+}
+
+impl fmt::Display for RetryMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RetryMismatch::SlowTrip(slow) => slow.fmt(f),
+            RetryMismatch::OpenPastDeadline(long) => long.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RetryMismatch {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RetryMismatch::SlowTrip(slow) => Some(slow),
+            RetryMismatch::OpenPastDeadline(long) => Some(long),
+        }
+    }
+}
+
 impl<C> CircuitBreakerLayer<C> {
-    /// Checks that the failures of one request's retry sequence can trip this breaker, so that
-    /// an endpoint that is down opens the circuit while requests are still sleeping between
-    /// attempts (and the [`AbortSignal`](crate::AbortSignal) wakes them), rather than after they
-    /// have all run their course.
+    /// Checks that this breaker fits the retry layer above it:
     ///
-    /// The consecutive-failures trip qualifies when it needs no more failures than
-    /// `max_attempts`; the ratio trip when `minimum_calls` attempts fit in `max_attempts` and
-    /// their sleeps (taken at the backoff's ceiling) fit in the window.
+    /// * the failures of one request's retry sequence can trip it, so that an endpoint that is
+    ///   down opens the circuit while requests are still sleeping between attempts (and the
+    ///   [`AbortSignal`](crate::AbortSignal) wakes them), rather than after they have all run
+    ///   their course ([`RetryMismatch::SlowTrip`]). The consecutive-failures trip qualifies
+    ///   when it needs no more failures than `max_attempts`; the ratio trip when
+    ///   `minimum_calls` attempts fit in `max_attempts` and their sleeps (taken at the
+    ///   backoff's ceiling) fit in the window;
+    /// * when the retry layer has a [deadline](crate::RetryLayerBuilder::deadline), the circuit
+    ///   half-opens within it after its first trip, jitter included
+    ///   ([`RetryMismatch::OpenPastDeadline`]).
     ///
     /// ```
-    /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer};
+    /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer, RetryMismatch};
     ///
     /// let retry = RetryLayer::builder().max_attempts(3).build().unwrap();
     /// let slow = CircuitBreakerLayer::builder().consecutive_failures(10).build().unwrap();
-    /// let warning = slow.check_retry(&retry).unwrap_err();
+    /// let RetryMismatch::SlowTrip(warning) = slow.check_retry(&retry).unwrap_err() else {
+    ///     panic!()
+    /// };
     /// assert_eq!(warning.failures_to_trip(), 10);
     ///
     /// let fast = CircuitBreakerLayer::builder().consecutive_failures(3).build().unwrap();
     /// assert!(fast.check_retry(&retry).is_ok());
+    ///
+    /// // A caller that waits at most 5 s, a circuit open 5 to 7.5 s (the defaults).
+    /// let interactive = RetryLayer::interactive().build().unwrap();
+    /// let long = CircuitBreakerLayer::builder().consecutive_failures(3).build().unwrap();
+    /// assert!(matches!(long.check_retry(&interactive), Err(RetryMismatch::OpenPastDeadline(_))));
+    /// // The preset for interactive callers fits it.
+    /// let short = CircuitBreakerLayer::interactive().build().unwrap();
+    /// assert!(short.check_retry(&interactive).is_ok());
     /// ```
-    pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), SlowTrip> {
+    pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), RetryMismatch> {
         check_retry(self.config(), retry)
     }
 }
 
 /// [`CircuitBreakerLayer::check_retry`] for any breaker configuration.
-pub(crate) fn check_retry<R>(config: &Config, retry: &RetryLayer<R>) -> Result<(), SlowTrip> {
+pub(crate) fn check_retry<R>(config: &Config, retry: &RetryLayer<R>) -> Result<(), RetryMismatch> {
+    trips_in_time(config, retry).map_err(RetryMismatch::SlowTrip)?;
+    half_opens_in_time(config, retry).map_err(RetryMismatch::OpenPastDeadline)
+}
+
+/// The circuit half-opens within the retry layer's deadline after its first trip.
+fn half_opens_in_time<R>(config: &Config, retry: &RetryLayer<R>) -> Result<(), OpenPastDeadline> {
+    let Some(deadline) = retry.deadline() else {
+        return Ok(());
+    };
+    let base = config.open.base();
+    let longest_open = base.saturating_add(base.mul_f64(config.open_jitter));
+    if longest_open <= deadline {
+        return Ok(());
+    }
+    Err(OpenPastDeadline {
+        longest_open,
+        deadline,
+    })
+}
+
+/// One request's retry sequence can trip the breaker.
+fn trips_in_time<R>(config: &Config, retry: &RetryLayer<R>) -> Result<(), SlowTrip> {
     let attempts = retry.max_attempts();
     // The longest one request sleeps before its n-th attempt.
     let slept_before = |attempt: u32| -> Duration {
@@ -142,7 +248,9 @@ mod tests {
 
     #[test]
     fn a_ratio_trip_needing_more_calls_than_attempts_is_reported() {
-        let slow = by_ratio(5, 60 * SEC).check_retry(&retry()).unwrap_err();
+        let Err(RetryMismatch::SlowTrip(slow)) = by_ratio(5, 60 * SEC).check_retry(&retry()) else {
+            panic!("not reported")
+        };
         assert_eq!(slow.failures_to_trip(), 5);
         assert_eq!(slow.max_attempts(), 4);
         assert_eq!(slow.retry_sequence(), 7 * SEC);
@@ -164,5 +272,41 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(layer.check_retry(&retry()), Ok(()));
+    }
+
+    fn within(deadline: Duration) -> RetryLayer {
+        RetryLayer::builder().deadline(deadline).build().unwrap()
+    }
+
+    fn open_for(base: Duration, jitter: f64) -> CircuitBreakerLayer {
+        CircuitBreakerLayer::builder()
+            .consecutive_failures(3)
+            .open_duration(base)
+            .open_jitter(jitter)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_open_period_past_the_deadline_is_reported_jitter_included() {
+        let Err(RetryMismatch::OpenPastDeadline(long)) =
+            open_for(4 * SEC, 0.5).check_retry(&within(5 * SEC))
+        else {
+            panic!("not reported")
+        };
+        assert_eq!((long.longest_open(), long.deadline()), (6 * SEC, 5 * SEC));
+        assert!(long.to_string().contains("open_duration"), "{long}");
+        assert_eq!(
+            open_for(4 * SEC, 0.25).check_retry(&within(5 * SEC)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn without_a_deadline_any_open_duration_passes() {
+        assert_eq!(
+            open_for(60 * SEC, 1.0).check_retry(&RetryLayer::new()),
+            Ok(())
+        );
     }
 }

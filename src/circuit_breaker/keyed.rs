@@ -1,7 +1,7 @@
 //! [`KeyedCircuitBreakerLayer`] and its service: one breaker per authority.
 
 use super::authorities::Authorities;
-use super::check::{check_retry, SlowTrip};
+use super::check::{check_retry, RetryMismatch};
 use super::config::Template;
 use super::future::{CircuitBreakerFuture, Ticket};
 use super::layer::CircuitBreakerLayer;
@@ -101,7 +101,7 @@ impl<C> KeyedCircuitBreakerLayer<C> {
     }
 
     /// [`CircuitBreakerLayer::check_retry`] for the configuration every breaker shares.
-    pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), SlowTrip> {
+    pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), RetryMismatch> {
         check_retry(self.authorities.template().config(), retry)
     }
 }

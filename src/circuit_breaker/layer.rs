@@ -59,7 +59,8 @@ use tower_layer::Layer;
 ///   success ends a run of failures.
 /// * **Open**: calls fail at once with [`CircuitOpen`](crate::CircuitOpen), without reaching the inner service, for
 ///   the open duration plus jitter (drawn from a [`RandomSource`](crate::RandomSource), so a fleet
-///   that tripped together does not probe together), growing each time a probe fails.
+///   that tripped together does not probe together), growing each time a probe fails or the
+///   circuit trips again within a window of closing.
 ///   `poll_ready` stays `Ready(Ok(()))`: a `poll_ready` error is final under tower's contract.
 /// * **Half-open**: a bounded number of probe calls go through at once, each holding its slot in
 ///   its response future (dropping the future frees it). Enough successes close the circuit; one
@@ -71,12 +72,23 @@ use tower_layer::Layer;
 /// [holds](crate::AbortSignal::hold_until) the signal until it will half-open (a keyed breaker
 /// does less: see [below](#waking-the-retry-layer)). Every request
 /// sleeping before a retry returns its last outcome at once (with
-/// [`StopReason::Aborted`](crate::StopReason::Aborted); its budget token is refunded) instead of
+/// [`StopReason::Held`](crate::StopReason::Held); its budget token is refunded) instead of
 /// waking later only to be refused, and so does a request whose attempt fails while the circuit
-/// is open (the attempt that opened it, for one), instead of starting a sleep. [`HttpClassifier`](crate::HttpClassifier) classifies
-/// [`CircuitOpen`](crate::CircuitOpen) as permanent, even with `unknown_errors(Outcome::Transient)`, so a refused
-/// attempt ends the request rather than being retried. [`CircuitBreakerLayer::check_retry`]
-/// checks that a single request's retry sequence is long enough to trip the breaker.
+/// is open (the attempt that opened it, for one), instead of starting a sleep. A hold is not a
+/// shutdown: [`StopReason::Aborted`](crate::StopReason::Aborted) is kept for
+/// [`AbortSignal::shutdown`](crate::AbortSignal::shutdown) and
+/// [`wake_sleepers`](crate::AbortSignal::wake_sleepers).
+///
+/// [`HttpClassifier`](crate::HttpClassifier) classifies [`CircuitOpen`](crate::CircuitOpen) as
+/// permanent *for this request*, even with `unknown_errors(Outcome::Transient)`, so a refused
+/// attempt ends the request rather than being retried into the open circuit; the request stops
+/// with [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen), which is **not final**
+/// ([`is_final`](crate::StopReason::is_final) is `false`): the endpoint is failing, not the
+/// request, and [`RetryReport::retry_after`](crate::RetryReport::retry_after) says when the
+/// breaker lets a probe through. Neither `Held` nor `CircuitOpen` is final: a sender
+/// redelivers both. [`CircuitBreakerLayer::check_retry`] checks that a single request's retry
+/// sequence is long enough to trip the breaker, and that the circuit half-opens within the retry
+/// layer's deadline.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -195,14 +207,16 @@ use tower_layer::Layer;
 /// the circuit half-opens:
 ///
 /// * the requests to that authority sleeping before a retry return their last outcome at once
-///   ([`StopReason::Aborted`](crate::StopReason::Aborted), budget token refunded), and so does
+///   ([`StopReason::Held`](crate::StopReason::Held), budget token refunded), and so does
 ///   a request to it whose attempt fails while the circuit is open (the one that opened it, for
 ///   one), as with an unkeyed breaker;
 /// * requests to other authorities keep sleeping and retrying: each sleeper is woken (the signal
 ///   is shared), sees that the hold is not for its authority and goes back to sleep.
 ///
 /// Without a signal nothing is woken: the sleepers of a dead upstream wait out their backoff and
-/// are then refused with [`CircuitOpen`](crate::CircuitOpen), which ends the request (it is permanent for the call).
+/// are then refused with [`CircuitOpen`](crate::CircuitOpen), which ends the request with
+/// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen): not retried into the open
+/// circuit, but not final either (the report's `retry_after` says when a probe goes through).
 ///
 /// # Where it goes in a stack
 ///
@@ -234,6 +248,47 @@ impl CircuitBreakerLayer {
     /// A builder starting from the defaults.
     pub fn builder() -> CircuitBreakerLayerBuilder {
         CircuitBreakerLayerBuilder::default()
+    }
+
+    /// A builder for callers that wait for the answer, to go under
+    /// [`RetryLayer::interactive`](crate::RetryLayer::interactive): a short open duration that
+    /// grows while the outage lasts.
+    ///
+    /// The **open duration** is the shortest outage every caller sees once the breaker trips:
+    /// for that long each call fails at once, whatever the endpoint does meanwhile. The
+    /// defaults (5 to 7.5 s) suit a batch client; behind a user's click a 2 s blip becomes a
+    /// 5 to 7.5 s lockout. This preset:
+    ///
+    /// | setter | value |
+    /// |---|---|
+    /// | [`consecutive_failures`](CircuitBreakerLayerBuilder::consecutive_failures) | 3 (one request's attempts in `interactive()`) |
+    /// | [`open_duration`](CircuitBreakerLayerBuilder::open_duration) | 250 ms |
+    /// | [`open_jitter`](CircuitBreakerLayerBuilder::open_jitter) | 0.5 (open 0.25 to 0.375 s after a first trip) |
+    /// | [`open_multiplier`](CircuitBreakerLayerBuilder::open_multiplier) | 1.25: each failed probe, and each trip less than a [`window`](CircuitBreakerLayerBuilder::window) after the circuit closed, opens it a quarter longer |
+    /// | [`max_open_duration`](CircuitBreakerLayerBuilder::max_open_duration) | 3 s (4.5 s with jitter: within `interactive()`'s 5 s deadline) |
+    ///
+    /// and the defaults for the rest (a 50 % failure ratio over 10 s with at least 20 calls,
+    /// one probe). A short blip costs callers about the blip: with 20 clicks at once and one
+    /// every 250 ms against an endpoint down for 2 s, the first click succeeds at 2 to 2.5 s
+    /// (5.75 to 7.5 s with the defaults), and over blips of 1 to 8 s it came on average
+    /// 0 to 1.2 s after the endpoint's return. A long outage is probed by one call every 3 to
+    /// 4.5 s once the growth reaches its cap.
+    ///
+    /// ```
+    /// use tower_http_retry::{AbortSignal, CircuitBreakerLayer, RetryLayer};
+    ///
+    /// let wake = AbortSignal::new();
+    /// let retry = RetryLayer::interactive().abort_signal(wake.clone()).build().unwrap();
+    /// let breaker = CircuitBreakerLayer::interactive().abort_signal(wake).build().unwrap();
+    /// breaker.check_retry(&retry).unwrap();
+    /// ```
+    pub fn interactive() -> CircuitBreakerLayerBuilder {
+        Self::builder()
+            .consecutive_failures(3)
+            .open_duration(Duration::from_millis(250))
+            .open_jitter(0.5)
+            .open_multiplier(1.25)
+            .max_open_duration(Duration::from_secs(3))
     }
 }
 
@@ -366,7 +421,10 @@ impl<C> CircuitBreakerLayerBuilder<C> {
         self
     }
 
-    /// How long the circuit stays open after its first trip, before jitter.
+    /// How long the circuit stays open after its first trip, before jitter: the shortest
+    /// outage every caller sees once the breaker trips (each call in that time fails at once).
+    /// Keep it within the deadline of the callers above it
+    /// ([`CircuitBreakerLayer::check_retry`] checks it).
     pub fn open_duration(mut self, duration: Duration) -> Self {
         self.settings.open_duration = duration;
         self
@@ -379,8 +437,10 @@ impl<C> CircuitBreakerLayerBuilder<C> {
         self
     }
 
-    /// Multiplies the open duration each time a probe fails and the circuit re-opens (at least
-    /// 1; 1 turns growth off). It falls back to the base duration once the circuit closes.
+    /// Multiplies the open duration each time the circuit trips again soon (at least 1; 1
+    /// turns growth off): a probe failed, or the circuit tripped less than one
+    /// [`window`](Self::window) after it closed (an endpoint that flaps). It falls back to the
+    /// base duration once the circuit has stayed closed for a whole window.
     pub fn open_multiplier(mut self, multiplier: f64) -> Self {
         self.settings.open_multiplier = multiplier;
         self

@@ -15,7 +15,7 @@ mod service;
 mod state;
 mod window;
 
-pub use check::SlowTrip;
+pub use check::{OpenPastDeadline, RetryMismatch, SlowTrip};
 pub use future::CircuitBreakerFuture;
 pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer};
 pub use layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};

@@ -9,6 +9,10 @@
 //!     └──────────────────────────────────────────────────────────────── HalfOpen
 //! ```
 //!
+//! The open duration grows with every trip that follows another closely: a failed probe, or a
+//! trip less than one window after the circuit last closed (an endpoint that flaps). It falls
+//! back to the base once the circuit has stayed closed for a whole window.
+//!
 //! Transitions, failures and half-open probe slots take one mutex, whose critical sections are a
 //! few field updates. The path of a healthy endpoint takes no lock: a closed circuit admits a
 //! call on one atomic load, and counts its success with a few more atomic operations (the run of
@@ -123,8 +127,12 @@ pub(crate) struct Breaker {
 struct Inner {
     phase: Phase,
     generation: u64,
-    /// Times opened since the circuit last closed: the open duration grows with it.
+    /// Trips in a row, each less than a window after the circuit last closed (or a failed
+    /// probe): the open duration grows with it.
     reopenings: u32,
+    /// When the circuit last closed, while it is closed after having been open: a trip within
+    /// a window of it keeps the grown open duration.
+    closed_at: Option<Instant>,
     /// The breaker's own random stream, for the open-duration jitter.
     rng: SmallRng,
 }
@@ -158,6 +166,7 @@ impl Breaker {
                 phase: Phase::Closed,
                 generation: 0,
                 reopenings: 0,
+                closed_at: None,
                 rng: random.stream(),
             }),
             config,
@@ -306,7 +315,7 @@ impl Breaker {
                     Outcome::Success => {
                         *successes += 1;
                         if *successes >= self.config.successes_to_close {
-                            self.close(&mut inner);
+                            self.close(&mut inner, now());
                         }
                         false
                     }
@@ -413,6 +422,12 @@ impl Breaker {
 
     /// Opens the circuit for the (grown, jittered) open duration. Returns `true`.
     fn open(&self, inner: &mut Inner, now: Instant) -> bool {
+        if let Some(closed_at) = inner.closed_at.take() {
+            if now.saturating_duration_since(closed_at) >= self.config.window {
+                // Closed for a whole window: this trip starts a new outage.
+                inner.reopenings = 0;
+            }
+        }
         let base = self.config.open.ceiling(inner.reopenings);
         let extra = uniform(
             Duration::ZERO,
@@ -430,10 +445,12 @@ impl Breaker {
         true
     }
 
-    fn close(&self, inner: &mut Inner) {
+    /// Closes the circuit at `now`. The open duration keeps its growth for one window: a trip
+    /// within it (the endpoint flaps) opens for longer than the last time.
+    fn close(&self, inner: &mut Inner, now: Instant) {
         inner.phase = Phase::Closed;
         self.consecutive_failures.store(0, Ordering::Relaxed);
-        inner.reopenings = 0;
+        inner.closed_at = Some(now);
         self.window.clear();
         self.advance(inner, CLOSED);
         trace("closed");
@@ -592,5 +609,51 @@ mod tests {
         assert_eq!(b.state(later), CircuitState::HalfOpen);
         call(&b, Outcome::Success, later);
         assert_eq!(b.state(later), CircuitState::Closed);
+    }
+
+    /// Trips the closed breaker at `now` (3 failures in a row); returns how long it is open.
+    fn trip(b: &Breaker, now: Instant) -> Duration {
+        for _ in 0..3 {
+            call(b, Outcome::Transient, now);
+        }
+        match b.state(now) {
+            CircuitState::Open { half_open_at } => half_open_at - now,
+            state => panic!("not open: {state:?}"),
+        }
+    }
+
+    /// Lets the probe through at the end of the open period and closes the circuit with it.
+    fn recover(b: &Breaker, now: Instant) {
+        call(b, Outcome::Success, now);
+        assert_eq!(b.state(now), CircuitState::Closed);
+    }
+
+    #[test]
+    fn a_trip_soon_after_closing_opens_for_longer() {
+        let b = breaker(config());
+        let mut now = Instant::now();
+        let mut opened_for = Vec::new();
+        for _ in 0..4 {
+            let open = trip(&b, now);
+            opened_for.push(open);
+            now += open;
+            recover(&b, now);
+            now += SEC; // closed for a second, well within the 10 s window
+        }
+        assert_eq!(opened_for, [1, 2, 4, 8].map(|s| s * SEC));
+    }
+
+    #[test]
+    fn a_window_closed_forgets_the_growth() {
+        let b = breaker(config());
+        let mut now = Instant::now();
+        now += trip(&b, now);
+        recover(&b, now);
+        now += SEC;
+        assert_eq!(trip(&b, now), 2 * SEC, "a repeat: longer");
+        now += 2 * SEC;
+        recover(&b, now);
+        now += 10 * SEC; // a whole window closed
+        assert_eq!(trip(&b, now), SEC, "a new outage: the base again");
     }
 }

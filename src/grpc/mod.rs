@@ -11,6 +11,8 @@
 //! * [`BufferRequestLayer`] makes request bodies replayable.
 //! * [`GrpcServiceConfig`] reads a service config's `retryPolicy` and `retryThrottling`
 //!   ([`GrpcThrottle`]).
+//! * [`GrpcServiceConfig::stack`] and [`RetryLayer::grpc_stack`] build the whole client stack
+//!   around a tonic `Channel` in one call ([`GrpcStack`]).
 //!
 //! The library does not depend on tonic: it reads and writes `http` headers.
 
@@ -18,6 +20,7 @@ mod buffer;
 mod classify;
 mod code;
 mod service_config;
+mod stack;
 mod throttle;
 mod timeout;
 
@@ -25,6 +28,7 @@ pub use buffer::{BufferRequest, BufferRequestFuture, BufferRequestLayer};
 pub use classify::{GrpcClassifier, Pushback};
 pub use code::GrpcCode;
 pub use service_config::{GrpcRetryPolicy, GrpcServiceConfig};
+pub use stack::{GrpcStack, IntoBody, IntoBodyFuture};
 pub use throttle::GrpcThrottle;
 pub(crate) use timeout::{request_timeout, stamp_attempt};
 

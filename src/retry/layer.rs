@@ -5,7 +5,7 @@ use super::budget::RetryBudget;
 use super::config::{Config, Settings};
 use super::idempotency::Idempotency;
 use super::nested::NestedLayers;
-use super::retry_after::RetryAfter;
+use super::retry_after::{RetryAfter, WhenLonger};
 use super::service::Retry;
 use super::stats::RetryStats;
 use crate::abort::AbortSignal;
@@ -126,7 +126,8 @@ use tower_layer::Layer;
 ///   headers, and the [`RetryReport`](crate::RetryReport) put in its extensions, read with
 ///   [`RetryReport::of(&response)`](crate::RetryReport::of) as for an `http::Response`. reqwest keeps a
 ///   request's extensions private, so a [`ReportSlot`](crate::ReportSlot) cannot be attached to
-///   a `reqwest::Request`: the report of a request that ends in an error is not available.
+///   a `reqwest::Request`; the report of a request that ends in an error comes from
+///   [`RetryReport::capture`](crate::RetryReport::capture), as for any outcome.
 /// * `reqwest::Error` is an [`AsStdError`](crate::AsStdError): [`HttpClassifier`](crate::HttpClassifier) treats its
 ///   timeouts and connection errors as transient and walks its `source()` chain for the rest.
 ///
@@ -167,21 +168,32 @@ impl RetryLayer {
     }
 
     /// A builder for a caller that waits for the answer (an API call behind a user's click, an
-    /// RPC): few attempts, short waits, fail fast.
+    /// RPC): few attempts, short waits, a deadline, fail fast.
     ///
-    /// 3 attempts, full jitter from 50 ms capped at 1 s (`Retry-After` clamped to 1 s too, so a
-    /// server cannot park the caller), the default budget, a 5 s deadline. In an outage of a few
-    /// seconds, each request tries 3 times within about a second and then returns the endpoint's
-    /// last answer; once the budget is spent, failures return at once
-    /// ([`StopReason::BudgetEmpty`](crate::StopReason::BudgetEmpty)). Add a
-    /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) to fail fast for the rest of a longer
-    /// outage.
+    /// 3 attempts, full jitter from 50 ms capped at 1 s, the default budget, a 5 s deadline.
+    /// A server's hint (`Retry-After`, a rate-limit reset) is **waited for when it fits the
+    /// deadline** (it is clamped to the deadline, not to the backoff cap: a 2 s reset is waited
+    /// 2 s, once, rather than retried into twice); one that does not fit, the request gives up
+    /// on at once, returning the server's answer with
+    /// [`StopReason::Deadline`](crate::StopReason::Deadline) when the hint fits the deadline but
+    /// not the time left, [`StopReason::RetryAfterTooLong`](crate::StopReason::RetryAfterTooLong)
+    /// when it is longer than the deadline itself; either way
+    /// [`RetryReport::retry_after`](crate::RetryReport::retry_after) is the server's hint, to the
+    /// millisecond it gave it. In an outage of a few seconds, each request tries 3 times within
+    /// about a second and then returns the endpoint's last answer; once the budget is spent,
+    /// failures return at once ([`StopReason::BudgetEmpty`](crate::StopReason::BudgetEmpty)).
+    /// Add [`CircuitBreakerLayer::interactive`](crate::CircuitBreakerLayer::interactive) to fail
+    /// fast for the rest of a longer outage.
     ///
     /// ```
+    /// use std::time::Duration;
+    ///
     /// let retry = tower_http_retry::RetryLayer::interactive().build().unwrap();
     /// assert_eq!(retry.max_attempts(), 3);
+    /// assert_eq!(retry.deadline(), Some(Duration::from_secs(5)));
     /// ```
     pub fn interactive() -> RetryLayerBuilder {
+        const DEADLINE: Duration = Duration::from_secs(5);
         RetryLayerBuilder::default()
             .max_attempts(3)
             .backoff(Backoff::new(
@@ -189,7 +201,14 @@ impl RetryLayer {
                 Duration::from_millis(50),
                 Duration::from_secs(1),
             ))
-            .deadline(Duration::from_secs(5))
+            .deadline(DEADLINE)
+            // A hint that fits the deadline is worth one wait; a longer one is given up on at
+            // once, never retried early into a certain refusal.
+            .retry_after(
+                RetryAfter::honored()
+                    .max_delay(DEADLINE)
+                    .when_longer(WhenLonger::GiveUp),
+            )
     }
 
     /// A builder for a sender that would rather wait than fail (webhooks, fan-out, batch jobs,
@@ -240,6 +259,12 @@ impl<C> RetryLayer<C> {
     /// The most attempts per request, the first included.
     pub fn max_attempts(&self) -> u32 {
         self.config.settings.max_attempts
+    }
+
+    /// The time from the call to the end of the last sleep, if bounded
+    /// ([`RetryLayerBuilder::deadline`]).
+    pub fn deadline(&self) -> Option<Duration> {
+        self.config.settings.deadline
     }
 
     /// The pacing state of the endpoint `authority` (`None`: requests without one), if

@@ -170,7 +170,7 @@ impl<Req, C> Session<Req, C> {
             .waits
             .as_mut()
             .and_then(|waits| waits.retry_after.take());
-        RetryReport {
+        let report = RetryReport {
             // Checked: a delay near `MAX_DELAY` must not panic at request time.
             retry_at: retry_after
                 .and_then(|after| (self.config.settings.wall_clock)().checked_add(after)),
@@ -182,7 +182,10 @@ impl<Req, C> Session<Req, C> {
                 .as_mut()
                 .map_or_else(Vec::new, |waits| std::mem::take(&mut waits.delays)),
             stop,
-        }
+        };
+        // A `RetryReport::capture` being polled gets it too, whatever the outcome.
+        crate::report::offer(&report);
+        report
     }
 
     /// The caller dropped the future before it finished: the counters and the slot say so.

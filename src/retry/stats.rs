@@ -70,7 +70,11 @@ struct Cells {
 /// let stats = layer.stats();
 /// assert_eq!(stats.requests, 0);
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Its `Debug` output names everything: `stops` as a map from each reason's
+/// [name](StopReason::as_str) to its count (reasons never seen left out), and `delays` as a map
+/// from retry number to the counts of the buckets that have any.
+#[derive(Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryStats {
     /// Logical requests finished, cancelled ones included (the sum of `stops`).
@@ -117,8 +121,9 @@ impl RetryStats {
 }
 
 /// Counts of realised delays: one row per retry number (1 to 8, then 9 and later), one column per
-/// bucket of [`DELAY_BUCKETS`] plus a last, open-ended one.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// bucket of [`DELAY_BUCKETS`] plus a last, open-ended one. `Debug` labels each row and bucket
+/// and leaves the empty ones out; `Display` prints a table.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct DelayHistogram {
     rows: [[u64; COLUMNS]; DELAY_ROWS],
 }
@@ -143,29 +148,89 @@ impl fmt::Display for DelayHistogram {
             .collect();
         write!(f, "{:>7}", "retry")?;
         for &c in &used {
-            let label = match DELAY_BUCKETS.get(c) {
-                Some(bound) => format!("<={bound:?}"),
-                None => format!(">{:?}", DELAY_BUCKETS[COLUMNS - 2]),
-            };
-            write!(f, " {label:>8}")?;
+            write!(f, " {:>8}", bucket_label(c))?;
         }
         writeln!(f)?;
         for (r, row) in self.rows.iter().enumerate() {
             if row.iter().all(|&n| n == 0) {
                 continue;
             }
-            let name = if r + 1 == DELAY_ROWS {
-                format!("{}+", r + 1)
-            } else {
-                (r + 1).to_string()
-            };
-            write!(f, "{name:>7}")?;
+            write!(f, "{:>7}", row_label(r))?;
             for &c in &used {
                 write!(f, " {:>8}", row[c])?;
             }
             writeln!(f)?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Debug for RetryStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        /// The reasons seen, by name.
+        struct Stops<'a>(&'a [u64; StopReason::ALL.len()]);
+        impl fmt::Debug for Stops<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let seen = StopReason::ALL.iter().zip(self.0).filter(|(_, &n)| n > 0);
+                f.debug_map()
+                    .entries(seen.map(|(reason, n)| (reason.as_str(), n)))
+                    .finish()
+            }
+        }
+        f.debug_struct("RetryStats")
+            .field("requests", &self.requests)
+            .field("attempts", &self.attempts)
+            .field("retries", &self.retries)
+            .field("retry_after_seen", &self.retry_after_seen)
+            .field("retry_after_clamped", &self.retry_after_clamped)
+            .field("retry_after_malformed", &self.retry_after_malformed)
+            .field("quota_paused", &self.quota_paused)
+            .field("budget_denied", &self.budget_denied)
+            .field("budget_granted", &self.budget_granted)
+            .field("budget_refunded", &self.budget_refunded)
+            .field("stops", &Stops(&self.stops))
+            .field("delays", &self.delays)
+            .finish()
+    }
+}
+
+/// The label of bucket `column`: `<=` its bound, or `>` the last bound for the open one.
+fn bucket_label(column: usize) -> String {
+    match DELAY_BUCKETS.get(column) {
+        Some(bound) => format!("<={bound:?}"),
+        None => format!(">{:?}", DELAY_BUCKETS[COLUMNS - 2]),
+    }
+}
+
+/// The label of row `row`: its retry number, `9+` for the last.
+fn row_label(row: usize) -> String {
+    if row + 1 == DELAY_ROWS {
+        format!("{}+", row + 1)
+    } else {
+        (row + 1).to_string()
+    }
+}
+
+impl fmt::Debug for DelayHistogram {
+    /// `{"retry 1": {"<=100ms": 3, ...}, ...}`: the rows and buckets that have counts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Row<'a>(&'a [u64; COLUMNS]);
+        impl fmt::Debug for Row<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let used = self.0.iter().enumerate().filter(|(_, &n)| n > 0);
+                f.debug_map()
+                    .entries(used.map(|(c, n)| (bucket_label(c), n)))
+                    .finish()
+            }
+        }
+        let used = self
+            .rows
+            .iter()
+            .enumerate()
+            .filter(|(_, row)| row.iter().any(|&n| n > 0));
+        f.debug_map()
+            .entries(used.map(|(r, row)| (format!("retry {}", row_label(r)), Row(row))))
+            .finish()
     }
 }
 
@@ -272,5 +337,21 @@ mod tests {
         assert_eq!(h.total(), 5);
         let table = h.to_string();
         assert!(table.contains("9+"), "{table}");
+    }
+
+    #[test]
+    fn debug_names_every_count() {
+        let counters = Counters::default();
+        counters.attempt(1);
+        counters.stop(StopReason::BudgetEmpty);
+        counters.delay(2, Duration::from_millis(150));
+        let debug = format!("{:?}", counters.snapshot());
+        assert!(debug.contains(r#"stops: {"budget_empty": 1}"#), "{debug}");
+        assert!(
+            debug.contains(r#"delays: {"retry 2": {"<=200ms": 1}}"#),
+            "{debug}"
+        );
+        assert!(debug.contains("attempts: 1"), "{debug}");
+        assert!(!debug.contains("[0, 0"), "no bare arrays: {debug}");
     }
 }

@@ -98,8 +98,8 @@ async fn a_failed_probe_reopens_for_longer() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_open_duration_shrinks_back_after_recovery() {
-    let layer = breaker().build().unwrap();
+async fn the_open_duration_shrinks_back_after_a_window_closed() {
+    let layer = breaker().window(10 * SEC).build().unwrap();
     let mut mocked = Mocked::new(&layer);
     mocked.half_open().await;
     mocked.round_trip(503).unwrap();
@@ -107,6 +107,18 @@ async fn the_open_duration_shrinks_back_after_recovery() {
     mocked.round_trip(200).unwrap();
     assert_eq!(layer.state(), CircuitState::Closed);
 
+    // Flapping: a trip a second after closing keeps the growth.
+    advance(SEC).await;
+    for _ in 0..3 {
+        mocked.round_trip(503).unwrap();
+    }
+    let open = open_for(&layer);
+    assert_eq!(open, 4 * SEC);
+    advance(open).await;
+    mocked.round_trip(200).unwrap();
+
+    // Closed for a whole window: a new outage starts from the base again.
+    advance(10 * SEC).await;
     for _ in 0..3 {
         mocked.round_trip(503).unwrap();
     }

@@ -3,6 +3,7 @@
 
 mod classification;
 mod half_open;
+mod interactive;
 mod keyed;
 mod readiness;
 mod support;

@@ -385,3 +385,41 @@ async fn a_refused_connection_is_classified_through_tonics_error() {
         Classify::<http::Response<Body>, BoxError>::classify_error(&GrpcClassifier::new(), &error);
     assert_eq!(outcome, Outcome::NotSent(NotSent::Unconnected), "{error:?}");
 }
+
+#[tokio::test]
+async fn the_stack_of_a_service_config_is_one_call() {
+    let handler = Scripted::answering([Status::unavailable("down")]);
+    let (addr, _server) = serve(handler.clone()).await;
+    let config = GrpcServiceConfig::from_json(
+        r#"{"methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}],
+            "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.05s",
+                            "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#,
+    )
+    .unwrap();
+    let stack: tower_http_retry::GrpcStack<Channel, Body> = config
+        .stack("/grpc.health.v1.Health/Check", channel(addr), Body::new)
+        .unwrap();
+    let mut client = HealthClient::new(stack);
+    let (result, report) = tower_http_retry::RetryReport::capture(client.check(check())).await;
+    assert_eq!(
+        result.unwrap().get_ref().status,
+        ServingStatus::Serving as i32
+    );
+    assert_eq!((report.attempts, report.stop), (2, StopReason::Success));
+    assert_eq!(handler.calls().len(), 2);
+}
+
+#[tokio::test]
+async fn capture_reports_a_call_that_ends_in_a_status() {
+    let handler = Scripted::answering([Status::invalid_argument("no")]);
+    let (addr, _server) = serve(handler.clone()).await;
+    let mut client = HealthClient::new(
+        builder()
+            .build()
+            .unwrap()
+            .grpc_stack(channel(addr), Body::new),
+    );
+    let (result, report) = tower_http_retry::RetryReport::capture(client.check(check())).await;
+    assert_eq!(result.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Permanent));
+}

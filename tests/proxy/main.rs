@@ -246,3 +246,52 @@ async fn a_proxy_out_of_budget_tells_its_callers_to_stand_down() {
     assert_eq!(upstream.hits(&Method::GET, "g"), 2);
     assert_eq!(outer.stats().attempts, 1);
 }
+
+/// The measurement: a proxy and its caller both with this crate's default layer, an
+/// upstream that is down and asks for a second (`Retry-After: 1`). Before the proxy stood its
+/// callers down after retrying, the caller sent 3 requests, each retried 3 times by the proxy:
+/// 9 upstream calls and about 8.6 s for one request. Real sockets and real time (about 2 s).
+#[tokio::test]
+async fn a_proxy_that_retried_stands_its_callers_down() {
+    let upstream = TestServer::start(|_| Reply::status(503).header("retry-after", "1")).await;
+    let proxy = proxy_retrying(
+        upstream.addr(),
+        RetryLayer::new(),
+        breaker().build().unwrap(),
+    )
+    .await;
+    let outer = RetryLayer::new();
+    let mut caller = tower::ServiceBuilder::new()
+        .layer(outer.clone())
+        .service(client());
+    let uri: Uri = format!("http://{proxy}/items").parse().unwrap();
+
+    let started = std::time::Instant::now();
+    let response = tower::ServiceExt::oneshot(&mut caller, request(Method::GET, &uri, "g", ""))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&response, &STOP), "attempts_exhausted");
+    assert_eq!(header(&response, &ATTEMPTS), "3");
+    assert_eq!(header(&response, &SHOULD_RETRY), "false");
+    let report = RetryReport::of(&response);
+    assert_eq!((report.attempts, report.stop), (1, StopReason::StandDown));
+    assert_eq!(
+        report.slept,
+        Duration::ZERO,
+        "the caller did not wait on top"
+    );
+    assert!(upstream.hits(&Method::GET, "g") <= 3);
+    assert_eq!(
+        upstream.hits(&Method::GET, "g"),
+        3,
+        "the proxy's own attempts"
+    );
+    assert_eq!(outer.stats().attempts, 1);
+    println!(
+        "upstream calls {}, one request took {took:?}",
+        upstream.total_hits()
+    );
+}
