@@ -1322,7 +1322,7 @@ mod tests {
     fn rotation_pauses_double_from_4_ms_to_50_ms_and_are_jittered() {
         let mut rng = RandomSource::seeded(3).stream();
         for resend in [0, 1, 2, 3, 5, 6, 7, 50, u32::MAX] {
-            let high = (4 * MS * (1 << resend.clamp(1, 16) - 1)).min(50 * MS);
+            let high = (4 * MS * (1 << (resend.clamp(1, 16) - 1))).min(50 * MS);
             let pauses: Vec<_> = (0..64).map(|_| rotation_pause(resend, &mut rng)).collect();
             assert!(
                 pauses.iter().all(|p| (high / 4..=high).contains(p)),
