@@ -35,12 +35,16 @@ pub enum Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum NotSent {
-    /// The server declined the request before processing it (RFC 9113, section 8.7): an HTTP/2
-    /// `REFUSED_STREAM` reset, or a `GOAWAY` whose last stream id is below the request's stream.
-    /// The endpoint is up and said so; the request is sent again at once, without spending an
-    /// attempt or a budget token, at most
-    /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries) times, and the
-    /// circuit breaker counts it neither as a success nor as a failure.
+    /// The server turned the request away before processing it, as it does when it rotates or
+    /// drains a connection (RFC 9113, section 8.7): an HTTP/2 `REFUSED_STREAM` reset, a graceful
+    /// (`NO_ERROR`) `GOAWAY` whose last stream id is below the request's stream (a request
+    /// sent on the connection after it included). The endpoint is up; this is rotation, not
+    /// failure. The request is sent again
+    /// after a short jittered pause (so that it lands on the next connection, not on the one
+    /// closing), bounded by the deadline and by
+    /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries), without spending
+    /// an attempt or a budget token; the circuit breaker counts it neither as a success nor as a
+    /// failure, and pacing not as congestion.
     Refused,
     /// No connection carried the request: the connection was refused, the name did not resolve,
     /// the connect timed out, or the connection closed before the request was written (hyper
@@ -102,6 +106,18 @@ pub trait Classify<Res, E> {
     /// [pacing](crate::Pacing), pauses the endpoint until then and keeps the request waiting).
     /// The default finds none; [`HttpClassifier`] looks along the error's `source()` chain.
     fn refused_for(&self, error: &E) -> Option<std::time::Duration> {
+        let _ = error;
+        None
+    }
+
+    /// When no rule of the classifier recognised `error` (its outcome is the fallback for
+    /// unknown errors), a name for it, for people: the retry layer counts such errors
+    /// ([`RetryStats::unknown_errors`](crate::RetryStats::unknown_errors)) and puts the name in
+    /// the request's report ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)),
+    /// so that a new error kind gets a rule instead of going unnoticed. The name is never
+    /// classified. The default recognises every error; [`HttpClassifier`] names an unknown one
+    /// by the `Display` of each link of its `source()` chain.
+    fn unknown_error(&self, error: &E) -> Option<String> {
         let _ = error;
         None
     }
@@ -197,15 +213,17 @@ impl AsStdError for std::convert::Infallible {
 /// | 408, 429, 500, 502, 503, 504 | transient |
 /// | 403 whose rate-limit headers say the quota is used up (`x-ratelimit-remaining: 0`, an IETF `RateLimit` policy with `r=0`; see [`ServerHints`]) | transient |
 /// | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
-/// | HTTP/2 stream reset by the server with `REFUSED_STREAM`, or cut by the server's `GOAWAY` (`h2::Error`) | [not sent](Outcome::NotSent), [refused](NotSent::Refused) |
-/// | connection refused (`std::io::Error`); hyper: canceled (handed back unsent); hyper-util or reqwest: connect error (refused, DNS, connect timeout) | [not sent](Outcome::NotSent), [unconnected](NotSent::Unconnected) |
+/// | HTTP/2 stream reset by the server with `REFUSED_STREAM`, or above the last stream id of the server's graceful (`NO_ERROR`) `GOAWAY` (`h2::Error`, also for a request sent on the connection after it) | [not sent](Outcome::NotSent), [refused](NotSent::Refused): rotation |
+/// | hyper: a user error on the client's side (`hyper::Error::is_user`): `User(DispatchGone)`, the connection's dispatch task ended without answering (with HTTP/2 when a `GOAWAY` ends a connection on which the request waited for a stream slot, whether or not it was then written), or the request body failed mid-write | transient: ambiguous |
+/// | connection refused (`std::io::Error`); hyper: canceled (handed back unsent: hyper-util resends these itself on a reused connection, so those it returns met a fresh one); hyper-util or reqwest: connect error (refused, DNS, connect timeout) | [not sent](Outcome::NotSent), [unconnected](NotSent::Unconnected) |
+/// | HTTP/2 `GOAWAY` with an error code | transient: h2 reports it on the streams it covers too, which the server may have processed |
 /// | hyper-util or reqwest: connect error with an `std::io::Error` of kind `InvalidData` in its chain (how rustls reports a bad certificate) | permanent |
 /// | timeout (`tower::timeout::error::Elapsed`, `hyper::Error::is_timeout`) | transient |
 /// | connection reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
 /// | hyper: incomplete message, channel closed | transient |
 /// | reqwest (feature `reqwest`): `is_timeout` | transient |
 /// | [`CircuitOpen`] (a breaker refused the call) | permanent, whatever `unknown_errors` says |
-/// | any other error | permanent (configurable with [`unknown_errors`](Self::unknown_errors)) |
+/// | any other error (a kind no row names: a new hyper or hyper-util error, an error of another stack) | transient (configurable with [`unknown_errors`](Self::unknown_errors)), counted and named ([`Classify::unknown_error`]) |
 ///
 /// Besides the status, the classifier reads what the response says about retrying
 /// ([`hints`](Self::hints), [`ServerHints`]): when to come back (`Retry-After`, `retry-after-ms`,
@@ -218,6 +236,14 @@ impl AsStdError for std::convert::Infallible {
 /// first link of a known transient kind decides. The HTTP/2 and hyper rows need the `hyper`
 /// feature. A certificate error of a TLS stack that does not report it as `InvalidData`
 /// (native-tls) is taken for a connect failure.
+///
+/// **Unknown errors are transient by default**: retried for an idempotent request (a few
+/// attempts, a budget token each, the backoff), never resent for a POST without a key, since
+/// nothing says it was not processed. An error no rule recognises is as likely a new transport
+/// failure as a bug of the request, and a permanent default turned the first kind into silent
+/// failures; the attempts and the budget bound what the second kind costs. Each one is counted
+/// ([`RetryStats::unknown_errors`](crate::RetryStats::unknown_errors)) and named in the report
+/// ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)).
 ///
 /// ```
 /// use http::StatusCode;
@@ -255,7 +281,7 @@ impl HttpClassifier {
             success: [0; 16],
             refused: [0; 16],
             unconnected: [0; 16],
-            unknown_errors: Outcome::Permanent,
+            unknown_errors: Outcome::Transient,
             hints: Arc::new(ServerHints::new()),
         };
         for code in 100..400 {
@@ -273,8 +299,8 @@ impl HttpClassifier {
         self
     }
 
-    /// How errors that are none of the known transient kinds are classified (default:
-    /// [`Outcome::Permanent`]).
+    /// How errors that no rule recognises are classified (default: [`Outcome::Transient`], see
+    /// the table).
     pub fn unknown_errors(mut self, outcome: Outcome) -> Self {
         self.unknown_errors = outcome;
         self
@@ -308,26 +334,22 @@ impl HttpClassifier {
     /// chain proves it, else from the first link that is a known transient kind, else the
     /// configured outcome for unknown errors.
     pub fn classify_error_chain(&self, error: &(dyn Error + 'static)) -> Outcome {
-        let mut link = Some(error);
+        known_error(error).unwrap_or(self.unknown_errors)
+    }
+
+    /// A name for `error` if no rule recognises it: the `Display` of each link of its chain.
+    pub(crate) fn name_unknown_error(&self, error: &(dyn Error + 'static)) -> Option<String> {
+        if known_error(error).is_some() {
+            return None;
+        }
+        let mut name = error.to_string();
+        let mut link = error.source();
         while let Some(error) = link {
-            // Refused by a circuit breaker: retrying this request cannot help, whatever the
-            // setting for unknown errors.
-            if error.is::<CircuitOpen>() {
-                return Outcome::Permanent;
-            }
-            if let Some(outcome) = not_sent(error) {
-                return outcome;
-            }
+            name.push_str(": ");
+            name.push_str(&error.to_string());
             link = error.source();
         }
-        let mut link = Some(error);
-        while let Some(error) = link {
-            if is_transient_error(error) {
-                return Outcome::Transient;
-            }
-            link = error.source();
-        }
-        self.unknown_errors
+        Some(name)
     }
 
     fn set(&mut self, code: u16, outcome: Outcome) {
@@ -347,6 +369,30 @@ impl HttpClassifier {
     }
 }
 
+/// The outcome of `error` by the rules of the table, or `None` when no rule recognises it.
+fn known_error(error: &(dyn Error + 'static)) -> Option<Outcome> {
+    let mut link = Some(error);
+    while let Some(error) = link {
+        // Refused by a circuit breaker: retrying this request cannot help, whatever the
+        // setting for unknown errors.
+        if error.is::<CircuitOpen>() {
+            return Some(Outcome::Permanent);
+        }
+        if let Some(outcome) = not_sent(error) {
+            return Some(outcome);
+        }
+        link = error.source();
+    }
+    let mut link = Some(error);
+    while let Some(error) = link {
+        if is_transient_error(error) {
+            return Some(Outcome::Transient);
+        }
+        link = error.source();
+    }
+    None
+}
+
 /// Whether `error` itself proves that the request never reached the application (or, for a
 /// connect error, that retrying cannot help).
 fn not_sent(error: &(dyn Error + 'static)) -> Option<Outcome> {
@@ -359,17 +405,26 @@ fn not_sent(error: &(dyn Error + 'static)) -> Option<Outcome> {
     #[cfg(feature = "hyper")]
     {
         // RFC 9113, section 8.7: a stream the server refused, or one above the last stream id of
-        // its GOAWAY (h2 gives those streams the GOAWAY as their error, and a request sent on
-        // the connection after it too; a stream the GOAWAY covers that is then cut gets an I/O
-        // error instead), was not processed. Sent by the server (`is_remote`), not made up by
-        // h2 on the client's side.
+        // its graceful GOAWAY (h2 gives those streams the GOAWAY as their error, and a request
+        // sent on the connection after it too; a stream the GOAWAY covers that is then cut gets
+        // an I/O error instead), was not processed. Sent by the server (`is_remote`), not made
+        // up by h2 on the client's side. A GOAWAY with an error code is no proof: when the
+        // connection then closes, h2 hands the same error to the streams it covered.
         if let Some(h2) = error.downcast_ref::<h2::Error>() {
             let refused = h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM);
-            return (h2.is_remote() && (refused || h2.is_go_away())).then_some(REFUSED);
+            let drained = h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR);
+            return (h2.is_remote() && (refused || drained)).then_some(REFUSED);
         }
-        // hyper gives a request back "canceled" only when it wrote none of it.
         if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
-            return hyper.is_canceled().then_some(UNCONNECTED);
+            // hyper gives a request back "canceled" only when it wrote none of it.
+            if hyper.is_canceled() {
+                return Some(UNCONNECTED);
+            }
+            // Not `User(DispatchGone)` (the connection's dispatch task ended without answering):
+            // with HTTP/2 it also ends a request whose stream was opened, and processed, after
+            // it waited for a slot, when a GOAWAY then closed the connection. Ambiguous, so
+            // transient below.
+            return None;
         }
         if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
             return client.is_connect().then(|| connect_failure(client));
@@ -423,8 +478,18 @@ fn is_transient_error(error: &(dyn Error + 'static)) -> bool {
         return error.is_timeout();
     }
     #[cfg(feature = "hyper")]
-    if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
-        return hyper.is_incomplete_message() || hyper.is_closed() || hyper.is_timeout();
+    {
+        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            return hyper.is_incomplete_message()
+                || hyper.is_closed()
+                || hyper.is_timeout()
+                || hyper.is_user();
+        }
+        // Any other HTTP/2 error (a reset with another reason, a GOAWAY with an error code, a
+        // protocol error): the stream may have been processed, and another attempt may work.
+        if error.is::<h2::Error>() {
+            return true;
+        }
     }
     false
 }
@@ -477,6 +542,13 @@ where
         match error.as_std_error() {
             Some(error) => self.classify_error_chain(error),
             None => self.unknown_errors,
+        }
+    }
+
+    fn unknown_error(&self, error: &E) -> Option<String> {
+        match error.as_std_error() {
+            Some(error) => self.name_unknown_error(error),
+            None => Some("an error with no `std::error::Error` to inspect".to_owned()),
         }
     }
 
@@ -669,9 +741,12 @@ mod tests {
     #[cfg(feature = "hyper")]
     #[test]
     fn an_h2_reason_the_server_did_not_send_is_no_proof() {
-        // Made on the client's side (`is_remote` is false): nothing says the server refused.
+        // Made on the client's side (`is_remote` is false): nothing says the server refused. An
+        // h2 error is a known kind, transient: retried when idempotent only.
         let made_up: BoxError = Box::new(h2::Error::from(h2::Reason::REFUSED_STREAM));
-        assert_eq!(classify_boxed(made_up), Outcome::Permanent);
+        assert_eq!(classify_boxed(made_up), Outcome::Transient);
+        let made_up = h2::Error::from(h2::Reason::REFUSED_STREAM);
+        assert_eq!(HttpClassifier::new().name_unknown_error(&made_up), None);
     }
 
     #[test]
@@ -687,22 +762,41 @@ mod tests {
     }
 
     #[test]
-    fn unknown_errors_are_permanent_unless_configured() {
+    fn unknown_errors_are_transient_unless_configured() {
         let unknown: BoxError = "something else".into();
-        assert_eq!(classify_boxed(unknown), Outcome::Permanent);
+        assert_eq!(classify_boxed(unknown), Outcome::Transient);
         let denied = io::Error::from(io::ErrorKind::PermissionDenied);
         assert_eq!(
             classify_boxed(Box::new(Wrapper(denied.into()))),
-            Outcome::Permanent
+            Outcome::Transient
         );
-        let lenient = HttpClassifier::new().unknown_errors(Outcome::Transient);
+        let strict = HttpClassifier::new().unknown_errors(Outcome::Permanent);
         let unknown: BoxError = "something else".into();
-        assert_eq!(lenient.classify_error_chain(&*unknown), Outcome::Transient);
+        assert_eq!(strict.classify_error_chain(&*unknown), Outcome::Permanent);
+    }
+
+    #[test]
+    fn an_unknown_error_is_named_by_its_chain_and_a_known_one_is_not() {
+        let classifier = HttpClassifier::new();
+        let denied = Wrapper(io::Error::from(io::ErrorKind::PermissionDenied).into());
+        let name = <HttpClassifier as Classify<http::Response<()>, BoxError>>::unknown_error(
+            &classifier,
+            &(Box::new(denied) as BoxError),
+        );
+        assert_eq!(
+            name.as_deref(),
+            Some("connection reset by peer (but the text does not matter): permission denied")
+        );
+        let reset = Wrapper(io::Error::from(io::ErrorKind::ConnectionReset).into());
+        assert_eq!(classifier.name_unknown_error(&reset), None);
+        let elapsed = tower::timeout::error::Elapsed::new();
+        assert_eq!(classifier.name_unknown_error(&elapsed), None);
     }
 
     #[test]
     fn message_text_is_not_read() {
+        let strict = HttpClassifier::new().unknown_errors(Outcome::Permanent);
         let lookalike: BoxError = "connection reset by peer; operation timed out".into();
-        assert_eq!(classify_boxed(lookalike), Outcome::Permanent);
+        assert_eq!(strict.classify_error_chain(&*lookalike), Outcome::Permanent);
     }
 }

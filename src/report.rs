@@ -91,8 +91,8 @@ pub enum StopReason {
     /// ([`Aborted`](Self::Aborted) is): [`RetryReport::retry_after`] is the time until the hold
     /// ends.
     Held,
-    /// The server refused the request unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`, see
-    /// [`NotSent::Refused`](crate::NotSent::Refused)) once more after
+    /// The server turned the request away unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`,
+    /// see [`NotSent::Refused`](crate::NotSent::Refused)) once more after
     /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries) free resends.
     RefusedTooOften,
     /// The server asked not to retry this request: `x-should-retry: false`,
@@ -219,8 +219,9 @@ pub enum DelaySource {
     FirstAttempt,
     /// A wait in the endpoint's queue while [pacing](crate::Pacing) held it.
     Paced,
-    /// None (zero): the server refused the last attempt unprocessed
-    /// ([`NotSent::Refused`](crate::NotSent::Refused)), and the request went again at once.
+    /// A short jittered pause: the server turned the last attempt away unprocessed
+    /// ([`NotSent::Refused`](crate::NotSent::Refused): connection rotation), and the request
+    /// went again on the next connection.
     Refused,
 }
 
@@ -273,6 +274,12 @@ pub struct RetryReport {
     /// [`wall_clock`](crate::RetryLayerBuilder::wall_clock) plus the duration), for a durable
     /// queue that stores when to redeliver.
     pub retry_at: Option<SystemTime>,
+    /// The last error of this request that no rule of the classifier recognised, named by the
+    /// classifier ([`Classify::unknown_error`](crate::Classify::unknown_error);
+    /// [`HttpClassifier`](crate::HttpClassifier) joins the `Display` of each link of its
+    /// `source()` chain), so that a new error kind can be given a rule. `None` when there was
+    /// none; [`RetryStats::unknown_errors`](crate::RetryStats::unknown_errors) counts them.
+    pub unknown_error: Option<String>,
 }
 
 impl RetryReport {
@@ -284,6 +291,7 @@ impl RetryReport {
         stop: StopReason::Success,
         retry_after: None,
         retry_at: None,
+        unknown_error: None,
     };
 
     /// Sleeps whose duration came from `Retry-After`.
@@ -395,7 +403,10 @@ impl Default for RetryReport {
 /// request.extensions_mut().insert(slot.clone());
 /// let result = client.ready().await.unwrap().call(request).await;
 /// assert!(result.is_err());
-/// assert_eq!(slot.take().unwrap().stop, StopReason::Permanent); // an unknown error
+/// let report = slot.take().unwrap();
+/// // An error no rule recognises: transient, retried, and named.
+/// assert_eq!(report.stop, StopReason::AttemptsExhausted);
+/// assert_eq!(report.unknown_error.as_deref(), Some("boom"));
 /// # }
 /// ```
 #[derive(Clone, Debug, Default)]

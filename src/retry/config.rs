@@ -53,7 +53,7 @@ impl Default for Settings {
         Self {
             backoff: Backoff::default(),
             max_attempts: 3,
-            max_refused_retries: 2,
+            max_refused_retries: 200,
             first_attempt_jitter: Duration::ZERO,
             retry_after: Some(RetryAfter::honored()),
             idempotency: Idempotency::default(),

@@ -77,6 +77,8 @@ struct Waits {
     queued_at: Option<Instant>,
     /// When sending again makes sense, for the report of a deferred request.
     retry_after: Option<Duration>,
+    /// The last error no classification rule recognised, named for the report.
+    unknown_error: Option<String>,
 }
 
 /// What to do after an attempt.
@@ -182,6 +184,10 @@ impl<Req, C> Session<Req, C> {
                 .as_mut()
                 .map_or_else(Vec::new, |waits| std::mem::take(&mut waits.delays)),
             stop,
+            unknown_error: self
+                .waits
+                .as_mut()
+                .and_then(|waits| waits.unknown_error.take()),
         };
         // A `RetryReport::capture` being polled gets it too, whatever the outcome.
         crate::report::offer(&report);
@@ -530,6 +536,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .hint(response, (config.settings.wall_clock)()),
             _ => ServerHint::NONE,
         };
+        if let Err(error) = result {
+            // Counted and named, so that a new kind of error gets a rule (see `unknown_errors`).
+            if let Some(name) = self.config.classifier.unknown_error(error) {
+                decision!(error = %name, "an error no classification rule recognises");
+                self.config.counters.unknown_error();
+                self.waits().unknown_error = Some(name);
+            }
+        }
         // The pacer learns what the response was, before the server's word below changes it.
         let endpoint = match &self.config.pacer {
             Some(_) => self.learn(outcome, result, now.get()),
@@ -621,7 +635,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             return self.enter_queue(endpoint, listener, now);
         }
         if refused {
-            return self.resend_refused(listener);
+            return self.resend_refused(listener, now);
         }
         let (delay, source) = match self.delay_for(&hint, now) {
             Ok(chosen) => chosen,
@@ -780,17 +794,26 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// The server refused the request unprocessed: it goes again at once, spending neither an
+    /// The server turned the request away unprocessed (it rotates or drains the connection):
+    /// it goes again after a short jittered pause, within the deadline, spending neither an
     /// attempt nor a budget token (the endpoint is up; an outage looks like `Unconnected`).
-    fn resend_refused(&mut self, listener: Option<Listener>) -> Next {
+    fn resend_refused(&mut self, listener: Option<Listener>, now: Instant) -> Next {
         self.refused += 1;
-        self.record_delay(Duration::ZERO, DelaySource::Refused);
+        let refused = self.refused;
+        let pause = rotation_pause(refused, self.rng());
+        if !self.wait_fits(pause, now) {
+            self.retry_in(pause);
+            return Next::Stop(StopReason::Deadline);
+        }
+        self.config.counters.rotation_resend();
+        self.record_delay(pause, DelaySource::Refused);
         decision!(
             attempt = self.attempts,
-            "resending a refused request at once"
+            ?pause,
+            "resending a request the server turned away unprocessed"
         );
         Next::Sleep {
-            delay: Duration::ZERO,
+            delay: pause,
             listener,
             token: None,
         }
@@ -890,6 +913,21 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
         }
     }
+}
+
+/// The first rotation pause's upper bound, and the most any pause lasts.
+const ROTATION_PAUSE: (Duration, Duration) = (Duration::from_millis(4), Duration::from_millis(50));
+
+/// The pause before the `resend`-th (1-based) resend of a request turned away unprocessed:
+/// `U(high/4, high)`, `high` doubling from 4 ms to 50 ms. Long enough for the client to see
+/// the closing connection close (a resend at once lands on it again), short against a request's
+/// time; jittered so that the streams one `GOAWAY` turned away do not arrive together.
+fn rotation_pause(resend: u32, rng: &mut SmallRng) -> Duration {
+    let (first, cap) = ROTATION_PAUSE;
+    let high = first
+        .saturating_mul(1 << resend.clamp(1, 16).saturating_sub(1))
+        .min(cap);
+    uniform(high / 4, high, rng)
 }
 
 /// What an outcome says of the endpoint's load.
@@ -1248,14 +1286,76 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_post_without_a_key_is_resent_at_once() {
+    fn a_refused_post_without_a_key_is_resent_after_a_short_pause() {
         let config = config(not_sent_builder());
         let mut session = sent(&config, Method::POST);
-        assert_eq!(
-            sleep(session.decide(&response(421), Instant::now)),
-            Duration::ZERO
-        );
+        let pause = sleep(session.decide(&response(421), Instant::now));
+        assert!((MS..=4 * MS).contains(&pause), "{pause:?}");
         assert_eq!(session.delays()[0].source, DelaySource::Refused);
+        assert_eq!(config.counters.snapshot().rotation_resends, 1);
+    }
+
+    #[test]
+    fn an_unknown_error_is_counted_retried_when_idempotent_and_named_in_the_report() {
+        let config = config(builder());
+        let unknown = || Err::<Res, tower::BoxError>("a new kind of failure".into());
+        let mut get = sent(&config, Method::GET);
+        assert_eq!(sleep(get.decide(&unknown(), Instant::now)), 100 * MS);
+        let mut post = sent(&config, Method::POST);
+        assert_eq!(
+            stop(post.decide(&unknown(), Instant::now)),
+            StopReason::NotIdempotent
+        );
+        assert_eq!(config.counters.snapshot().unknown_errors, 2);
+        let report = post.report(StopReason::NotIdempotent);
+        assert_eq!(
+            report.unknown_error.as_deref(),
+            Some("a new kind of failure")
+        );
+        // A known error is neither counted nor named.
+        let mut known = sent(&config, Method::GET);
+        let reset: tower::BoxError =
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into();
+        sleep(known.decide(&Err::<Res, _>(reset), Instant::now));
+        assert_eq!(config.counters.snapshot().unknown_errors, 2);
+        assert_eq!(known.report(StopReason::Success).unknown_error, None);
+    }
+
+    #[test]
+    fn rotation_pauses_double_from_4_ms_to_50_ms_and_are_jittered() {
+        let mut rng = RandomSource::seeded(3).stream();
+        for resend in [0, 1, 2, 3, 5, 6, 7, 50, u32::MAX] {
+            let high = (4 * MS * (1 << (resend.clamp(1, 16) - 1))).min(50 * MS);
+            let pauses: Vec<_> = (0..64).map(|_| rotation_pause(resend, &mut rng)).collect();
+            assert!(
+                pauses.iter().all(|p| (high / 4..=high).contains(p)),
+                "resend {resend}: {pauses:?}"
+            );
+            assert!(pauses.iter().any(|p| *p != pauses[0]), "jittered");
+        }
+    }
+
+    #[test]
+    fn a_refused_resend_that_would_pass_the_deadline_stops() {
+        let config = config(not_sent_builder().deadline(10 * MS));
+        let mut session = sent(&config, Method::GET);
+        let started = session.started.unwrap();
+        let next = session.decide(&response(421), || started + 10 * MS);
+        assert_eq!(stop(next), StopReason::Deadline);
+        assert_eq!(config.counters.snapshot().rotation_resends, 0);
+    }
+
+    #[test]
+    fn continuous_rotation_is_resent_up_to_the_generous_default_cap() {
+        let config = config(not_sent_builder().max_attempts(2));
+        let mut session = sent(&config, Method::POST);
+        for _ in 0..200 {
+            resend_after(&mut session, 421);
+        }
+        let next = session.decide(&response(421), Instant::now);
+        assert_eq!(stop(next), StopReason::RefusedTooOften);
+        assert_eq!(session.attempts(), 201, "the first attempt and 200 resends");
+        assert_eq!(config.counters.snapshot().rotation_resends, 200);
     }
 
     #[test]
@@ -1307,7 +1407,7 @@ mod tests {
         let mut session = sent(&config, Method::GET);
         match session.decide(&response(421), Instant::now) {
             Next::Sleep { delay, token, .. } => {
-                assert_eq!(delay, Duration::ZERO);
+                assert!(delay <= 4 * MS);
                 assert!(token.is_none());
             }
             Next::Stop(reason) => panic!("expected a resend, got a stop: {reason}"),

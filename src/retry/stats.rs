@@ -55,6 +55,8 @@ struct Cells {
     budget_denied: AtomicU64,
     budget_granted: AtomicU64,
     budget_refunded: AtomicU64,
+    rotation_resends: AtomicU64,
+    unknown_errors: AtomicU64,
     stops: [AtomicU64; StopReason::ALL.len()],
     delays: [[AtomicU64; COLUMNS]; DELAY_ROWS],
 }
@@ -106,6 +108,16 @@ pub struct RetryStats {
     /// Budget tokens given back because a sleep was abandoned (counted whatever the budget does
     /// with a refund: `tower`'s `TpsBudget` cannot take one back).
     pub budget_refunded: u64,
+    /// Requests sent again because the server turned them away unprocessed
+    /// ([`NotSent::Refused`](crate::NotSent::Refused): a `GOAWAY` above their stream, a
+    /// `REFUSED_STREAM`, a connection that ended before they were written), free of attempts,
+    /// budget and breaker: what connection rotation costs.
+    pub rotation_resends: u64,
+    /// Errors no rule of the classifier recognised, whatever it then decided for them (see
+    /// [`HttpClassifier::unknown_errors`](crate::HttpClassifier::unknown_errors)). A count that
+    /// grows says a new error kind needs a rule; the report of each such request names the
+    /// error's kind in the `tracing` event of its decision.
+    pub unknown_errors: u64,
     /// Finished requests per [`StopReason`], in the order of [`StopReason::ALL`].
     pub stops: [u64; StopReason::ALL.len()],
     /// Realised delays per retry number, counted when each sleep ends (an aborted sleep with the
@@ -258,6 +270,8 @@ impl Counters {
             budget_denied: c.budget_denied.load(Relaxed),
             budget_granted: c.budget_granted.load(Relaxed),
             budget_refunded: c.budget_refunded.load(Relaxed),
+            rotation_resends: c.rotation_resends.load(Relaxed),
+            unknown_errors: c.unknown_errors.load(Relaxed),
             stops,
             delays: DelayHistogram {
                 rows: std::array::from_fn(|r| {
@@ -304,6 +318,14 @@ impl Counters {
 
     pub(crate) fn budget_granted(&self) {
         self.counters.budget_granted.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn rotation_resend(&self) {
+        self.counters.rotation_resends.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn unknown_error(&self) {
+        self.counters.unknown_errors.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn budget_refunded(&self) {

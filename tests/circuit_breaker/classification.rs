@@ -53,9 +53,18 @@ async fn attempt_timeouts_trip() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn unknown_errors_do_not_trip_by_default() {
+async fn unknown_errors_trip_like_transient_ones_unless_configured_permanent() {
+    // What is retried is what trips the breaker: an unknown error is transient by default.
     let broken = service_fn(|_: Req| async { Err::<Res, _>(std::io::Error::other("no idea")) });
     let layer = breaker().build().unwrap();
+    let mut service = layer.layer(broken);
+    for _ in 0..10 {
+        call(&mut service).await.unwrap_err();
+    }
+    assert!(matches!(layer.state(), CircuitState::Open { .. }));
+
+    let strict = HttpClassifier::new().unknown_errors(Outcome::Permanent);
+    let layer = breaker().classifier(strict).build().unwrap();
     let mut service = layer.layer(broken);
     for _ in 0..10 {
         call(&mut service).await.unwrap_err();

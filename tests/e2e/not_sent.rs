@@ -69,7 +69,7 @@ async fn a_refused_stream_is_resent_and_the_post_is_handled_once() {
     assert_eq!((report.attempts, report.stop), (2, StopReason::Success));
     assert_eq!(report.delays.len(), 1);
     assert_eq!(report.delays[0].source, DelaySource::Refused);
-    assert_eq!(report.slept, Duration::ZERO);
+    assert!(report.slept <= Duration::from_millis(4), "a short pause");
 }
 
 #[tokio::test]

@@ -69,8 +69,17 @@ async fn attempt_timeout_is_retried() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn unknown_error_is_permanent() {
-    let mut client = client();
+async fn an_unknown_error_is_retried_for_a_get_and_named_in_the_report() {
+    let (status, report) = error_then_success(io_error(ErrorKind::PermissionDenied).into()).await;
+    assert_eq!((status, report.attempts), (200, 2));
+    assert_eq!(report.unknown_error.as_deref(), Some("permission denied"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_error_is_permanent_when_configured_so() {
+    let classifier = tower_http_retry::HttpClassifier::new()
+        .unknown_errors(tower_http_retry::Outcome::Permanent);
+    let mut client = Client::new(builder().classifier(classifier).build().unwrap());
     let (request, slot) = with_slot(get());
     let mut future = client.start(request);
     client.fail(io_error(ErrorKind::PermissionDenied));
