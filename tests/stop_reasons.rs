@@ -308,6 +308,7 @@ async fn refused_too_often_the_server_refused_every_free_resend() {
     );
     let client = layer()
         .classifier(classifier)
+        .max_refused_retries(2)
         .build()
         .unwrap()
         .layer(refusing);
