@@ -83,6 +83,7 @@ mod reqwest;
 mod reqwest_middleware;
 mod retry;
 mod sync;
+mod telemetry;
 
 #[cfg(feature = "reqwest-middleware")]
 pub use self::reqwest_middleware::RetryMiddleware;
@@ -118,6 +119,8 @@ pub use retry::{
     TokenBucketBuilder, WhenLonger, DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS,
     IDEMPOTENCY_KEY,
 };
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;
 
 // The README's code blocks are compiled and run as doctests, so the README stays true.
 #[cfg(doctest)]
