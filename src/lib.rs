@@ -45,7 +45,12 @@
 //! # Features
 //!
 //! * `hyper` (default): the classifier recognises `hyper::Error` and hyper-util's client error.
-//! * `tracing`: one `tracing` event per decision (attempt sent, delay chosen, stop).
+//! * `tracing`: each attempt in an `attempt` span with OpenTelemetry's HTTP attributes
+//!   (`http.request.resend_count` on retries, method, server address and port, status), and one
+//!   `tracing` event per decision (attempt sent, delay chosen, stop).
+//! * `metrics`: counters (attempts, retries by delay source, requests by stop reason, budget
+//!   grants, denials and refunds, pacing mode changes), a histogram of the delays and a gauge of
+//!   the pacer's queues through the `metrics` facade; [`describe_metrics`] lists them.
 //! * `reqwest`: [`RequestHead`], [`RetryRequest`], [`RetryResponse`] and [`AsStdError`] for
 //!   `reqwest::Request`, `reqwest::Response` and `reqwest::Error`, so the layers wrap reqwest's
 //!   `Client` (a tower `Service`). See [Retrying reqwest](RetryLayer#retrying-reqwest).
@@ -83,6 +88,7 @@ mod reqwest;
 mod reqwest_middleware;
 mod retry;
 mod sync;
+mod telemetry;
 
 #[cfg(feature = "reqwest-middleware")]
 pub use self::reqwest_middleware::RetryMiddleware;
@@ -120,6 +126,8 @@ pub use retry::{
     TokenBucketBuilder, WhenLonger, DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS,
     IDEMPOTENCY_KEY,
 };
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;
 
 // The README's code blocks are compiled and run as doctests, so the README stays true.
 #[cfg(doctest)]

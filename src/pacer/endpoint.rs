@@ -170,13 +170,16 @@ impl EndpointState {
         let id = self.next_id;
         self.next_id += 1;
         self.queue.push_back(Waiter { id, waker: None });
+        crate::telemetry::queue_joined();
         Some(id)
     }
 
     /// Leaves the queue (a dropped or aborted waiter); wakes the new head if it was the head.
     pub(crate) fn remove(&mut self, id: u64) {
         let was_head = self.queue.front().is_some_and(|w| w.id == id);
+        let before = self.queue.len();
         self.queue.retain(|w| w.id != id);
+        crate::telemetry::queue_left(before - self.queue.len());
         if was_head {
             self.wake_head();
         }
@@ -438,9 +441,10 @@ impl EndpointState {
     }
 }
 
-fn trace(_mode: PacingMode) {
+fn trace(mode: PacingMode) {
     #[cfg(feature = "tracing")]
-    tracing::debug!(target: "tower_http_retry::pacer", mode = ?_mode, "endpoint pacing");
+    tracing::debug!(target: "tower_http_retry::pacer", ?mode, "endpoint pacing");
+    crate::telemetry::pacer_mode(mode);
 }
 
 #[cfg(test)]

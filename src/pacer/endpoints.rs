@@ -235,6 +235,7 @@ impl QueueWait {
             match state.try_release(this.endpoint.config(), now) {
                 Release::Now(pass) => {
                     state.queue.pop_front();
+                    crate::telemetry::queue_left(1);
                     state.wake_head();
                     *this.done = true;
                     return Poll::Ready(PassGuard {

@@ -17,6 +17,7 @@ use crate::classify::Classify;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacer::QueueWait;
 use crate::report::StopReason;
+use crate::telemetry::Attempt;
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -35,7 +36,7 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin]
-        state: State<S::Future, S::Response, S::Error>,
+        state: State<Attempt<S::Future>, S::Response, S::Error>,
         // The service retries are sent to; `None` when the request is sent only once.
         service: Option<S>,
         session: Session<Req, C>,

@@ -23,6 +23,7 @@ use crate::message::{RetryRequest, RetryResponse};
 use crate::pacer::{Deferred, Endpoint, Pacer, PassGuard, QueueWait, Signal};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
+use crate::telemetry::{self, Attempt};
 use http::uri::Authority;
 use http::{HeaderValue, Method};
 use rand::rngs::SmallRng;
@@ -209,7 +210,7 @@ impl<Req, C> Session<Req, C> {
         if let Some(last) = self.delays().last().filter(waited) {
             self.config
                 .counters
-                .delay(last.after_attempt, last.duration);
+                .delay(last.after_attempt, last.duration, last.source);
         }
     }
 
@@ -415,7 +416,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// Sends the stored request to `service`, keeping a copy if another attempt may follow.
-    pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> S::Future {
+    pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> Attempt<S::Future> {
         // The placeholder lasts until `send_request` decides what to keep.
         let kept = std::mem::replace(&mut self.kept, Kept::Method(Method::GET));
         let Kept::Copy(request) = kept else {
@@ -431,7 +432,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         &mut self,
         mut request: Req,
         service: &mut S,
-    ) -> S::Future {
+    ) -> Attempt<S::Future> {
         self.attempts += 1;
         let settings = &self.config.settings;
         if let Some(name) = &settings.attempt_header {
@@ -458,9 +459,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 self.kept = Kept::Method(request.method().clone());
             }
         }
-        self.config.counters.attempt(self.attempts);
+        let after = self.delays().last().map(|delay| delay.source);
+        self.config.counters.attempt(self.attempts, after);
         decision!(attempt = self.attempts, "sending attempt");
-        retrying(self.inner_layers_mark(), || service.call(request))
+        let mark = self.inner_layers_mark();
+        telemetry::send(request, self.attempts, |request| {
+            retrying(mark, || service.call(request))
+        })
     }
 
     /// What the inner layers are told while this one calls and polls them (see [`retrying`]).

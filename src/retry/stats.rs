@@ -1,6 +1,8 @@
-//! Cells shared by every clone of a layer, and the histogram of realised delays.
+//! Cells shared by every clone of a layer, and the histogram of realised delays. Each recording
+//! method is also where [telemetry](crate::telemetry) is emitted.
 
-use crate::report::StopReason;
+use crate::report::{DelaySource, StopReason};
+use crate::telemetry;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -281,19 +283,23 @@ impl Counters {
         }
     }
 
-    pub(crate) fn attempt(&self, number: u32) {
+    /// Attempt `number` (from 1) is sent; `after` is the source of the wait before it.
+    pub(crate) fn attempt(&self, number: u32, after: Option<DelaySource>) {
         self.counters.attempts.fetch_add(1, Relaxed);
         if number > 1 {
             self.counters.retries.fetch_add(1, Relaxed);
         }
+        telemetry::attempt(number, after);
     }
 
     pub(crate) fn stop(&self, reason: StopReason) {
         self.counters.stops[reason.index()].fetch_add(1, Relaxed);
+        telemetry::stop(reason);
     }
 
-    pub(crate) fn delay(&self, retry: u32, delay: Duration) {
+    pub(crate) fn delay(&self, retry: u32, delay: Duration, source: DelaySource) {
         self.counters.delays[row_of(retry)][column_of(delay)].fetch_add(1, Relaxed);
+        telemetry::delay(delay, source);
     }
 
     pub(crate) fn retry_after_seen(&self) {
@@ -314,10 +320,12 @@ impl Counters {
 
     pub(crate) fn budget_denied(&self) {
         self.counters.budget_denied.fetch_add(1, Relaxed);
+        telemetry::budget_denied();
     }
 
     pub(crate) fn budget_granted(&self) {
         self.counters.budget_granted.fetch_add(1, Relaxed);
+        telemetry::budget_granted();
     }
 
     pub(crate) fn rotation_resend(&self) {
@@ -330,6 +338,7 @@ impl Counters {
 
     pub(crate) fn budget_refunded(&self) {
         self.counters.budget_refunded.fetch_add(1, Relaxed);
+        telemetry::budget_refunded();
     }
 }
 
@@ -346,11 +355,12 @@ mod tests {
     #[test]
     fn delays_land_in_their_bucket_and_row() {
         let stats = Counters::default();
-        stats.delay(1, Duration::ZERO);
-        stats.delay(1, Duration::from_millis(1));
-        stats.delay(1, Duration::from_micros(1001));
-        stats.delay(2, Duration::from_secs(3600));
-        stats.delay(40, Duration::from_millis(150));
+        let backoff = DelaySource::Backoff;
+        stats.delay(1, Duration::ZERO, backoff);
+        stats.delay(1, Duration::from_millis(1), backoff);
+        stats.delay(1, Duration::from_micros(1001), backoff);
+        stats.delay(2, Duration::from_secs(3600), backoff);
+        stats.delay(40, Duration::from_millis(150), backoff);
         let h = stats.snapshot().delays;
         assert_eq!(h.row(1)[0], 2, "0 and 1 ms are both <= 1 ms");
         assert_eq!(h.row(1)[1], 1);

@@ -1,0 +1,271 @@
+//! With the `metrics` feature: counters, a histogram and a gauge through the `metrics` facade.
+//!
+//! Every key is a `static` (one per label value), so recording one costs the recorder's lookup
+//! and nothing else: no allocation, and no work at all while no recorder is installed.
+
+use crate::pacer::PacingMode;
+use crate::report::{DelaySource, StopReason};
+use metrics::{Key, KeyName, Label, Level, Metadata, SharedString, Unit};
+use std::time::Duration;
+
+const ATTEMPTS: &str = "http_client_retry_attempts_total";
+const RETRIES: &str = "http_client_retry_retries_total";
+const REQUESTS: &str = "http_client_retry_requests_total";
+const DELAY: &str = "http_client_retry_delay_seconds";
+const BUDGET: &str = "http_client_retry_budget_withdrawals_total";
+const REFUNDS: &str = "http_client_retry_budget_refunds_total";
+const MODE_CHANGES: &str = "http_client_retry_pacer_mode_changes_total";
+const QUEUE_DEPTH: &str = "http_client_retry_pacer_queue_depth";
+
+static METADATA: Metadata<'static> =
+    Metadata::new("tower_http_retry", Level::INFO, Some(module_path!()));
+
+/// Describes this crate's metrics (unit and help text) to the recorder installed now; call it
+/// once after installing one (a Prometheus exporter prints them as `# HELP` lines). Recording
+/// does not need it.
+///
+/// | name | type | unit | labels | what |
+/// |---|---|---|---|---|
+/// | `http_client_retry_attempts_total` | counter | attempts | | attempts sent, first attempts included |
+/// | `http_client_retry_retries_total` | counter | retries | `source` | attempts after the first, by what the wait before them came from: `backoff`, `retry_after`, `retry_after_clamped`, `paced`, `refused` |
+/// | `http_client_retry_requests_total` | counter | requests | `reason` | finished requests, by [`StopReason`] (`success`, `attempts_exhausted`, ...) |
+/// | `http_client_retry_delay_seconds` | histogram | seconds | `source` | realised waits before retries (an aborted one with the time it lasted) |
+/// | `http_client_retry_budget_withdrawals_total` | counter | tokens | `result`: `granted`, `denied` | retries the budget was asked for |
+/// | `http_client_retry_budget_refunds_total` | counter | tokens | | granted tokens given back (the retry was not sent) |
+/// | `http_client_retry_pacer_mode_changes_total` | counter | changes | `mode`: `open`, `probing`, `ramping`, `paused` | an endpoint entered this [`PacingMode`] |
+/// | `http_client_retry_pacer_queue_depth` | gauge | requests | | requests waiting in pacing queues now, all endpoints |
+///
+/// Every label has a fixed set of values: no authority, path or status is a label, so a client
+/// talking to many hosts still makes a bounded number of series.
+///
+/// ```
+/// // After installing a recorder (e.g. metrics-exporter-prometheus's):
+/// tower_http_retry::describe_metrics();
+/// ```
+pub fn describe_metrics() {
+    fn text(s: &'static str) -> SharedString {
+        SharedString::const_str(s)
+    }
+    let name = KeyName::from_const_str;
+    metrics::with_recorder(|r| {
+        r.describe_counter(
+            name(ATTEMPTS),
+            Some(Unit::Count),
+            text("Attempts sent, first attempts included."),
+        );
+        r.describe_counter(
+            name(RETRIES),
+            Some(Unit::Count),
+            text("Attempts after the first, by the source of the wait before them."),
+        );
+        r.describe_counter(
+            name(REQUESTS),
+            Some(Unit::Count),
+            text("Finished requests, by the reason the retry layer stopped."),
+        );
+        r.describe_histogram(
+            name(DELAY),
+            Some(Unit::Seconds),
+            text("Realised waits before retries, by their source."),
+        );
+        r.describe_counter(
+            name(BUDGET),
+            Some(Unit::Count),
+            text("Retry budget withdrawals, granted or denied."),
+        );
+        r.describe_counter(
+            name(REFUNDS),
+            Some(Unit::Count),
+            text("Granted budget tokens given back because the retry was not sent."),
+        );
+        r.describe_counter(
+            name(MODE_CHANGES),
+            Some(Unit::Count),
+            text("Pacing mode changes of an endpoint, by the mode entered."),
+        );
+        r.describe_gauge(
+            name(QUEUE_DEPTH),
+            Some(Unit::Count),
+            text("Requests waiting in pacing queues."),
+        );
+    });
+}
+
+/// A `&'static Key`, with at most one label.
+macro_rules! key {
+    ($name:expr) => {{
+        static KEY: Key = Key::from_static_name($name);
+        &KEY
+    }};
+    ($name:expr, $label:literal => $value:expr) => {{
+        static LABELS: [Label; 1] = [Label::from_static_parts($label, $value)];
+        static KEY: Key = Key::from_static_parts($name, &LABELS);
+        &KEY
+    }};
+}
+
+/// The key of `name` labelled `source` with `source`'s name.
+macro_rules! by_source {
+    ($name:expr, $source:expr) => {{
+        use DelaySource::*;
+        match $source {
+            Backoff => key!($name, "source" => source_name(Backoff)),
+            RetryAfter => key!($name, "source" => source_name(RetryAfter)),
+            RetryAfterClamped => key!($name, "source" => source_name(RetryAfterClamped)),
+            FirstAttempt => key!($name, "source" => source_name(FirstAttempt)),
+            Paced => key!($name, "source" => source_name(Paced)),
+            Refused => key!($name, "source" => source_name(Refused)),
+        }
+    }};
+}
+
+const fn source_name(source: DelaySource) -> &'static str {
+    match source {
+        DelaySource::Backoff => "backoff",
+        DelaySource::RetryAfter => "retry_after",
+        DelaySource::RetryAfterClamped => "retry_after_clamped",
+        DelaySource::FirstAttempt => "first_attempt",
+        DelaySource::Paced => "paced",
+        DelaySource::Refused => "refused",
+    }
+}
+
+const fn mode_name(mode: PacingMode) -> &'static str {
+    match mode {
+        PacingMode::Open => "open",
+        PacingMode::Probing => "probing",
+        PacingMode::Ramping => "ramping",
+        PacingMode::Paused => "paused",
+    }
+}
+
+fn stop_key(reason: StopReason) -> &'static Key {
+    macro_rules! arms {
+        ($($reason:ident),* $(,)?) => {
+            match reason {
+                $(StopReason::$reason => {
+                    key!(REQUESTS, "reason" => StopReason::$reason.as_str())
+                })*
+            }
+        };
+    }
+    arms!(
+        Success,
+        Permanent,
+        AttemptsExhausted,
+        BudgetEmpty,
+        Deadline,
+        NotIdempotent,
+        NotReplayable,
+        RetryAfterTooLong,
+        Aborted,
+        NotReady,
+        Cancelled,
+        Deferred,
+        CircuitOpen,
+        Held,
+        RefusedTooOften,
+        StandDown,
+        Delegated,
+    )
+}
+
+fn mode_key(mode: PacingMode) -> &'static Key {
+    match mode {
+        PacingMode::Open => key!(MODE_CHANGES, "mode" => mode_name(PacingMode::Open)),
+        PacingMode::Probing => key!(MODE_CHANGES, "mode" => mode_name(PacingMode::Probing)),
+        PacingMode::Ramping => key!(MODE_CHANGES, "mode" => mode_name(PacingMode::Ramping)),
+        PacingMode::Paused => key!(MODE_CHANGES, "mode" => mode_name(PacingMode::Paused)),
+    }
+}
+
+fn count(key: &'static Key) {
+    metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+}
+
+/// Attempt `number` (from 1) is sent; `after` is the source of the wait before it.
+pub(crate) fn attempt(number: u32, after: Option<DelaySource>) {
+    count(key!(ATTEMPTS));
+    if number > 1 {
+        // A retry with no wait recorded before it does not happen; `backoff` if it did.
+        count(by_source!(RETRIES, after.unwrap_or(DelaySource::Backoff)));
+    }
+}
+
+/// A request finished.
+pub(crate) fn stop(reason: StopReason) {
+    count(stop_key(reason));
+}
+
+/// A wait before a retry ended after `delay`.
+pub(crate) fn delay(delay: Duration, source: DelaySource) {
+    let key = by_source!(DELAY, source);
+    metrics::with_recorder(|r| {
+        r.register_histogram(key, &METADATA)
+            .record(delay.as_secs_f64())
+    });
+}
+
+pub(crate) fn budget_granted() {
+    count(key!(BUDGET, "result" => "granted"));
+}
+
+pub(crate) fn budget_denied() {
+    count(key!(BUDGET, "result" => "denied"));
+}
+
+pub(crate) fn budget_refunded() {
+    count(key!(REFUNDS));
+}
+
+/// An endpoint entered `mode`.
+pub(crate) fn pacer_mode(mode: PacingMode) {
+    count(mode_key(mode));
+}
+
+/// A request joined an endpoint's queue.
+pub(crate) fn queue_joined() {
+    metrics::with_recorder(|r| {
+        r.register_gauge(key!(QUEUE_DEPTH), &METADATA)
+            .increment(1.0)
+    });
+}
+
+/// `waiters` requests left an endpoint's queue.
+pub(crate) fn queue_left(waiters: usize) {
+    if waiters > 0 {
+        metrics::with_recorder(|r| {
+            r.register_gauge(key!(QUEUE_DEPTH), &METADATA)
+                .decrement(waiters as f64)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn label(key: &Key) -> (&str, &str) {
+        let label = key.labels().next().expect("one label");
+        (label.key(), label.value())
+    }
+
+    #[test]
+    fn every_stop_reason_has_its_own_key_labelled_with_its_name() {
+        for reason in StopReason::ALL {
+            let key = stop_key(reason);
+            assert_eq!(key.name(), REQUESTS);
+            assert_eq!(label(key), ("reason", reason.as_str()));
+        }
+    }
+
+    #[test]
+    fn sources_and_modes_are_labelled_with_their_names() {
+        let key = by_source!(DELAY, DelaySource::RetryAfterClamped);
+        assert_eq!(key.name(), DELAY);
+        assert_eq!(label(key), ("source", "retry_after_clamped"));
+        let key = by_source!(RETRIES, DelaySource::Refused);
+        assert_eq!(label(key), ("source", "refused"));
+        assert_eq!(label(mode_key(PacingMode::Ramping)), ("mode", "ramping"));
+    }
+}

@@ -1,0 +1,31 @@
+//! Telemetry in the ecosystem's terms: a `tracing` span per attempt carrying OpenTelemetry's
+//! HTTP attributes (feature `tracing`), and counters, histograms and a gauge through the
+//! `metrics` facade (feature `metrics`).
+//!
+//! The retry core calls the functions of this module at the points where it already records
+//! (the shared counters of `retry/stats.rs`, the pacer's mode changes and queue, the one place
+//! an attempt is sent). Without its feature each function is an empty inline function and
+//! [`Attempt`] is the inner future itself, so the core names no feature and pays nothing.
+//!
+//! The metric names, units and labels are tabled in the README's "Telemetry" section and on
+//! [`describe_metrics`](crate::describe_metrics).
+
+#[cfg(feature = "metrics")]
+mod metrics;
+#[cfg(not(feature = "metrics"))]
+#[path = "metrics_off.rs"]
+mod metrics;
+
+#[cfg(feature = "tracing")]
+mod span;
+#[cfg(not(feature = "tracing"))]
+#[path = "span_off.rs"]
+mod span;
+
+#[cfg(feature = "metrics")]
+pub use self::metrics::describe_metrics;
+pub(crate) use self::metrics::{
+    attempt, budget_denied, budget_granted, budget_refunded, delay, pacer_mode, queue_joined,
+    queue_left, stop,
+};
+pub(crate) use self::span::{send, Attempt};

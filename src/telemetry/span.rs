@@ -1,0 +1,79 @@
+//! With the `tracing` feature: every attempt runs in a span of its own, from the call of the
+//! inner service to the end of its future, carrying OpenTelemetry's HTTP client attributes.
+
+use crate::message::{RequestHead, RetryResponse};
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use tracing::field::Empty;
+use tracing::Span;
+
+pin_project! {
+    /// The future of one attempt: the inner service's, polled inside the attempt's span.
+    pub(crate) struct Attempt<F> {
+        #[pin]
+        future: F,
+        span: Span,
+    }
+}
+
+/// Sends `request` (the attempt numbered `number`, from 1) with `call`, inside a new `attempt`
+/// span: `attempt`, `http.request.method`, `server.address`, `server.port`,
+/// `http.request.resend_count` (on retries only, as the OpenTelemetry HTTP conventions say:
+/// `number - 1`) and, once the attempt ends, `http.response.status_code` or `error.type`.
+pub(crate) fn send<Req: RequestHead, F>(
+    request: Req,
+    number: u32,
+    call: impl FnOnce(Req) -> F,
+) -> Attempt<F> {
+    // The field values are evaluated only when a subscriber wants the span.
+    let span = tracing::info_span!(
+        target: "tower_http_retry",
+        "attempt",
+        attempt = number,
+        http.request.method = request.method().as_str(),
+        server.address = Empty,
+        server.port = Empty,
+        http.request.resend_count = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
+    );
+    // Checked first: the authority of a request without one in its URI is parsed from `Host`.
+    if !span.is_disabled() {
+        if let Some(authority) = request.authority() {
+            span.record("server.address", authority.host());
+            if let Some(port) = authority.port_u16() {
+                span.record("server.port", port);
+            }
+        }
+        if number > 1 {
+            span.record("http.request.resend_count", number - 1);
+        }
+    }
+    // The inner layers' own spans and events, from the call on, are the attempt's children.
+    let future = span.in_scope(|| call(request));
+    Attempt { future, span }
+}
+
+impl<F, Res, E> Future for Attempt<F>
+where
+    F: Future<Output = Result<Res, E>>,
+    Res: RetryResponse,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let _entered = this.span.enter();
+        let output = ready!(this.future.poll(cx));
+        match &output {
+            Ok(response) => this
+                .span
+                .record("http.response.status_code", response.status().as_u16()),
+            // The error's type: a bounded set, as the convention asks of `error.type`.
+            Err(_) => this.span.record("error.type", std::any::type_name::<E>()),
+        };
+        Poll::Ready(output)
+    }
+}

@@ -1,0 +1,140 @@
+//! The pacer's mode changes and queue depth, on tokio's paused clock against an in-process
+//! endpoint (`tower::service_fn`) that asks for a pause once.
+
+use super::{with_recorder, Readings};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_http_retry::{
+    Backoff, Jitter, Pacing, PacingMode, RandomSource, RetryAfter, RetryLayer, RetryReport,
+    StopReason,
+};
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+type Req = http::Request<String>;
+type Res = http::Response<String>;
+
+fn get() -> Req {
+    http::Request::get("http://paced.test/")
+        .body(String::new())
+        .unwrap()
+}
+
+/// The first call is told to come back in 1 s; every later one succeeds.
+fn endpoint() -> impl Service<Req, Response = Res, Error = std::io::Error, Future: Send> + Clone {
+    let calls = Arc::new(AtomicU32::new(0));
+    service_fn(move |_: Req| {
+        let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            let mut response = http::Response::builder();
+            if first {
+                response = response.status(429).header("retry-after", "1");
+            }
+            Ok::<Res, std::io::Error>(response.body(String::new()).unwrap())
+        }
+    })
+}
+
+fn layer() -> RetryLayer {
+    RetryLayer::builder()
+        .backoff(Backoff::new(Jitter::None, 100 * MS, SEC))
+        // The pause is the hint itself, 1 s, not spread.
+        .retry_after(RetryAfter::honored().max_delay(2 * SEC).jitter(0.0))
+        .random_source(RandomSource::seeded(3))
+        .pacing(Pacing::new())
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_pause_counts_its_mode_changes_and_the_queue_depth_goes_up_and_back_to_zero() {
+    with_recorder(true, |snapshotter| async move {
+        let layer = layer();
+        let service = layer.layer(endpoint());
+
+        let mut tasks = JoinSet::new();
+        // The first request's 429 pauses the endpoint; it waits in the queue for the retry.
+        tasks.spawn(service.clone().oneshot(get()));
+        tokio::time::sleep(10 * MS).await;
+        // Two new requests find the endpoint paused: their first attempts wait too.
+        for _ in 0..2 {
+            tasks.spawn(service.clone().oneshot(get()));
+        }
+        tokio::time::sleep(500 * MS).await;
+        let authority = "paced.test".parse().unwrap();
+        assert_eq!(
+            layer.pacing_stats(Some(&authority)).unwrap().mode,
+            PacingMode::Paused
+        );
+
+        let during = Readings::take(&snapshotter);
+        let depth = "http_client_retry_pacer_queue_depth";
+        assert_eq!(during.gauge(depth), 3.0, "three requests wait in the queue");
+        let modes = "http_client_retry_pacer_mode_changes_total";
+        assert_eq!(during.counter(modes, &[("mode", "paused")]), 1);
+        assert_eq!(during.series(modes).len(), 1, "{:?}", during.series(modes));
+
+        let responses = tasks.join_all().await;
+        for response in &responses {
+            let response = response.as_ref().unwrap();
+            assert_eq!(response.status(), 200);
+            assert_eq!(RetryReport::of(response).stop, StopReason::Success);
+        }
+
+        let after = Readings::take(&snapshotter);
+        // The recorder reset the gauge when it read 3; the three releases take 3 off again.
+        assert_eq!(during.gauge(depth) + after.gauge(depth), 0.0);
+        assert_eq!(after.counter(modes, &[("mode", "ramping")]), 1);
+        assert_eq!(
+            after.series(modes).len(),
+            1,
+            "the pause ended in a ramp, nothing else: {:?}",
+            after.series(modes)
+        );
+        // One retry, the first request's, after its wait in the queue: the 1 s pause.
+        let retries = "http_client_retry_retries_total";
+        assert_eq!(after.counter(retries, &[("source", "paced")]), 1);
+        assert_eq!(
+            after.series(retries).len(),
+            1,
+            "{:?}",
+            after.series(retries)
+        );
+        let waited = after.histogram("http_client_retry_delay_seconds", &[("source", "paced")]);
+        assert_eq!(waited.len(), 1, "{waited:?}");
+        assert_eq!(waited, [1.0]);
+        // The new requests' waits came before their first attempt: not a retry's delay.
+        assert_eq!(after.counter("http_client_retry_attempts_total", &[]), 3);
+        assert_eq!(during.counter("http_client_retry_attempts_total", &[]), 1);
+    });
+}
+
+#[test]
+fn a_request_dropped_from_the_queue_leaves_the_queue_depth() {
+    with_recorder(true, |snapshotter| async move {
+        let service = layer().layer(endpoint());
+        let mut tasks = JoinSet::new();
+        tasks.spawn(service.clone().oneshot(get()));
+        tokio::time::sleep(10 * MS).await;
+        // Waits in the queue behind the pause, then its caller gives up on it.
+        let impatient = tokio::time::timeout(200 * MS, service.clone().oneshot(get()));
+        assert!(
+            impatient.await.is_err(),
+            "the pause outlasts the caller's timeout"
+        );
+
+        let m = Readings::take(&snapshotter);
+        let depth = "http_client_retry_pacer_queue_depth";
+        assert_eq!(m.gauge(depth), 1.0, "two joined, the dropped one left");
+        let requests = "http_client_retry_requests_total";
+        assert_eq!(m.counter(requests, &[("reason", "cancelled")]), 1);
+
+        let _ = tasks.join_all().await;
+        // The reading above reset the gauge; the first request's release takes its 1 off.
+        assert_eq!(Readings::take(&snapshotter).gauge(depth), -1.0);
+    });
+}
