@@ -374,9 +374,9 @@ mod tests {
     #[test]
     fn debug_names_every_count() {
         let counters = Counters::default();
-        counters.attempt(1);
+        counters.attempt(1, None);
         counters.stop(StopReason::BudgetEmpty);
-        counters.delay(2, Duration::from_millis(150));
+        counters.delay(2, Duration::from_millis(150), DelaySource::Backoff);
         let debug = format!("{:?}", counters.snapshot());
         assert!(debug.contains(r#"stops: {"budget_empty": 1}"#), "{debug}");
         assert!(
