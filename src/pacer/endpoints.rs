@@ -90,6 +90,16 @@ impl Pacer {
         Some(endpoint)
     }
 
+    /// Whether requests to `authority` wait for the pacer now (its endpoint is known and
+    /// paced). Makes no endpoint.
+    pub(crate) fn is_paced(&self, authority: Option<&Authority>) -> bool {
+        let endpoint = match self.map().endpoints.get(&authority.cloned()) {
+            Some((endpoint, _)) => Arc::clone(endpoint),
+            None => return false,
+        };
+        endpoint.is_paced()
+    }
+
     /// The state of `authority`'s endpoint, if it has one.
     pub(crate) fn stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
         let endpoint = self.map().endpoints.get(&authority.cloned())?.0.clone();

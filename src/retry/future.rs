@@ -6,7 +6,10 @@
 //!             ^    └──── transient, retry granted ───┐
 //!             │                                      v
 //!             └── next attempt ──── Waiting: Sleeping ──> Readying (poll_ready the stored clone)
+//!                                      │  Queued (the pacer holds it) ──┘
 //!                                      └── aborted (at any point) ──> Done, last outcome
+//!
+//!  call, endpoint down ──> Waiting: Joining ── first poll ──> Queued (or Readying if open again)
 //! ```
 
 use super::nested::retrying;
@@ -56,7 +59,7 @@ pin_project! {
                         this.session.cut_last_sleep(remaining);
                     }
                     Phase::Queued { .. } => this.session.left_queue(Instant::now()),
-                    Phase::Readying => {}
+                    Phase::Joining | Phase::Readying => {}
                 },
                 State::Calling { .. } => {}
             }
@@ -114,6 +117,9 @@ pin_project! {
             #[pin]
             deadline: Option<Sleep>,
         },
+        // A first attempt to an endpoint that was down when it was made: it joins the queue when
+        // first polled, so that a future nobody polls yet holds no place at the head.
+        Joining,
         // The delay is over: the stored service is polled to readiness.
         Readying,
     }
@@ -192,17 +198,18 @@ where
         this
     }
 
-    /// The first attempt waits in the endpoint's queue (pacing holds it), then goes to
-    /// `service` once ready.
-    pub(crate) fn queued_first(
-        session: Session<Req, C>,
-        service: S,
-        queue: QueueWait,
-        listener: Option<Listener>,
-    ) -> Self {
-        let deadline = session.deadline();
+    /// The first attempt waits in the endpoint's queue (pacing holds it), joined at the first
+    /// poll, then goes to `service` once ready.
+    pub(crate) fn gated(session: Session<Req, C>, service: S) -> Self {
         Self {
-            state: State::queued(queue, deadline, listener, None),
+            state: State::Waiting {
+                wait: Box::pin(Wait {
+                    phase: Phase::Joining,
+                    watch: None,
+                    last: None,
+                    token: None,
+                }),
+            },
             service: Some(service),
             session,
         }
@@ -286,7 +293,7 @@ where
                                 session.left_queue(Instant::now());
                                 session.sleep_ended();
                             }
-                            PhaseProj::Readying => {}
+                            PhaseProj::Joining | PhaseProj::Readying => {}
                         }
                         wait.phase.set(Phase::Readying);
                         drop(wait.token.take()); // refunded: this retry will not be sent
@@ -298,6 +305,17 @@ where
                         // Aborted before the first attempt: there is no outcome yet, send now.
                     }
                     match wait.phase.as_mut().project() {
+                        PhaseProj::Joining => {
+                            match session.join_first_queue(Instant::now()) {
+                                Some((queue, listener)) => {
+                                    let deadline = session.deadline().map(tokio::time::sleep_until);
+                                    wait.phase.set(Phase::Queued { queue, deadline });
+                                    wait.watch.set(listener.map(AbortWatch::shutdown_only));
+                                }
+                                None => wait.phase.set(Phase::Readying),
+                            }
+                            continue;
+                        }
                         PhaseProj::Sleeping { sleep } => {
                             ready!(sleep.poll(cx));
                             session.sleep_ended();
@@ -383,6 +401,7 @@ where
             State::Waiting { wait } => match wait.phase {
                 Phase::Sleeping { .. } => "sleeping",
                 Phase::Queued { .. } => "queued",
+                Phase::Joining => "joining",
                 Phase::Readying => "readying",
             },
             State::Done => "done",

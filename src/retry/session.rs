@@ -736,24 +736,35 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         self.queue(&endpoint, now).ok()
     }
 
-    /// With pacing and its first-attempt gate on, a new request to an endpoint that is down
-    /// waits in its queue: the place, and the listener its wait is aborted with. `None` when
-    /// it goes at once (the endpoint is open, or its queue cannot take it: a first attempt has
-    /// no outcome to return instead, so it is sent).
+    /// With pacing and its first-attempt gate on, whether a new request to `request`'s endpoint
+    /// waits for the pacer (the endpoint is down). It joins the queue only when its future is
+    /// first polled ([`join_first_queue`](Self::join_first_queue)): a future not polled yet must
+    /// not hold the head of the queue.
     #[inline]
-    pub(crate) fn first_attempt_queue(
-        &mut self,
-        request: &Req,
-    ) -> Option<(QueueWait, Option<Listener>)> {
-        // Checked before the reference count: the path of every call when pacing is off.
-        self.config
+    pub(crate) fn first_attempt_waits(&self, request: &Req) -> bool {
+        // Checked before anything else: the path of every call when pacing is off.
+        let Some(pacer) = self
+            .config
             .pacer
             .as_ref()
-            .filter(|pacer| pacer.config().first_attempts)?;
+            .filter(|pacer| pacer.config().first_attempts)
+        else {
+            return false;
+        };
+        pacer.is_paced(request.authority().as_deref())
+    }
+
+    /// The first attempt's place in its endpoint's queue, joined at `now`, and the listener its
+    /// wait is aborted with. `None` when it goes at once (the endpoint is open again, or its
+    /// queue cannot take it: a first attempt has no outcome to return instead, so it is sent).
+    pub(crate) fn join_first_queue(
+        &mut self,
+        now: Instant,
+    ) -> Option<(QueueWait, Option<Listener>)> {
         let config = Arc::clone(&self.config);
         let pacer = config.pacer.as_ref()?;
-        let authority = request.authority();
-        let endpoint = pacer.endpoint(authority.as_deref())?;
+        let authority = self.authority().map(std::borrow::Cow::into_owned);
+        let endpoint = pacer.endpoint(authority.as_ref())?;
         if !endpoint.is_paced() {
             return None;
         }
@@ -761,8 +772,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             .settings
             .abort
             .as_ref()
-            .map(|abort| abort.listen(authority.as_deref()));
-        let wait = self.queue(&endpoint, Instant::now()).ok()?;
+            .map(|abort| abort.listen(authority.as_ref()));
+        let wait = self.queue(&endpoint, now).ok()?;
         Some((wait, listener))
     }
 

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod defects;
 mod loopback;
 
 use std::sync::{Arc, Mutex};

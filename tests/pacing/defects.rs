@@ -1,0 +1,148 @@
+//! Defects of the pacer found against real callers (issue 19), each pinned by the behaviour it
+//! broke. The endpoint is scripted: every attempt is handed to the test, which answers it when
+//! it chooses, on tokio's paused clock. Waits are bounded, so a request that hangs fails the test
+//! instead of hanging it.
+
+use http::uri::Authority;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_http_retry::{
+    AbortSignal, Backoff, Jitter, Pacing, PacingMode, RandomSource, RetryLayer, RetryLayerBuilder,
+    RetryReport, StopReason,
+};
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+type Req = http::Request<String>;
+type Res = http::Response<String>;
+type Answer = oneshot::Sender<Result<Res, std::io::Error>>;
+type Calls = mpsc::UnboundedReceiver<(Req, Answer)>;
+
+/// An inner service that hands every attempt to the test, which answers it through the
+/// returned sender when it chooses.
+fn scripted() -> (
+    impl Service<Req, Response = Res, Error = std::io::Error, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static,
+    Calls,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let service = service_fn(move |request: Req| {
+        let (answer, response) = oneshot::channel();
+        let _ = tx.send((request, answer));
+        async move {
+            response
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::other("the test dropped the attempt")))
+        }
+    });
+    (service, rx)
+}
+
+/// The next attempt the inner service received, waiting at most `limit` (paused time).
+async fn next_call(calls: &mut Calls, limit: Duration) -> Option<(Req, Answer)> {
+    tokio::time::timeout(limit, calls.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+fn get(authority: &str) -> Req {
+    http::Request::get(format!("http://{authority}/"))
+        .body(String::new())
+        .unwrap()
+}
+
+fn status(code: u16) -> Res {
+    http::Response::builder()
+        .status(code)
+        .body(String::new())
+        .unwrap()
+}
+
+fn with_header(code: u16, name: &'static str, value: &str) -> Res {
+    http::Response::builder()
+        .status(code)
+        .header(name, value)
+        .body(String::new())
+        .unwrap()
+}
+
+fn authority(a: &str) -> Authority {
+    a.parse().unwrap()
+}
+
+/// Deterministic: plain exponential 100 ms .. 1 s, seeded, no budget.
+fn builder() -> RetryLayerBuilder {
+    RetryLayer::builder()
+        .backoff(Backoff::new(Jitter::None, 100 * MS, SEC))
+        .random_source(RandomSource::seeded(3))
+        .without_budget()
+}
+
+fn spawn_call<S>(service: &S, request: Req) -> JoinHandle<Result<Res, BoxError>>
+where
+    S: Service<Req, Response = Res> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+{
+    let service = service.clone();
+    tokio::spawn(async move { service.oneshot(request).await.map_err(Into::into) })
+}
+
+/// Lets spawned tasks run without moving the paused clock.
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn report(response: &Res) -> RetryReport {
+    RetryReport::of(response).clone()
+}
+
+/// A caller makes two calls to an endpoint that is down and awaits the second first: tower does
+/// not require a response future to be polled promptly, so the first, not polled yet, must not
+/// hold a place at the head of the queue that blocks the second.
+#[tokio::test(start_paused = true)]
+async fn a_future_not_polled_yet_does_not_block_the_queue() {
+    let (inner, mut calls) = scripted();
+    let layer = builder()
+        .max_attempts(5)
+        .pacing(Pacing::builder().outage_after(1).build().unwrap())
+        .build()
+        .unwrap();
+    let service = layer.layer(inner);
+    // The endpoint goes down, then comes back: A's probe succeeds.
+    let a = spawn_call(&service, get("a.test"));
+    let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+    answer.send(Ok(status(503))).unwrap();
+    settle().await;
+
+    let mut svc = service.clone();
+    svc.ready().await.unwrap();
+    let f1 = svc.call(get("a.test")); // not polled
+    svc.ready().await.unwrap();
+    let f2 = tokio::spawn(svc.call(get("a.test")));
+
+    let (_, answer) = next_call(&mut calls, 5 * SEC).await.expect("A's probe");
+    answer.send(Ok(status(200))).unwrap();
+    assert_eq!(a.await.unwrap().unwrap().status(), 200);
+    let released = next_call(&mut calls, 60 * SEC).await;
+    let stats = layer.pacing_stats(Some(&authority("a.test")));
+    let (_, answer) = released.unwrap_or_else(|| {
+        panic!("a minute after the endpoint came back, f2 still waits behind f1: {stats:?}")
+    });
+    answer.send(Ok(status(200))).unwrap();
+    assert_eq!(f2.await.unwrap().unwrap().status(), 200);
+    // f1, polled at last, joins the queue then and is delivered too.
+    let f1 = tokio::spawn(f1);
+    let (_, answer) = next_call(&mut calls, 60 * SEC).await.expect("f1 is sent");
+    answer.send(Ok(status(200))).unwrap();
+    assert_eq!(f1.await.unwrap().unwrap().status(), 200);
+}
