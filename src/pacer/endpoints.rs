@@ -153,22 +153,36 @@ impl Endpoint {
         self.lock().is_paced()
     }
 
-    /// Records what an outcome says; wakes the head of the queue if that may let it go.
-    pub(crate) fn record(&self, pass: Option<Pass>, signal: Signal, now: Instant) {
+    /// Applies `change` to the state; wakes the head of the queue when it says the head may
+    /// look again, and on every change of mode: a head waits on a timer, or on nothing while a
+    /// probe is in flight, and a new mode may mean a new time to go (or a first one).
+    fn update(&self, change: impl FnOnce(&mut EndpointState, &PacingConfig) -> bool) {
         let mut state = self.lock();
-        if state.record(self.config(), pass, signal, now) {
+        let before = state.mode();
+        if change(&mut state, self.config()) || state.mode() != before {
             state.wake_head();
         }
     }
 
+    /// Records what an outcome says; wakes the head of the queue if that may let it go.
+    pub(crate) fn record(&self, pass: Option<Pass>, signal: Signal, now: Instant) {
+        self.update(|state, config| state.record(config, pass, signal, now));
+    }
+
     /// The retry budget said no while the endpoint is open: pace it.
     pub(crate) fn budget_empty(&self, now: Instant) {
-        self.lock().budget_empty(self.config(), now);
+        self.update(|state, config| {
+            state.budget_empty(config, now);
+            false
+        });
     }
 
     /// The endpoint asked for a pause until `until`.
     pub(crate) fn pause_until(&self, until: Instant, now: Instant) {
-        self.lock().pause_until(self.config(), until, now);
+        self.update(|state, config| {
+            state.pause_until(config, until, now);
+            false
+        });
     }
 
     /// Joins the queue, unless it is full or the predicted wait is longer than `room`.
@@ -242,7 +256,8 @@ impl QueueWait {
                 }
                 return Poll::Pending;
             }
-            match state.try_release(this.endpoint.config(), now) {
+            let release = state.try_release(this.endpoint.config(), now);
+            match release {
                 Release::Now(pass) => {
                     state.queue.pop_front();
                     state.wake_head();
@@ -252,13 +267,14 @@ impl QueueWait {
                         pass: Some(pass),
                     });
                 }
-                Release::Blocked => {
-                    if let Some(waiter) = state.queue.front_mut() {
-                        waiter.waker = Some(cx.waker().clone());
-                    }
-                    return Poll::Pending;
-                }
-                Release::At(at) => {
+                Release::Blocked | Release::At(_) => {
+                    // Blocked behind a probe in flight: its outcome wakes the head, and so does
+                    // a change of mode; the timer is a backstop that looks again a probe
+                    // interval later, whatever happened meanwhile.
+                    let at = match release {
+                        Release::At(at) => at,
+                        _ => now + this.endpoint.config().probe_interval,
+                    };
                     if let Some(waiter) = state.queue.front_mut() {
                         waiter.waker = Some(cx.waker().clone());
                     }

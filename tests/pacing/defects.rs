@@ -146,3 +146,59 @@ async fn a_future_not_polled_yet_does_not_block_the_queue() {
     answer.send(Ok(status(200))).unwrap();
     assert_eq!(f1.await.unwrap().unwrap().status(), 200);
 }
+
+/// The endpoint is down and its one probe is in flight, so the head of the queue is blocked
+/// until the probe's outcome. Meanwhile another request's `Retry-After` pauses the endpoint, and
+/// the probe succeeds during the pause. Once the pause is over the queue must move on.
+#[tokio::test(start_paused = true)]
+async fn a_head_blocked_behind_a_probe_is_released_after_a_pause_that_came_meanwhile() {
+    let (inner, mut calls) = scripted();
+    let layer = builder()
+        .max_attempts(10)
+        .pacing(
+            Pacing::builder()
+                .outage_after(1)
+                .probes_in_flight(1)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let service = layer.layer(inner);
+    let a_test = authority("a.test");
+
+    // C: a first attempt in flight while the endpoint is still open.
+    let c = spawn_call(&service, get("a.test"));
+    let (_, c_answer) = next_call(&mut calls, SEC).await.expect("C's first attempt");
+    // A: its 503 marks the endpoint down; A waits, and is let through as the probe.
+    let a = spawn_call(&service, get("a.test"));
+    let (_, a_answer) = next_call(&mut calls, SEC).await.expect("A's first attempt");
+    a_answer.send(Ok(status(503))).unwrap();
+    let (_, probe_answer) = next_call(&mut calls, 5 * SEC).await.expect("A's probe");
+    // B: blocked at the head of the queue behind the probe in flight.
+    let b = spawn_call(&service, get("a.test"));
+    settle().await;
+    let stats = layer.pacing_stats(Some(&a_test)).unwrap();
+    assert_eq!((stats.mode, stats.waiting), (PacingMode::Probing, 1));
+
+    // C's answer pauses the endpoint for 1 s; C waits behind B.
+    c_answer
+        .send(Ok(with_header(503, "retry-after", "1")))
+        .unwrap();
+    settle().await;
+    let stats = layer.pacing_stats(Some(&a_test)).unwrap();
+    assert_eq!((stats.mode, stats.waiting), (PacingMode::Paused, 2));
+    probe_answer.send(Ok(status(200))).unwrap();
+    assert_eq!(a.await.unwrap().unwrap().status(), 200);
+
+    // The pause ends after about 1.1 s: B, then C, are released by the ramp.
+    for name in ["B", "C"] {
+        let released = next_call(&mut calls, 5 * SEC).await;
+        let stats = layer.pacing_stats(Some(&a_test)).unwrap();
+        let (_, answer) = released
+            .unwrap_or_else(|| panic!("{name} not let through 5 s after a 1 s pause: {stats:?}"));
+        answer.send(Ok(status(200))).unwrap();
+    }
+    assert_eq!(b.await.unwrap().unwrap().status(), 200);
+    assert_eq!(c.await.unwrap().unwrap().status(), 200);
+}
