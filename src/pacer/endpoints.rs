@@ -78,7 +78,7 @@ impl Pacer {
             *used = tick;
             return Some(Arc::clone(endpoint));
         }
-        if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map) {
+        if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map, Instant::now()) {
             return None;
         }
         let endpoint = Arc::new(Endpoint {
@@ -107,14 +107,19 @@ impl Pacer {
     }
 }
 
-/// Forgets the least recently used endpoint that is open and that no request holds (no waiter,
-/// no pass in flight). Returns whether one was forgotten.
-fn evict(map: &mut Map) -> bool {
+/// Forgets the least recently used endpoint that is open at `now` and that no request holds
+/// (no waiter, no pass in flight). Returns whether one was forgotten.
+fn evict(map: &mut Map, now: Instant) -> bool {
     let victim = map
         .endpoints
         .iter()
         .filter(|(_, (endpoint, _))| {
-            Arc::strong_count(endpoint) == 1 && endpoint.lock().mode() == PacingMode::Open
+            Arc::strong_count(endpoint) == 1 && {
+                // Nobody holds it, so nobody waits on it: its mode is moved on without a wake.
+                let mut state = endpoint.lock();
+                state.advance(endpoint.config(), now);
+                state.mode() == PacingMode::Open
+            }
         })
         .min_by_key(|(_, (_, used))| *used)
         .map(|(key, _)| key.clone());
@@ -138,6 +143,10 @@ impl Endpoint {
     }
 
     pub(crate) fn stats(&self) -> PacingStats {
+        self.update(|state, config| {
+            state.advance(config, Instant::now());
+            false
+        });
         let state = self.lock();
         PacingStats {
             mode: state.mode(),

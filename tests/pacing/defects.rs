@@ -202,3 +202,56 @@ async fn a_head_blocked_behind_a_probe_is_released_after_a_pause_that_came_meanw
     assert_eq!(b.await.unwrap().unwrap().status(), 200);
     assert_eq!(c.await.unwrap().unwrap().status(), 200);
 }
+
+/// A success that used up its quota pauses a.test for 1 s. An hour later nothing has been sent
+/// to a.test: its mode has moved on all the same (the pause is over, and with nobody waiting the
+/// endpoint is open), so with `max_endpoints(1)` it can be forgotten and b.test, which then
+/// fails, is paced.
+#[tokio::test(start_paused = true)]
+async fn a_pause_long_over_reads_as_over_and_its_endpoint_can_be_forgotten() {
+    let (inner, mut calls) = scripted();
+    let layer = builder()
+        .max_attempts(3)
+        .pacing(
+            Pacing::builder()
+                .outage_after(1)
+                .max_endpoints(1)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let service = layer.layer(inner);
+    let pending = spawn_call(&service, get("a.test"));
+    let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+    let quota = http::Response::builder()
+        .status(200)
+        .header("x-ratelimit-remaining", "0")
+        .header("x-ratelimit-reset", "1")
+        .body(String::new())
+        .unwrap();
+    answer.send(Ok(quota)).unwrap();
+    let _ = pending.await.unwrap().unwrap();
+    assert_eq!(layer.stats().quota_paused, 1);
+    let a_test = authority("a.test");
+    assert_eq!(
+        layer.pacing_stats(Some(&a_test)).unwrap().mode,
+        PacingMode::Paused
+    );
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+
+    let a = layer.pacing_stats(Some(&a_test)).unwrap();
+    assert_eq!(a.mode, PacingMode::Open, "an hour after a 1 s pause: {a:?}");
+    let pending = spawn_call(&service, get("b.test"));
+    let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+    answer.send(Ok(status(503))).unwrap();
+    settle().await;
+    let b = layer.pacing_stats(Some(&authority("b.test")));
+    assert_eq!(
+        b.map(|b| b.mode),
+        Some(PacingMode::Probing),
+        "a.test, open and unused, is forgotten for b.test"
+    );
+    assert!(layer.pacing_stats(Some(&a_test)).is_none());
+    drop(pending);
+}
