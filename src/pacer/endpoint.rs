@@ -340,6 +340,20 @@ impl EndpointState {
         }
     }
 
+    /// A circuit breaker refused a request for `wait`: the endpoint pauses until the breaker
+    /// lets a probe through. A zero wait (the breaker is half-open, its probe in flight) says
+    /// nothing of when it is done: the pause is then a probe interval, jittered, so that the
+    /// request is not let through and refused again in the same instant.
+    pub(crate) fn breaker_refused(&mut self, config: &PacingConfig, wait: Duration, now: Instant) {
+        let wait = if wait.is_zero() {
+            let interval = config.probe_interval;
+            uniform(interval / 2, interval + interval / 2, &mut self.rng)
+        } else {
+            wait
+        };
+        self.pause_until(config, now + wait, now);
+    }
+
     /// Moves the mode on with time when it is read, not only when a request comes: what
     /// [`PacingStats`](crate::PacingStats) says and what eviction sees are true at `now`.
     pub(crate) fn advance(&mut self, config: &PacingConfig, now: Instant) {

@@ -194,6 +194,14 @@ impl Endpoint {
         });
     }
 
+    /// A circuit breaker refused a request for `wait` (zero: its half-open probe is in flight).
+    pub(crate) fn breaker_refused(&self, wait: Duration, now: Instant) {
+        self.update(|state, config| {
+            state.breaker_refused(config, wait, now);
+            false
+        });
+    }
+
     /// Joins the queue, unless it is full or the predicted wait is longer than `room`.
     pub(crate) fn enqueue(
         self: &Arc<Self>,

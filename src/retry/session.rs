@@ -570,7 +570,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         if let (Some(wait), Some(endpoint)) = (breaker_wait, &endpoint) {
             // With pacing, an open circuit pauses the endpoint until the breaker lets a probe
             // through, and the request waits with the others.
-            endpoint.pause_until(now + wait, now);
+            endpoint.breaker_refused(wait, now);
         }
         match self.not_retryable {
             // It never reached the server, or the server says repeating it is safe: whatever

@@ -255,3 +255,61 @@ async fn a_pause_long_over_reads_as_over_and_its_endpoint_can_be_forgotten() {
     assert!(layer.pacing_stats(Some(&a_test)).is_none());
     drop(pending);
 }
+
+/// A half-open breaker refuses every call but its one probe, with a `CircuitOpen` whose wait is
+/// zero ("the next call may probe"). With pacing the refused request waits (the pacer looks again
+/// at its probe rate) instead of being let through and refused again at once until its attempts
+/// are gone; once the breaker's probe succeeds, it is delivered.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_by_a_half_open_breaker_waits_under_pacing_instead_of_spending_every_attempt() {
+    use tower_http_retry::{CircuitBreakerLayer, ReportSlot};
+    let breaker = CircuitBreakerLayer::builder()
+        .consecutive_failures(1)
+        .without_failure_ratio()
+        .open_duration(SEC)
+        .open_jitter(0.0)
+        .random_source(RandomSource::seeded(1))
+        .build()
+        .unwrap();
+    let (inner, mut calls) = scripted();
+    let guarded = breaker.layer(inner);
+    let layer = builder()
+        .max_attempts(5)
+        .pacing(Pacing::new())
+        .build()
+        .unwrap();
+    let service = layer.layer(guarded.clone());
+
+    // Another client of the same breaker trips it, and, a second later, probes.
+    let trip = spawn_call(&guarded, get("a.test"));
+    let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+    answer.send(Ok(status(503))).unwrap();
+    let _ = trip.await.unwrap();
+    tokio::time::sleep(SEC).await;
+    let probe = spawn_call(&guarded, get("a.test"));
+    let (_, probe_answer) = next_call(&mut calls, SEC).await.expect("the probe");
+
+    // A paced request while the probe is in flight.
+    let slot = ReportSlot::new();
+    let mut request = get("a.test");
+    request.extensions_mut().insert(slot.clone());
+    let start = Instant::now();
+    let mut paced = spawn_call(&service, request);
+    if let Ok(result) = tokio::time::timeout(200 * MS, &mut paced).await {
+        let report = slot.take().unwrap();
+        panic!(
+            "refused by a half-open breaker, the request stopped after {:?} ({result:?}): \
+             {report:?}",
+            start.elapsed()
+        );
+    }
+    probe_answer.send(Ok(status(200))).unwrap();
+    assert_eq!(probe.await.unwrap().unwrap().status(), 200);
+    let (_, answer) = next_call(&mut calls, 5 * SEC)
+        .await
+        .expect("the paced request is sent once the breaker closed");
+    answer.send(Ok(status(200))).unwrap();
+    let response = paced.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(report(&response).attempts < 5, "{:?}", report(&response));
+}
