@@ -555,7 +555,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 return Next::Stop(StopReason::Success);
             }
             (Outcome::Permanent, None) => return Next::Stop(StopReason::Permanent),
-            (Outcome::Permanent, Some(wait)) if endpoint.is_none() => {
+            // A refusal stops the request as `CircuitOpen` when it would not wait in the queue
+            // (no pacing, or a request that is not sent again), never as `NotIdempotent`: it
+            // was not sent. With pacing the endpoint pauses all the same.
+            (Outcome::Permanent, Some(wait))
+                if endpoint.is_none() || self.not_retryable.is_some() =>
+            {
+                if let Some(endpoint) = &endpoint {
+                    endpoint.breaker_refused(wait, now.get());
+                }
                 self.retry_in(wait);
                 return Next::Stop(StopReason::CircuitOpen);
             }

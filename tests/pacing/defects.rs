@@ -313,3 +313,48 @@ async fn a_refusal_by_a_half_open_breaker_waits_under_pacing_instead_of_spending
     assert_eq!(response.status(), 200);
     assert!(report(&response).attempts < 5, "{:?}", report(&response));
 }
+
+/// A POST without a key refused by an open breaker never reached the server: it stops with
+/// `CircuitOpen` (not final, with when to try again) whether pacing is on or not, never as
+/// `NotIdempotent`, which would tell a durable queue to dead-letter it.
+#[tokio::test(start_paused = true)]
+async fn a_post_refused_by_an_open_breaker_stops_as_circuit_open_with_or_without_pacing() {
+    use tower_http_retry::{CircuitBreakerLayer, ReportSlot};
+    for pacing in [false, true] {
+        let breaker = CircuitBreakerLayer::builder()
+            .consecutive_failures(1)
+            .without_failure_ratio()
+            .open_duration(10 * SEC)
+            .open_jitter(0.0)
+            .random_source(RandomSource::seeded(1))
+            .build()
+            .unwrap();
+        let (inner, mut calls) = scripted();
+        let guarded = breaker.layer(inner);
+        let mut retry = builder().max_attempts(3);
+        if pacing {
+            retry = retry.pacing(Pacing::new());
+        }
+        let layer = retry.build().unwrap();
+        let service = layer.layer(guarded.clone());
+        let trip = spawn_call(&guarded, get("a.test"));
+        let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+        answer.send(Ok(status(503))).unwrap();
+        let _ = trip.await.unwrap();
+
+        let slot = ReportSlot::new();
+        let mut request = http::Request::post("http://a.test/orders")
+            .body("{}".to_owned())
+            .unwrap();
+        request.extensions_mut().insert(slot.clone());
+        let result = tokio::time::timeout(SEC, spawn_call(&service, request))
+            .await
+            .expect("returns at once")
+            .unwrap();
+        assert!(result.is_err(), "refused by the breaker");
+        let report = slot.take().unwrap();
+        assert_eq!(report.stop, StopReason::CircuitOpen, "pacing {pacing}");
+        assert!(!report.stop.is_final());
+        assert!(report.retry_after.is_some(), "pacing {pacing}: {report:?}");
+    }
+}
