@@ -60,8 +60,9 @@ pub(crate) struct Session<Req, C> {
 enum Kept<Req> {
     /// A copy for the next attempt (its method is the classifier's).
     Copy(Req),
-    /// No copy (no other attempt may follow): only the method, for the classifier.
-    Method(Method),
+    /// No copy (no other attempt may follow): only the method, for the classifier, and with
+    /// pacing the authority, which the outcome is booked to.
+    Method(Method, Option<Authority>),
 }
 
 /// What only a request that waits needs.
@@ -381,7 +382,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             #[cfg(feature = "grpc")]
             grpc_deadline,
             slot: request.report_slot().cloned(),
-            kept: Kept::Method(request.method().clone()),
+            kept: Kept::Method(request.method().clone(), None),
             config,
             not_retryable,
             attempts: 0,
@@ -408,7 +409,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// Sends the stored request to `service`, keeping a copy if another attempt may follow.
     pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> S::Future {
         // The placeholder lasts until `send_request` decides what to keep.
-        let kept = std::mem::replace(&mut self.kept, Kept::Method(Method::GET));
+        let kept = std::mem::replace(&mut self.kept, Kept::Method(Method::GET, None));
         let Kept::Copy(request) = kept else {
             unreachable!("a request is stored before every attempt");
         };
@@ -446,7 +447,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 if copy.is_some() {
                     self.not_retryable = Some(StopReason::NotReplayable);
                 }
-                self.kept = Kept::Method(request.method().clone());
+                // With pacing, the outcome of this attempt is booked to its endpoint.
+                let authority = self
+                    .config
+                    .pacer
+                    .as_ref()
+                    .and_then(|_| request.authority().map(std::borrow::Cow::into_owned));
+                self.kept = Kept::Method(request.method().clone(), authority);
             }
         }
         self.config.counters.attempt(self.attempts);
@@ -473,7 +480,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     pub(crate) fn authority(&self) -> Option<std::borrow::Cow<'_, Authority>> {
         match &self.kept {
             Kept::Copy(request) => request.authority(),
-            Kept::Method(_) => None,
+            Kept::Method(_, authority) => authority.as_ref().map(std::borrow::Cow::Borrowed),
         }
     }
 
@@ -515,7 +522,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let mut now = Now::new(now);
         let method = match &self.kept {
             Kept::Copy(request) => request.method(),
-            Kept::Method(method) => method,
+            Kept::Method(method, _) => method,
         };
         let config = &self.config;
         let mut outcome = config.classifier.classify(method, result);

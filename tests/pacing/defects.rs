@@ -358,3 +358,40 @@ async fn a_post_refused_by_an_open_breaker_stops_as_circuit_open_with_or_without
         assert!(report.retry_after.is_some(), "pacing {pacing}: {report:?}");
     }
 }
+
+/// With `max_attempts(1)` the session keeps no copy of the request; the outcomes are booked to
+/// the request's own endpoint all the same, not to the endpoint of requests without an
+/// authority: a.test, which failed, is paced, and a request with a relative URI is not.
+#[tokio::test(start_paused = true)]
+async fn outcomes_of_a_request_sent_without_a_kept_copy_are_booked_to_its_authority() {
+    let (inner, mut calls) = scripted();
+    let layer = builder()
+        .max_attempts(1)
+        .pacing(Pacing::builder().outage_after(2).build().unwrap())
+        .build()
+        .unwrap();
+    let service = layer.layer(inner);
+    for _ in 0..3 {
+        let pending = spawn_call(&service, get("a.test"));
+        let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+        answer.send(Ok(status(503))).unwrap();
+        let _ = pending.await.unwrap().unwrap();
+    }
+    let a = layer.pacing_stats(Some(&authority("a.test")));
+    let none = layer.pacing_stats(None);
+    assert_eq!(
+        a.map(|a| a.mode),
+        Some(PacingMode::Probing),
+        "a.test failed 3 times with outage_after(2): a.test {a:?}, no authority {none:?}"
+    );
+    assert!(
+        none.is_none_or(|none| none.mode == PacingMode::Open),
+        "{none:?}"
+    );
+    // A request with a relative URI never failed: it is sent at once.
+    let relative = http::Request::get("/local").body(String::new()).unwrap();
+    let pending = spawn_call(&service, relative);
+    let (_, answer) = next_call(&mut calls, 10 * MS).await.expect("sent at once");
+    answer.send(Ok(status(200))).unwrap();
+    assert_eq!(pending.await.unwrap().unwrap().status(), 200);
+}
