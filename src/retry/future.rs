@@ -13,7 +13,7 @@
 //! ```
 
 use super::nested::retrying;
-use super::session::{Next, Session, Withdrawal};
+use super::session::{AfterSleep, Next, Session, Withdrawal};
 use super::watch::AbortWatch;
 use crate::abort::Listener;
 use crate::classify::Classify;
@@ -321,14 +321,28 @@ where
                             session.sleep_ended();
                             let now = Instant::now();
                             match session.queue_after_sleep(now) {
-                                Some(queue) => {
+                                AfterSleep::Queue(queue) => {
                                     // Paced meanwhile: the pacer, not the budget, lets it go.
                                     drop(wait.token.take());
                                     let deadline = session.deadline().map(tokio::time::sleep_until);
                                     wait.phase.set(Phase::Queued { queue, deadline });
                                     continue;
                                 }
-                                None => wait.phase.set(Phase::Readying),
+                                AfterSleep::Deferred(deferred) => {
+                                    wait.phase.set(Phase::Readying);
+                                    if let Some(result) = wait.last.take() {
+                                        // Paced meanwhile and no room in the queue: not sent
+                                        // ahead of the probes, handed back with when to retry.
+                                        drop(wait.token.take());
+                                        session.retry_in(deferred.retry_after);
+                                        this.state.set(State::Done);
+                                        return Poll::Ready(
+                                            session.finish(result, StopReason::Deferred),
+                                        );
+                                    }
+                                    // A first attempt has no outcome to return: it is sent.
+                                }
+                                AfterSleep::Send => wait.phase.set(Phase::Readying),
                             }
                         }
                         PhaseProj::Queued { queue, deadline } => {

@@ -96,6 +96,17 @@ pub(crate) enum Next {
     },
 }
 
+/// What a request whose sleep is over does next, with pacing.
+pub(crate) enum AfterSleep {
+    /// Its endpoint is not paced: it is sent.
+    Send,
+    /// Its endpoint is paced: it waits in the queue.
+    Queue(QueueWait),
+    /// Its endpoint is paced and the queue cannot take it: it stops with
+    /// [`StopReason::Deferred`] (a first attempt, with no outcome to return, is sent).
+    Deferred(Deferred),
+}
+
 /// A budget token taken for a retry: spent when the retry is sent, refunded when dropped unsent.
 pub(crate) struct Withdrawal {
     budget: Arc<dyn RetryBudget>,
@@ -739,16 +750,26 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// With pacing, a request whose sleep began while its endpoint was open and ended while it
-    /// is paced waits in its queue instead of firing on its own timer; its place, if so.
-    pub(crate) fn queue_after_sleep(&mut self, now: Instant) -> Option<QueueWait> {
-        self.config.pacer.as_ref()?;
-        let config = Arc::clone(&self.config);
-        let pacer = config.pacer.as_ref()?;
-        let endpoint = pacer.endpoint(self.authority().as_deref())?;
-        if !endpoint.is_paced() {
-            return None;
+    /// is paced waits in its queue instead of firing on its own timer; and if the queue cannot
+    /// take it (full, or a predicted wait beyond the deadline), it is not sent either.
+    pub(crate) fn queue_after_sleep(&mut self, now: Instant) -> AfterSleep {
+        if self.config.pacer.is_none() {
+            return AfterSleep::Send;
         }
-        self.queue(&endpoint, now).ok()
+        let config = Arc::clone(&self.config);
+        let Some(pacer) = config.pacer.as_ref() else {
+            return AfterSleep::Send;
+        };
+        let Some(endpoint) = pacer.endpoint(self.authority().as_deref()) else {
+            return AfterSleep::Send;
+        };
+        if !endpoint.is_paced() {
+            return AfterSleep::Send;
+        }
+        match self.queue(&endpoint, now) {
+            Ok(wait) => AfterSleep::Queue(wait),
+            Err(deferred) => AfterSleep::Deferred(deferred),
+        }
     }
 
     /// With pacing and its first-attempt gate on, whether a new request to `request`'s endpoint

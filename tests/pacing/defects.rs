@@ -395,3 +395,55 @@ async fn outcomes_of_a_request_sent_without_a_kept_copy_are_booked_to_its_author
     answer.send(Ok(status(200))).unwrap();
     assert_eq!(pending.await.unwrap().unwrap().status(), 200);
 }
+
+/// S sleeps its backoff while the endpoint is open; T's 503 marks it down and T takes the
+/// queue's only place. When S wakes it finds the queue full: it is not sent to the endpoint that
+/// is down, ahead of any probe, but returns its last answer with `StopReason::Deferred` and a
+/// time to try again, counted as deferred by the pacer and by the layer alike.
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_finds_the_queue_full_after_its_sleep_is_deferred_not_sent() {
+    let (inner, mut calls) = scripted();
+    let layer = builder()
+        .max_attempts(5)
+        .pacing(
+            Pacing::builder()
+                .outage_after(2)
+                .max_waiters(1)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let service = layer.layer(inner);
+    let a_test = authority("a.test");
+    let s = spawn_call(&service, get("a.test"));
+    let t = spawn_call(&service, get("a.test"));
+    let (_, s_answer) = next_call(&mut calls, SEC).await.unwrap();
+    let (_, t_answer) = next_call(&mut calls, SEC).await.unwrap();
+    s_answer.send(Ok(status(503))).unwrap(); // S sleeps 100 ms; the endpoint is still open
+    settle().await;
+    t_answer.send(Ok(status(503))).unwrap(); // the endpoint is down; T waits in the queue
+    settle().await;
+    let stats = layer.pacing_stats(Some(&a_test)).unwrap();
+    assert_eq!((stats.mode, stats.waiting), (PacingMode::Probing, 1));
+
+    // The first probe cannot go before 250 ms (probe interval 500 ms, jittered by half).
+    let s = tokio::time::timeout(200 * MS, s)
+        .await
+        .expect("S returns once its sleep is over")
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.status(), 503, "its last answer");
+    let s_report = report(&s);
+    assert_eq!(s_report.stop, StopReason::Deferred, "{s_report:?}");
+    assert!(s_report.retry_after.is_some(), "{s_report:?}");
+    assert_eq!(s_report.attempts, 1);
+    let early = next_call(&mut calls, 40 * MS).await;
+    assert!(
+        early.is_none(),
+        "an attempt reached the endpoint that is down"
+    );
+    assert_eq!(layer.pacing_stats(Some(&a_test)).unwrap().deferred, 1);
+    assert_eq!(layer.stats().stopped(StopReason::Deferred), 1);
+    drop(t);
+}
