@@ -208,7 +208,10 @@ impl PacingBuilder {
     }
 
     /// The statuses that mean "overloaded" (transient timeouts and connection failures always
-    /// do). A transient status not in the list is retried but says nothing of the load.
+    /// do). A transient status not in the list is retried but says nothing of the load. The
+    /// classifier reads the list ([`Classify::is_congestion`](crate::Classify::is_congestion)),
+    /// and may say more: [`GrpcClassifier`](crate::GrpcClassifier) counts UNAVAILABLE and
+    /// RESOURCE_EXHAUSTED, which arrive with HTTP status 200.
     pub fn congestion(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
         self.congestion = statuses.into_iter().collect();
         self

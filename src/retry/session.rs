@@ -547,7 +547,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         };
         // The pacer learns what the response was, before the server's word below changes it.
         let endpoint = match &self.config.pacer {
-            Some(_) => self.learn(outcome, result, now.get()),
+            Some(pacer) => {
+                let congestion = match result {
+                    Ok(response) if outcome == Outcome::Transient => self
+                        .config
+                        .classifier
+                        .is_congestion(response, &pacer.config().congestion),
+                    _ => false,
+                };
+                self.learn(outcome, congestion, result, now.get())
+            }
             None => None,
         };
         if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
@@ -707,12 +716,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     fn learn<Res: RetryResponse, E>(
         &mut self,
         outcome: Outcome,
+        congestion: bool,
         result: &Result<Res, E>,
         now: Instant,
     ) -> Option<Arc<Endpoint>> {
         let config = Arc::clone(&self.config);
         let pacer = config.pacer.as_ref()?;
-        let signal = signal_of(pacer, outcome, result);
+        let signal = signal_of(outcome, congestion, result);
         match self.waits.as_mut().and_then(|waits| waits.pass.take()) {
             Some(pass) => {
                 let endpoint = pass.endpoint();
@@ -936,12 +946,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 }
 
-/// What an outcome says of the endpoint's load.
-fn signal_of<Res: RetryResponse, E>(
-    pacer: &Pacer,
-    outcome: Outcome,
-    result: &Result<Res, E>,
-) -> Signal {
+/// What an outcome says of the endpoint's load; `congestion` is the classifier's word on a
+/// transient response.
+fn signal_of<Res, E>(outcome: Outcome, congestion: bool, result: &Result<Res, E>) -> Signal {
     match (outcome, result) {
         (Outcome::Success, _) => Signal::Success,
         // Transient errors are timeouts and connection failures: what an overloaded or
@@ -949,11 +956,7 @@ fn signal_of<Res: RetryResponse, E>(
         (Outcome::Transient, Err(_)) | (Outcome::NotSent(NotSent::Unconnected), _) => {
             Signal::Congestion
         }
-        (Outcome::Transient, Ok(response))
-            if pacer.config().congestion.contains(&response.status()) =>
-        {
-            Signal::Congestion
-        }
+        (Outcome::Transient, Ok(_)) if congestion => Signal::Congestion,
         _ => Signal::Neutral,
     }
 }

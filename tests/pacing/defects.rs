@@ -447,3 +447,44 @@ async fn a_retry_that_finds_the_queue_full_after_its_sleep_is_deferred_not_sent(
     assert_eq!(layer.stats().stopped(StopReason::Deferred), 1);
     drop(t);
 }
+
+/// A gRPC server that is down or out of quota answers UNAVAILABLE, or RESOURCE_EXHAUSTED with a
+/// pushback (transient), in a Trailers-Only response (HTTP 200 with `grpc-status`): the
+/// classifier calls it congestion, so the endpoint is paced as an HTTP one answering 503 is.
+#[cfg(feature = "grpc")]
+#[tokio::test(start_paused = true)]
+async fn grpc_unavailable_and_resource_exhausted_count_as_congestion() {
+    for (code, pushback) in [("14", None), ("8", Some("100"))] {
+        let (inner, mut calls) = scripted();
+        let layer = RetryLayer::grpc()
+            .max_attempts(1)
+            .without_budget()
+            .pacing(Pacing::builder().outage_after(2).build().unwrap())
+            .build()
+            .unwrap();
+        let service = layer.layer(inner);
+        for _ in 0..2 {
+            let call = http::Request::post("http://grpc.test/pkg.Service/Method")
+                .header("content-type", "application/grpc")
+                .body(String::new())
+                .unwrap();
+            let pending = spawn_call(&service, call);
+            let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+            let mut response = with_header(200, "grpc-status", code);
+            if let Some(pushback) = pushback {
+                let value = http::HeaderValue::from_static(pushback);
+                response
+                    .headers_mut()
+                    .insert("grpc-retry-pushback-ms", value);
+            }
+            answer.send(Ok(response)).unwrap();
+            let _ = pending.await.unwrap().unwrap();
+        }
+        let stats = layer.pacing_stats(Some(&authority("grpc.test")));
+        assert_eq!(
+            stats.map(|s| s.mode),
+            Some(PacingMode::Probing),
+            "two calls ending with grpc-status {code} and outage_after(2): {stats:?}"
+        );
+    }
+}
