@@ -488,3 +488,39 @@ async fn grpc_unavailable_and_resource_exhausted_count_as_congestion() {
         );
     }
 }
+
+/// What the README and `Pacing` say of a breaker's hold with pacing: it does not release the
+/// requests waiting in the endpoint's queue (they wait for the breaker to let a probe through);
+/// a shutdown does, each with its last answer.
+#[tokio::test(start_paused = true)]
+async fn a_breaker_hold_keeps_paced_waiters_waiting_and_a_shutdown_releases_them() {
+    let signal = AbortSignal::new();
+    let (inner, mut calls) = scripted();
+    let layer = builder()
+        .max_attempts(5)
+        .abort_signal(signal.clone())
+        .pacing(Pacing::builder().outage_after(1).build().unwrap())
+        .build()
+        .unwrap();
+    let service = layer.layer(inner);
+    let mut waiter = spawn_call(&service, get("a.test"));
+    let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+    answer.send(Ok(status(503))).unwrap();
+    settle().await;
+    let a = authority("a.test");
+    assert_eq!(layer.pacing_stats(Some(&a)).unwrap().waiting, 1);
+    signal.hold_authority_until(Some(&a), Instant::now() + 10 * SEC);
+    assert!(
+        tokio::time::timeout(10 * MS, &mut waiter).await.is_err(),
+        "the hold released the waiter"
+    );
+    assert_eq!(layer.pacing_stats(Some(&a)).unwrap().waiting, 1);
+    signal.shutdown();
+    let response = tokio::time::timeout(10 * MS, waiter)
+        .await
+        .expect("released by the shutdown")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(report(&response).stop, StopReason::Aborted);
+}
