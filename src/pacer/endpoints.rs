@@ -202,16 +202,21 @@ impl Endpoint {
         });
     }
 
-    /// Joins the queue, unless it is full or the predicted wait is longer than `room`.
+    /// Joins the queue, unless it is full or the predicted wait is longer than `room`. A
+    /// request turned away is counted as deferred unless it is a `first` attempt, which is then
+    /// sent (it has no outcome to return instead).
     pub(crate) fn enqueue(
         self: &Arc<Self>,
         room: Duration,
         now: Instant,
+        first: bool,
     ) -> Result<QueueWait, Deferred> {
         let mut state = self.lock();
         let wait = state.predicted_wait(self.config(), state.queue.len(), now);
-        if wait > room {
-            state.deferred += 1;
+        if wait > room || state.queue.len() >= self.config().max_waiters {
+            if !first {
+                state.deferred += 1;
+            }
             return Err(Deferred { retry_after: wait });
         }
         match state.enqueue(self.config()) {
@@ -249,9 +254,11 @@ pin_project! {
 }
 
 impl QueueWait {
-    /// How long the pacer expects this request still to wait, from `now`.
-    pub(crate) fn predicted_wait(&self, now: Instant) -> Duration {
-        let state = self.endpoint.lock();
+    /// The request's deadline came before the pacer let it go: it is counted as deferred, and
+    /// handed back with how long the pacer expects it would still have waited, from `now`.
+    pub(crate) fn defer(&self, now: Instant) -> Duration {
+        let mut state = self.endpoint.lock();
+        state.deferred += 1;
         let position = state
             .queue
             .iter()

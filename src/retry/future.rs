@@ -353,18 +353,18 @@ where
                                 let now = Instant::now();
                                 session.left_queue(now);
                                 session.sleep_ended();
-                                let wait_left = queue.predicted_wait(now);
-                                wait.phase.set(Phase::Readying);
                                 if let Some(result) = wait.last.take() {
                                     // The deadline came before the pacer let it go: handed
                                     // back, with when to try again.
-                                    session.retry_in(wait_left);
+                                    session.retry_in(queue.defer(now));
+                                    wait.phase.set(Phase::Readying);
                                     this.state.set(State::Done);
                                     return Poll::Ready(
                                         session.finish(result, StopReason::Deferred),
                                     );
                                 }
                                 // A first attempt has no outcome to return: it is sent.
+                                wait.phase.set(Phase::Readying);
                             } else {
                                 let pass = ready!(queue.poll_release(cx));
                                 session.released(pass, Instant::now());

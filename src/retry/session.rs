@@ -278,7 +278,7 @@ impl<Req, C> Session<Req, C> {
 
     /// Joins `endpoint`'s queue at `now`, or says why it cannot.
     fn queue(&mut self, endpoint: &Arc<Endpoint>, now: Instant) -> Result<QueueWait, Deferred> {
-        let wait = endpoint.enqueue(self.room(now), now)?;
+        let wait = endpoint.enqueue(self.room(now), now, self.attempts == 0)?;
         self.record_delay(Duration::ZERO, DelaySource::Paced);
         self.waits().queued_at = Some(now);
         Ok(wait)

@@ -524,3 +524,59 @@ async fn a_breaker_hold_keeps_paced_waiters_waiting_and_a_shutdown_releases_them
     assert_eq!(response.status(), 503);
     assert_eq!(report(&response).stop, StopReason::Aborted);
 }
+
+/// Every request the pacer turns away is one `StopReason::Deferred` in the reports and in the
+/// layer's counters, and one `deferred` in `pacing_stats`: a request whose deadline ends in the
+/// queue is counted, and a first attempt that finds the queue full (and is sent, having no
+/// answer to return) is not.
+#[tokio::test(start_paused = true)]
+async fn pacing_stats_count_exactly_the_requests_stopped_as_deferred() {
+    let (inner, mut calls) = scripted();
+    let layer = builder()
+        .max_attempts(5)
+        .deadline(2 * SEC)
+        .pacing(
+            Pacing::builder()
+                .outage_after(1)
+                .max_waiters(1)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let service = layer.layer(inner);
+    let a_test = authority("a.test");
+    // A's 503 marks the endpoint down; A takes the queue's only place.
+    let a = spawn_call(&service, get("a.test"));
+    let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+    answer.send(Ok(status(503))).unwrap();
+    settle().await;
+    // B, a first attempt, finds the queue full: it is sent at once, not deferred. Its 503
+    // finds the queue still full: B is deferred.
+    let b = spawn_call(&service, get("a.test"));
+    let (_, b_answer) = next_call(&mut calls, 10 * MS).await.expect("B is sent");
+    assert_eq!(layer.pacing_stats(Some(&a_test)).unwrap().deferred, 0);
+    b_answer.send(Ok(status(503))).unwrap();
+    let b = tokio::time::timeout(10 * MS, b)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report(&b).stop, StopReason::Deferred);
+    assert_eq!(layer.pacing_stats(Some(&a_test)).unwrap().deferred, 1);
+    // The endpoint stays down: A's probes fail until its deadline, which ends its wait.
+    let responder = tokio::spawn(async move {
+        while let Some((_, answer)) = calls.recv().await {
+            let _ = answer.send(Ok(status(503)));
+        }
+    });
+    let a = tokio::time::timeout(5 * SEC, a)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report(&a).stop, StopReason::Deferred, "{:?}", report(&a));
+    responder.abort();
+    assert_eq!(layer.stats().stopped(StopReason::Deferred), 2);
+    assert_eq!(layer.pacing_stats(Some(&a_test)).unwrap().deferred, 2);
+}
