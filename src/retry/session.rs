@@ -20,7 +20,7 @@ use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, NotSent, Outcome};
 use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacer::{Deferred, Endpoint, Pacer, PassGuard, QueueWait, Signal};
+use crate::pacer::{Deferred, Endpoint, PassGuard, QueueWait, Signal};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 use http::uri::Authority;
@@ -814,11 +814,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         if !endpoint.is_paced() {
             return None;
         }
-        let listener = config
-            .settings
-            .abort
-            .as_ref()
-            .map(|abort| abort.listen(authority.as_ref()));
+        let abort = config.settings.abort.as_ref();
+        if abort.is_some_and(|abort| abort.is_shut_down()) {
+            // Made after a shutdown: it waits for nothing, as a first-attempt delay does not.
+            return None;
+        }
+        let listener = abort.map(|abort| abort.listen(authority.as_ref()));
         let wait = self.queue(&endpoint, now).ok()?;
         Some((wait, listener))
     }

@@ -580,3 +580,32 @@ async fn pacing_stats_count_exactly_the_requests_stopped_as_deferred() {
     assert_eq!(layer.stats().stopped(StopReason::Deferred), 2);
     assert_eq!(layer.pacing_stats(Some(&a_test)).unwrap().deferred, 2);
 }
+
+/// Found by the model test: a request made after a shutdown, to an endpoint that is down, does
+/// not wait in its queue (nothing would release it early); it is sent at once, as a
+/// first-attempt delay is skipped after a shutdown.
+#[tokio::test(start_paused = true)]
+async fn a_request_made_after_a_shutdown_does_not_wait_in_the_queue() {
+    let signal = AbortSignal::new();
+    let (inner, mut calls) = scripted();
+    let layer = builder()
+        .max_attempts(5)
+        .abort_signal(signal.clone())
+        .pacing(Pacing::builder().outage_after(1).build().unwrap())
+        .build()
+        .unwrap();
+    let service = layer.layer(inner);
+    let a = spawn_call(&service, get("a.test"));
+    let (_, answer) = next_call(&mut calls, SEC).await.unwrap();
+    answer.send(Ok(status(503))).unwrap();
+    settle().await;
+    signal.shutdown();
+    assert_eq!(a.await.unwrap().unwrap().status(), 503);
+    let b = spawn_call(&service, get("a.test"));
+    let (_, answer) = next_call(&mut calls, MS)
+        .await
+        .expect("sent at once, not queued");
+    answer.send(Ok(status(503))).unwrap();
+    let b = b.await.unwrap().unwrap();
+    assert_eq!(report(&b).stop, StopReason::Aborted);
+}

@@ -7,6 +7,7 @@ mod support;
 
 mod defects;
 mod loopback;
+mod model;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
