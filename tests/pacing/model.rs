@@ -110,10 +110,14 @@ struct Case {
 impl Case {
     fn draw(seed: u64) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed);
+        // Hints twice as often as the rest: a pause that comes while a probe is in flight is
+        // where a queue can be stranded.
         let faults = [
             Fault::Unavailable,
             Fault::UnavailableRetryAfter,
+            Fault::UnavailableRetryAfter,
             Fault::TooManyRequests,
+            Fault::TooManyRequestsHint,
             Fault::TooManyRequestsHint,
             Fault::Refused,
             Fault::Reset,
@@ -135,7 +139,7 @@ impl Case {
             })
             .collect::<Vec<_>>();
         let mut requests = Vec::new();
-        for _ in 0..rng.random_range(1..=14) {
+        for _ in 0..rng.random_range(1..=20) {
             let poll = match rng.random_range(0..10) {
                 0..=4 => Poll::Prompt,
                 5 | 6 => Poll::Late(Duration::from_millis(rng.random_range(0..2000))),
@@ -143,7 +147,7 @@ impl Case {
                 _ => Poll::DropAfter(Duration::from_millis(rng.random_range(0..3000))),
             };
             requests.push(RequestPlan {
-                at: Duration::from_millis(rng.random_range(0..4000)),
+                at: Duration::from_millis(rng.random_range(0..3000)),
                 endpoint: rng.random_range(0..endpoints.len()),
                 post: rng.random_bool(0.1),
                 poll,
@@ -172,11 +176,11 @@ impl Case {
                 .then(|| Duration::from_millis(rng.random_range(300..6000))),
             budget: rng.random_bool(0.5),
             outage_after: rng.random_range(1..=4),
-            probes_in_flight: rng.random_range(1..=2),
+            probes_in_flight: if rng.random_bool(0.7) { 1 } else { 2 },
             probe_interval: Duration::from_millis(rng.random_range(200..=800)),
             max_waiters: rng.random_range(1..=16),
             max_endpoints: rng.random_range(1..=2),
-            first_attempts: rng.random_bool(0.8),
+            first_attempts: rng.random_bool(0.5),
             breaker: rng
                 .random_bool(0.25)
                 .then(|| Duration::from_millis(rng.random_range(300..=2000))),
@@ -245,8 +249,10 @@ impl World {
             return (MS, Ok(status(200)));
         }
         let now = self.start.elapsed();
-        let latency = if self.rng.random_bool(0.03) {
-            LATENCY_MAX
+        // Now and then a slow answer: a probe in flight for a while is when a pause from
+        // another answer can come in between.
+        let latency = if self.rng.random_bool(0.4) {
+            Duration::from_millis(self.rng.random_range(100..=LATENCY_MAX.as_millis() as u64))
         } else {
             Duration::from_millis(self.rng.random_range(1..=40))
         };
@@ -357,6 +363,8 @@ async fn run_case(case: &Case) -> Result<(), String> {
                 .consecutive_failures(3)
                 .without_failure_ratio()
                 .open_duration(open)
+                .max_open_duration(WAIT_MAX)
+                .open_jitter(0.0)
                 .random_source(RandomSource::seeded(case.seed))
                 .abort_signal(signal.clone())
                 .build()
