@@ -100,6 +100,21 @@ impl Pacer {
         endpoint.is_paced()
     }
 
+    /// How long a request to `authority` that joined its queue at `now` would wait, if the
+    /// endpoint is known and paced. Makes no endpoint.
+    pub(crate) fn predicted_release(
+        &self,
+        authority: Option<&Authority>,
+        now: Instant,
+    ) -> Option<Duration> {
+        let endpoint = Arc::clone(&self.map().endpoints.get(&authority.cloned())?.0);
+        let mut state = endpoint.lock();
+        state.advance(endpoint.config(), now);
+        state
+            .is_paced()
+            .then(|| state.predicted_wait(endpoint.config(), state.queue.len(), now))
+    }
+
     /// The state of `authority`'s endpoint, if it has one.
     pub(crate) fn stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
         let endpoint = self.map().endpoints.get(&authority.cloned())?.0.clone();

@@ -61,7 +61,8 @@ enum Kept<Req> {
     /// A copy for the next attempt (its method is the classifier's).
     Copy(Req),
     /// No copy (no other attempt may follow): only the method, for the classifier, and with
-    /// pacing the authority, which the outcome is booked to.
+    /// pacing or an abort signal the authority (the pacer books the outcome to it; the
+    /// report's resend time reads what is known of it).
     Method(Method, Option<Authority>),
 }
 
@@ -78,6 +79,9 @@ struct Waits {
     queued_at: Option<Instant>,
     /// When sending again makes sense, for the report of a deferred request.
     retry_after: Option<Duration>,
+    /// The last hint the server gave (when, and how long it asked for), which the report's
+    /// resend time does not undercut.
+    last_hint: Option<(Instant, Duration)>,
 }
 
 /// What to do after an attempt.
@@ -458,12 +462,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 if copy.is_some() {
                     self.not_retryable = Some(StopReason::NotReplayable);
                 }
-                // With pacing, the outcome of this attempt is booked to its endpoint.
-                let authority = self
-                    .config
-                    .pacer
-                    .as_ref()
-                    .and_then(|_| request.authority().map(std::borrow::Cow::into_owned));
+                // With pacing, the outcome of this attempt is booked to its endpoint; the
+                // report's resend time reads the pacer's and a breaker's hold of it.
+                let knows = self.config.settings.abort.is_some() || self.config.pacer.is_some();
+                let authority = knows
+                    .then(|| request.authority().map(std::borrow::Cow::into_owned))
+                    .flatten();
                 self.kept = Kept::Method(request.method().clone(), authority);
             }
         }
@@ -602,6 +606,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let now = now.get();
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
+        if let Some(after) = hint.retry_after() {
+            // Kept for the report: a resend time never undercuts what the server asked.
+            self.waits().last_hint = Some((now, after));
+        }
         if let (Some(wait), Some(endpoint)) = (breaker_wait, &endpoint) {
             // With pacing, an open circuit pauses the endpoint until the breaker lets a probe
             // through, and the request waits with the others.
@@ -910,6 +918,46 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         (delay, DelaySource::Backoff)
     }
 
+    /// When sending the request again makes sense, from `now`: the stop's `own` reason (the
+    /// next backoff draw, the predicted wait, the breaker's wait) or, when later, what the layer
+    /// knows of the endpoint: what is left of the server's last hint, a breaker's hold of the
+    /// abort signal, the pacer's predicted release. Those are shared by every request to the
+    /// endpoint, so a time taken from them is spread upward as a `Retry-After` is (by its
+    /// jitter), lest a durable queue that honours it send them all back in one instant.
+    fn resend_after(&mut self, own: Duration, now: Instant) -> Duration {
+        let config = Arc::clone(&self.config);
+        let authority = self.authority().map(std::borrow::Cow::into_owned);
+        let hint = self
+            .waits
+            .as_ref()
+            .and_then(|waits| waits.last_hint)
+            .filter(|_| config.settings.retry_after.is_some())
+            .map(|(at, after)| after.saturating_sub(now.saturating_duration_since(at)));
+        let hold = config
+            .settings
+            .abort
+            .as_ref()
+            .and_then(|abort| abort.held_until(authority.as_ref()))
+            .map(|until| until.saturating_duration_since(now));
+        let release = config
+            .pacer
+            .as_ref()
+            .and_then(|pacer| pacer.predicted_release(authority.as_ref(), now));
+        let shared = [hint, hold, release].into_iter().flatten().max();
+        match shared {
+            Some(shared) if shared > own => {
+                let fraction = config
+                    .settings
+                    .retry_after
+                    .map_or(0.1, |policy| policy.jitter_fraction());
+                let spread = Duration::try_from_secs_f64(shared.as_secs_f64() * fraction)
+                    .unwrap_or(Duration::ZERO);
+                shared.saturating_add(uniform(Duration::ZERO, spread, self.rng()))
+            }
+            _ => own,
+        }
+    }
+
     /// Records the end of the request and hands back its last outcome.
     pub(crate) fn finish<Res: RetryResponse, E>(
         &mut self,
@@ -923,6 +971,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 slot.fill(RetryReport::FIRST_TRY);
             }
             return result;
+        }
+        if !stop.is_final() {
+            if let Some(own) = self.waits.as_ref().and_then(|waits| waits.retry_after) {
+                let resend = self.resend_after(own, Instant::now());
+                self.waits().retry_after = Some(resend);
+            }
         }
         let report = self.report(stop);
         match result {

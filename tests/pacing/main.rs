@@ -8,6 +8,7 @@ mod support;
 mod defects;
 mod loopback;
 mod model;
+mod resend;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
