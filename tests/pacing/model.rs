@@ -459,10 +459,7 @@ async fn run_case(case: &Case) -> Result<(), String> {
                     }
                     let polled = start.elapsed();
                     let result = match poll {
-                        Poll::DropAfter(after) => match tokio::time::timeout(after, future).await {
-                            Ok(result) => Some(result),
-                            Err(_) => None,
-                        },
+                        Poll::DropAfter(after) => tokio::time::timeout(after, future).await.ok(),
                         _ => Some(future.await),
                     };
                     vec![Record {
