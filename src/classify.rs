@@ -145,6 +145,22 @@ pub trait Classify<Res, E> {
         ServerHint::of_retry_after(response.headers(), now)
     }
 
+    /// Whether `response`, classified as transient, says the endpoint is overloaded or
+    /// unreachable: what [pacing](crate::Pacing) counts towards an outage and against a ramp.
+    /// `statuses` are the HTTP statuses the pacing configuration calls congestion
+    /// ([`PacingBuilder::congestion`](crate::PacingBuilder::congestion): 429, 502, 503 and 504
+    /// by default); a transient error (a timeout, a connection failure) always is congestion.
+    ///
+    /// The default: the response's status is one of `statuses`. A protocol that reports
+    /// overload inside a 200 says so here: [`GrpcClassifier`](crate::GrpcClassifier) counts
+    /// UNAVAILABLE and RESOURCE_EXHAUSTED.
+    fn is_congestion(&self, response: &Res, statuses: &[http::StatusCode]) -> bool
+    where
+        Res: RetryResponse,
+    {
+        statuses.contains(&response.status())
+    }
+
     /// Classifies the outcome of an attempt of a request with `method`: by default, the
     /// response or the error alone.
     fn classify(&self, method: &Method, result: &Result<Res, E>) -> Outcome {

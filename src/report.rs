@@ -268,7 +268,10 @@ pub struct RetryReport {
     /// breaker lets a probe through ([`StopReason::CircuitOpen`]) or its hold ends
     /// ([`StopReason::Held`]), the next backoff delay (attempts exhausted on a transient
     /// outcome, the budget empty, the deadline), or the server's `Retry-After`
-    /// ([`StopReason::RetryAfterTooLong`]). `None` for a final stop.
+    /// ([`StopReason::RetryAfterTooLong`]). Never before what the layer knows of the endpoint:
+    /// what is left of the server's last hint, a breaker's hold of the
+    /// [`AbortSignal`](crate::AbortSignal), the pacer's predicted release; a time taken from
+    /// those is spread upward by the `Retry-After` jitter. `None` for a final stop.
     pub retry_after: Option<Duration>,
     /// [`retry_after`](Self::retry_after) as a wall-clock time (the layer's
     /// [`wall_clock`](crate::RetryLayerBuilder::wall_clock) plus the duration), for a durable

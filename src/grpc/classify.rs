@@ -195,6 +195,19 @@ impl<B, E: AsStdError> Classify<http::Response<B>, E> for GrpcClassifier {
         <HttpClassifier as Classify<http::Response<B>, E>>::refused_for(&self.errors, error)
     }
 
+    /// UNAVAILABLE and RESOURCE_EXHAUSTED (in a Trailers-Only response, or mapped from a
+    /// proxy's HTTP status) are congestion; any other code is not.
+    fn is_congestion(&self, response: &http::Response<B>, statuses: &[StatusCode]) -> bool {
+        match response.headers().get(&GRPC_STATUS) {
+            Some(_) => matches!(
+                Self::status_of(response.status(), response.headers()),
+                Some(GrpcCode::Unavailable | GrpcCode::ResourceExhausted)
+            ),
+            // A proxy's answer: the pacing configuration's statuses decide, as for HTTP.
+            None => statuses.contains(&response.status()),
+        }
+    }
+
     fn hint(&self, response: &http::Response<B>, now: SystemTime) -> ServerHint {
         match Self::pushback(response.headers()) {
             Some(Pushback::After(delay)) => ServerHint::after(delay),
@@ -229,6 +242,22 @@ mod tests {
 
     fn hint(response: http::Response<()>) -> ServerHint {
         Classify::<_, io::Error>::hint(&GrpcClassifier::new(), &response, SystemTime::now())
+    }
+
+    #[test]
+    fn unavailable_and_resource_exhausted_are_congestion_and_a_proxy_status_reads_the_list() {
+        let congestion = |response: http::Response<()>| {
+            Classify::<_, io::Error>::is_congestion(
+                &GrpcClassifier::new(),
+                &response,
+                &[StatusCode::SERVICE_UNAVAILABLE],
+            )
+        };
+        assert!(congestion(response(200, &[("grpc-status", "14")])));
+        assert!(congestion(response(200, &[("grpc-status", "8")])));
+        assert!(!congestion(response(200, &[("grpc-status", "10")])));
+        assert!(congestion(response(503, &[])));
+        assert!(!congestion(response(429, &[])), "not in the list given");
     }
 
     #[test]

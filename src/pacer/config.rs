@@ -38,8 +38,10 @@ use std::time::Duration;
 /// or that finds the queue full, returns at once with
 /// [`StopReason::Deferred`](crate::StopReason::Deferred) and its last outcome, and its
 /// [`RetryReport::retry_after`](crate::RetryReport::retry_after) says when an outer durable
-/// queue should try again. An [`AbortSignal`](crate::AbortSignal) releases every waiter at once
-/// with its last outcome; dropping a waiting future frees its place.
+/// queue should try again. A shutdown of the [`AbortSignal`](crate::AbortSignal) releases every
+/// waiter at once with its last outcome; a breaker's hold of the signal (or its refusal,
+/// [`CircuitOpen`](crate::CircuitOpen)) does not: it pauses the endpoint until the breaker lets a
+/// probe through, and the waiters keep waiting. Dropping a waiting future frees its place.
 ///
 /// Pacing is for senders that would rather wait than fail: webhooks, batch clients, queue
 /// consumers. An interactive call that wants an answer now is better served by a short retry
@@ -208,7 +210,10 @@ impl PacingBuilder {
     }
 
     /// The statuses that mean "overloaded" (transient timeouts and connection failures always
-    /// do). A transient status not in the list is retried but says nothing of the load.
+    /// do). A transient status not in the list is retried but says nothing of the load. The
+    /// classifier reads the list ([`Classify::is_congestion`](crate::Classify::is_congestion)),
+    /// and may say more: [`GrpcClassifier`](crate::GrpcClassifier) counts UNAVAILABLE and
+    /// RESOURCE_EXHAUSTED, which arrive with HTTP status 200.
     pub fn congestion(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
         self.congestion = statuses.into_iter().collect();
         self

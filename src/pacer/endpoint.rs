@@ -343,11 +343,44 @@ impl EndpointState {
         }
     }
 
-    /// Moves the mode on with time: a pause that ended, a measuring interval that closed.
+    /// A circuit breaker refused a request for `wait`: the endpoint pauses until the breaker
+    /// lets a probe through. A zero wait (the breaker is half-open, its probe in flight) says
+    /// nothing of when it is done: the pause is then a probe interval, jittered, so that the
+    /// request is not let through and refused again in the same instant.
+    pub(crate) fn breaker_refused(&mut self, config: &PacingConfig, wait: Duration, now: Instant) {
+        let wait = if wait.is_zero() {
+            let interval = config.probe_interval;
+            uniform(interval / 2, interval + interval / 2, &mut self.rng)
+        } else {
+            wait
+        };
+        self.pause_until(config, now + wait, now);
+    }
+
+    /// Moves the mode on with time when it is read, not only when a request comes: what
+    /// [`PacingStats`](crate::PacingStats) says and what eviction sees are true at `now`.
+    pub(crate) fn advance(&mut self, config: &PacingConfig, now: Instant) {
+        self.tick_for(config, now, 0);
+    }
+
+    /// Moves the mode on with time for a request asking to go (or reporting an outcome).
     fn tick(&mut self, config: &PacingConfig, now: Instant) {
+        self.tick_for(config, now, 1);
+    }
+
+    /// Moves the mode on with time: a pause that ended, a measuring interval that closed, a
+    /// ramp that kept up with the demand. `asking` requests in the queue (at most the one
+    /// asking) still count as no demand.
+    fn tick_for(&mut self, config: &PacingConfig, now: Instant, asking: usize) {
+        let queue_empty = self.queue.len() <= asking;
         if let Mode::Paused { until, resume } = self.mode {
             if now >= until {
-                self.enter_ramping(config, now);
+                // Read late (no request came when it ended), the pause ended at `until`, and the
+                // endpoint has had no demand since: it ramps, and opens, as it would have then.
+                self.enter_ramping(config, until);
+                if let Mode::Ramping { idle_since, .. } = &mut self.mode {
+                    *idle_since = queue_empty.then_some(until);
+                }
                 if let (
                     Some(cut),
                     Mode::Ramping {
@@ -364,8 +397,6 @@ impl EndpointState {
                 }
             }
         }
-        // At most the request asking: the rate keeps up with the demand.
-        let queue_empty = self.queue.len() <= 1;
         let Mode::Ramping {
             ramp,
             interval_start,
@@ -593,6 +624,23 @@ mod tests {
         assert_eq!(s.try_release(&config, until), Release::Now(Pass::Paced));
         assert_eq!(s.mode(), PacingMode::Ramping);
         assert_eq!(s.rate(&config), config.rate.floor);
+    }
+
+    #[test]
+    fn a_pause_read_long_after_it_ended_has_ended_and_with_no_demand_opened() {
+        let config = config();
+        let now = Instant::now();
+        let mut s = state(now);
+        let until = now + 1000 * MS;
+        s.pause_until(&config, until, now);
+        s.advance(&config, until + 10 * MS);
+        assert_eq!(s.mode(), PacingMode::Ramping, "the pause is over");
+        s.advance(&config, until + config.idle_to_open);
+        assert_eq!(s.mode(), PacingMode::Open, "no demand since it ended");
+        let mut s = state(now);
+        s.pause_until(&config, until, now);
+        s.advance(&config, until + 3600 * 1000 * MS);
+        assert_eq!(s.mode(), PacingMode::Open, "read an hour later");
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl Pacer {
             *used = tick;
             return Some(Arc::clone(endpoint));
         }
-        if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map) {
+        if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map, Instant::now()) {
             return None;
         }
         let endpoint = Arc::new(Endpoint {
@@ -90,6 +90,31 @@ impl Pacer {
         Some(endpoint)
     }
 
+    /// Whether requests to `authority` wait for the pacer now (its endpoint is known and
+    /// paced). Makes no endpoint.
+    pub(crate) fn is_paced(&self, authority: Option<&Authority>) -> bool {
+        let endpoint = match self.map().endpoints.get(&authority.cloned()) {
+            Some((endpoint, _)) => Arc::clone(endpoint),
+            None => return false,
+        };
+        endpoint.is_paced()
+    }
+
+    /// How long a request to `authority` that joined its queue at `now` would wait, if the
+    /// endpoint is known and paced. Makes no endpoint.
+    pub(crate) fn predicted_release(
+        &self,
+        authority: Option<&Authority>,
+        now: Instant,
+    ) -> Option<Duration> {
+        let endpoint = Arc::clone(&self.map().endpoints.get(&authority.cloned())?.0);
+        let mut state = endpoint.lock();
+        state.advance(endpoint.config(), now);
+        state
+            .is_paced()
+            .then(|| state.predicted_wait(endpoint.config(), state.queue.len(), now))
+    }
+
     /// The state of `authority`'s endpoint, if it has one.
     pub(crate) fn stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
         let endpoint = self.map().endpoints.get(&authority.cloned())?.0.clone();
@@ -97,14 +122,19 @@ impl Pacer {
     }
 }
 
-/// Forgets the least recently used endpoint that is open and that no request holds (no waiter,
-/// no pass in flight). Returns whether one was forgotten.
-fn evict(map: &mut Map) -> bool {
+/// Forgets the least recently used endpoint that is open at `now` and that no request holds
+/// (no waiter, no pass in flight). Returns whether one was forgotten.
+fn evict(map: &mut Map, now: Instant) -> bool {
     let victim = map
         .endpoints
         .iter()
         .filter(|(_, (endpoint, _))| {
-            Arc::strong_count(endpoint) == 1 && endpoint.lock().mode() == PacingMode::Open
+            Arc::strong_count(endpoint) == 1 && {
+                // Nobody holds it, so nobody waits on it: its mode is moved on without a wake.
+                let mut state = endpoint.lock();
+                state.advance(endpoint.config(), now);
+                state.mode() == PacingMode::Open
+            }
         })
         .min_by_key(|(_, (_, used))| *used)
         .map(|(key, _)| key.clone());
@@ -128,6 +158,10 @@ impl Endpoint {
     }
 
     pub(crate) fn stats(&self) -> PacingStats {
+        self.update(|state, config| {
+            state.advance(config, Instant::now());
+            false
+        });
         let state = self.lock();
         PacingStats {
             mode: state.mode(),
@@ -143,34 +177,61 @@ impl Endpoint {
         self.lock().is_paced()
     }
 
-    /// Records what an outcome says; wakes the head of the queue if that may let it go.
-    pub(crate) fn record(&self, pass: Option<Pass>, signal: Signal, now: Instant) {
+    /// Applies `change` to the state; wakes the head of the queue when it says the head may
+    /// look again, and on every change of mode: a head waits on a timer, or on nothing while a
+    /// probe is in flight, and a new mode may mean a new time to go (or a first one).
+    fn update(&self, change: impl FnOnce(&mut EndpointState, &PacingConfig) -> bool) {
         let mut state = self.lock();
-        if state.record(self.config(), pass, signal, now) {
+        let before = state.mode();
+        if change(&mut state, self.config()) || state.mode() != before {
             state.wake_head();
         }
     }
 
+    /// Records what an outcome says; wakes the head of the queue if that may let it go.
+    pub(crate) fn record(&self, pass: Option<Pass>, signal: Signal, now: Instant) {
+        self.update(|state, config| state.record(config, pass, signal, now));
+    }
+
     /// The retry budget said no while the endpoint is open: pace it.
     pub(crate) fn budget_empty(&self, now: Instant) {
-        self.lock().budget_empty(self.config(), now);
+        self.update(|state, config| {
+            state.budget_empty(config, now);
+            false
+        });
     }
 
     /// The endpoint asked for a pause until `until`.
     pub(crate) fn pause_until(&self, until: Instant, now: Instant) {
-        self.lock().pause_until(self.config(), until, now);
+        self.update(|state, config| {
+            state.pause_until(config, until, now);
+            false
+        });
     }
 
-    /// Joins the queue, unless it is full or the predicted wait is longer than `room`.
+    /// A circuit breaker refused a request for `wait` (zero: its half-open probe is in flight).
+    pub(crate) fn breaker_refused(&self, wait: Duration, now: Instant) {
+        self.update(|state, config| {
+            state.breaker_refused(config, wait, now);
+            false
+        });
+    }
+
+    /// Joins the queue, unless it is full or the predicted wait is longer than `room`. A
+    /// request turned away is counted as deferred unless it is a `first` attempt, which is then
+    /// sent (it has no outcome to return instead).
     pub(crate) fn enqueue(
         self: &Arc<Self>,
         room: Duration,
         now: Instant,
+        first: bool,
     ) -> Result<QueueWait, Deferred> {
         let mut state = self.lock();
         let wait = state.predicted_wait(self.config(), state.queue.len(), now);
-        if wait > room {
-            state.deferred += 1;
+        if wait > room || state.queue.len() >= self.config().max_waiters {
+            if !first {
+                state.deferred += 1;
+            }
             return Err(Deferred { retry_after: wait });
         }
         match state.enqueue(self.config()) {
@@ -208,9 +269,11 @@ pin_project! {
 }
 
 impl QueueWait {
-    /// How long the pacer expects this request still to wait, from `now`.
-    pub(crate) fn predicted_wait(&self, now: Instant) -> Duration {
-        let state = self.endpoint.lock();
+    /// The request's deadline came before the pacer let it go: it is counted as deferred, and
+    /// handed back with how long the pacer expects it would still have waited, from `now`.
+    pub(crate) fn defer(&self, now: Instant) -> Duration {
+        let mut state = self.endpoint.lock();
+        state.deferred += 1;
         let position = state
             .queue
             .iter()
@@ -232,7 +295,8 @@ impl QueueWait {
                 }
                 return Poll::Pending;
             }
-            match state.try_release(this.endpoint.config(), now) {
+            let release = state.try_release(this.endpoint.config(), now);
+            match release {
                 Release::Now(pass) => {
                     state.queue.pop_front();
                     crate::telemetry::queue_left(1);
@@ -243,13 +307,14 @@ impl QueueWait {
                         pass: Some(pass),
                     });
                 }
-                Release::Blocked => {
-                    if let Some(waiter) = state.queue.front_mut() {
-                        waiter.waker = Some(cx.waker().clone());
-                    }
-                    return Poll::Pending;
-                }
-                Release::At(at) => {
+                Release::Blocked | Release::At(_) => {
+                    // Blocked behind a probe in flight: its outcome wakes the head, and so does
+                    // a change of mode; the timer is a backstop that looks again a probe
+                    // interval later, whatever happened meanwhile.
+                    let at = match release {
+                        Release::At(at) => at,
+                        _ => now + this.endpoint.config().probe_interval,
+                    };
                     if let Some(waiter) = state.queue.front_mut() {
                         waiter.waker = Some(cx.waker().clone());
                     }

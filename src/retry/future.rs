@@ -6,11 +6,14 @@
 //!             ^    └──── transient, retry granted ───┐
 //!             │                                      v
 //!             └── next attempt ──── Waiting: Sleeping ──> Readying (poll_ready the stored clone)
+//!                                      │  Queued (the pacer holds it) ──┘
 //!                                      └── aborted (at any point) ──> Done, last outcome
+//!
+//!  call, endpoint down ──> Waiting: Joining ── first poll ──> Queued (or Readying if open again)
 //! ```
 
 use super::nested::retrying;
-use super::session::{Next, Session, Withdrawal};
+use super::session::{AfterSleep, Next, Session, Withdrawal};
 use super::watch::AbortWatch;
 use crate::abort::Listener;
 use crate::classify::Classify;
@@ -57,7 +60,7 @@ pin_project! {
                         this.session.cut_last_sleep(remaining);
                     }
                     Phase::Queued { .. } => this.session.left_queue(Instant::now()),
-                    Phase::Readying => {}
+                    Phase::Joining | Phase::Readying => {}
                 },
                 State::Calling { .. } => {}
             }
@@ -115,6 +118,9 @@ pin_project! {
             #[pin]
             deadline: Option<Sleep>,
         },
+        // A first attempt to an endpoint that was down when it was made: it joins the queue when
+        // first polled, so that a future nobody polls yet holds no place at the head.
+        Joining,
         // The delay is over: the stored service is polled to readiness.
         Readying,
     }
@@ -193,17 +199,18 @@ where
         this
     }
 
-    /// The first attempt waits in the endpoint's queue (pacing holds it), then goes to
-    /// `service` once ready.
-    pub(crate) fn queued_first(
-        session: Session<Req, C>,
-        service: S,
-        queue: QueueWait,
-        listener: Option<Listener>,
-    ) -> Self {
-        let deadline = session.deadline();
+    /// The first attempt waits in the endpoint's queue (pacing holds it), joined at the first
+    /// poll, then goes to `service` once ready.
+    pub(crate) fn gated(session: Session<Req, C>, service: S) -> Self {
         Self {
-            state: State::queued(queue, deadline, listener, None),
+            state: State::Waiting {
+                wait: Box::pin(Wait {
+                    phase: Phase::Joining,
+                    watch: None,
+                    last: None,
+                    token: None,
+                }),
+            },
             service: Some(service),
             session,
         }
@@ -287,7 +294,7 @@ where
                                 session.left_queue(Instant::now());
                                 session.sleep_ended();
                             }
-                            PhaseProj::Readying => {}
+                            PhaseProj::Joining | PhaseProj::Readying => {}
                         }
                         wait.phase.set(Phase::Readying);
                         drop(wait.token.take()); // refunded: this retry will not be sent
@@ -299,19 +306,44 @@ where
                         // Aborted before the first attempt: there is no outcome yet, send now.
                     }
                     match wait.phase.as_mut().project() {
+                        PhaseProj::Joining => {
+                            match session.join_first_queue(Instant::now()) {
+                                Some((queue, listener)) => {
+                                    let deadline = session.deadline().map(tokio::time::sleep_until);
+                                    wait.phase.set(Phase::Queued { queue, deadline });
+                                    wait.watch.set(listener.map(AbortWatch::shutdown_only));
+                                }
+                                None => wait.phase.set(Phase::Readying),
+                            }
+                            continue;
+                        }
                         PhaseProj::Sleeping { sleep } => {
                             ready!(sleep.poll(cx));
                             session.sleep_ended();
                             let now = Instant::now();
                             match session.queue_after_sleep(now) {
-                                Some(queue) => {
+                                AfterSleep::Queue(queue) => {
                                     // Paced meanwhile: the pacer, not the budget, lets it go.
                                     drop(wait.token.take());
                                     let deadline = session.deadline().map(tokio::time::sleep_until);
                                     wait.phase.set(Phase::Queued { queue, deadline });
                                     continue;
                                 }
-                                None => wait.phase.set(Phase::Readying),
+                                AfterSleep::Deferred(deferred) => {
+                                    wait.phase.set(Phase::Readying);
+                                    if let Some(result) = wait.last.take() {
+                                        // Paced meanwhile and no room in the queue: not sent
+                                        // ahead of the probes, handed back with when to retry.
+                                        drop(wait.token.take());
+                                        session.retry_in(deferred.retry_after);
+                                        this.state.set(State::Done);
+                                        return Poll::Ready(
+                                            session.finish(result, StopReason::Deferred),
+                                        );
+                                    }
+                                    // A first attempt has no outcome to return: it is sent.
+                                }
+                                AfterSleep::Send => wait.phase.set(Phase::Readying),
                             }
                         }
                         PhaseProj::Queued { queue, deadline } => {
@@ -322,18 +354,18 @@ where
                                 let now = Instant::now();
                                 session.left_queue(now);
                                 session.sleep_ended();
-                                let wait_left = queue.predicted_wait(now);
-                                wait.phase.set(Phase::Readying);
                                 if let Some(result) = wait.last.take() {
                                     // The deadline came before the pacer let it go: handed
                                     // back, with when to try again.
-                                    session.retry_in(wait_left);
+                                    session.retry_in(queue.defer(now));
+                                    wait.phase.set(Phase::Readying);
                                     this.state.set(State::Done);
                                     return Poll::Ready(
                                         session.finish(result, StopReason::Deferred),
                                     );
                                 }
                                 // A first attempt has no outcome to return: it is sent.
+                                wait.phase.set(Phase::Readying);
                             } else {
                                 let pass = ready!(queue.poll_release(cx));
                                 session.released(pass, Instant::now());
@@ -384,6 +416,7 @@ where
             State::Waiting { wait } => match wait.phase {
                 Phase::Sleeping { .. } => "sleeping",
                 Phase::Queued { .. } => "queued",
+                Phase::Joining => "joining",
                 Phase::Readying => "readying",
             },
             State::Done => "done",

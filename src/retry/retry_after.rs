@@ -84,6 +84,11 @@ impl RetryAfter {
         self
     }
 
+    /// The upward spread, as a fraction of a hint.
+    pub(crate) fn jitter_fraction(&self) -> f64 {
+        self.jitter
+    }
+
     /// The clamp: the configured maximum, or `backoff_cap` when none was set.
     pub fn clamp_or(&self, backoff_cap: Duration) -> Duration {
         self.max_delay.unwrap_or(backoff_cap)

@@ -73,13 +73,13 @@ where
 
     fn call(&mut self, mut request: Req) -> Self::Future {
         let mut session = Session::new(Arc::clone(&self.config), &mut request);
-        if let Some((queue, listener)) = session.first_attempt_queue(&request) {
+        if session.first_attempt_waits(&request) {
             // The endpoint is down: the first attempt waits in its queue, holding nothing (as
-            // with the first-attempt jitter below).
+            // with the first-attempt jitter below). It joins the queue when first polled.
             let fresh = self.inner.clone();
             drop(std::mem::replace(&mut self.inner, fresh));
             session.store(request);
-            return RetryFuture::queued_first(session, self.inner.clone(), queue, listener);
+            return RetryFuture::gated(session, self.inner.clone());
         }
         if session.has_first_attempt_jitter() {
             // The attempt goes to a clone made ready after the delay. The readied service is

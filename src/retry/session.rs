@@ -20,7 +20,7 @@ use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, NotSent, Outcome};
 use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacer::{Deferred, Endpoint, Pacer, PassGuard, QueueWait, Signal};
+use crate::pacer::{Deferred, Endpoint, PassGuard, QueueWait, Signal};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 use crate::telemetry::{self, Attempt};
@@ -61,8 +61,10 @@ pub(crate) struct Session<Req, C> {
 enum Kept<Req> {
     /// A copy for the next attempt (its method is the classifier's).
     Copy(Req),
-    /// No copy (no other attempt may follow): only the method, for the classifier.
-    Method(Method),
+    /// No copy (no other attempt may follow): only the method, for the classifier, and with
+    /// pacing or an abort signal the authority (the pacer books the outcome to it; the
+    /// report's resend time reads what is known of it).
+    Method(Method, Option<Authority>),
 }
 
 /// What only a request that waits needs.
@@ -80,6 +82,9 @@ struct Waits {
     retry_after: Option<Duration>,
     /// The last error no classification rule recognised, named for the report.
     unknown_error: Option<String>,
+    /// The last hint the server gave (when, and how long it asked for), which the report's
+    /// resend time does not undercut.
+    last_hint: Option<(Instant, Duration)>,
 }
 
 /// What to do after an attempt.
@@ -96,6 +101,17 @@ pub(crate) enum Next {
         listener: Option<Listener>,
         deadline: Option<Instant>,
     },
+}
+
+/// What a request whose sleep is over does next, with pacing.
+pub(crate) enum AfterSleep {
+    /// Its endpoint is not paced: it is sent.
+    Send,
+    /// Its endpoint is paced: it waits in the queue.
+    Queue(QueueWait),
+    /// Its endpoint is paced and the queue cannot take it: it stops with
+    /// [`StopReason::Deferred`] (a first attempt, with no outcome to return, is sent).
+    Deferred(Deferred),
 }
 
 /// A budget token taken for a retry: spent when the retry is sent, refunded when dropped unsent.
@@ -276,7 +292,7 @@ impl<Req, C> Session<Req, C> {
 
     /// Joins `endpoint`'s queue at `now`, or says why it cannot.
     fn queue(&mut self, endpoint: &Arc<Endpoint>, now: Instant) -> Result<QueueWait, Deferred> {
-        let wait = endpoint.enqueue(self.room(now), now)?;
+        let wait = endpoint.enqueue(self.room(now), now, self.attempts == 0)?;
         self.record_delay(Duration::ZERO, DelaySource::Paced);
         self.waits().queued_at = Some(now);
         Ok(wait)
@@ -391,7 +407,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             #[cfg(feature = "grpc")]
             grpc_deadline,
             slot: request.report_slot().cloned(),
-            kept: Kept::Method(request.method().clone()),
+            kept: Kept::Method(request.method().clone(), None),
             config,
             not_retryable,
             attempts: 0,
@@ -418,7 +434,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// Sends the stored request to `service`, keeping a copy if another attempt may follow.
     pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> Attempt<S::Future> {
         // The placeholder lasts until `send_request` decides what to keep.
-        let kept = std::mem::replace(&mut self.kept, Kept::Method(Method::GET));
+        let kept = std::mem::replace(&mut self.kept, Kept::Method(Method::GET, None));
         let Kept::Copy(request) = kept else {
             unreachable!("a request is stored before every attempt");
         };
@@ -456,7 +472,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 if copy.is_some() {
                     self.not_retryable = Some(StopReason::NotReplayable);
                 }
-                self.kept = Kept::Method(request.method().clone());
+                // With pacing, the outcome of this attempt is booked to its endpoint; the
+                // report's resend time reads the pacer's and a breaker's hold of it.
+                let knows = self.config.settings.abort.is_some() || self.config.pacer.is_some();
+                let authority = knows
+                    .then(|| request.authority().map(std::borrow::Cow::into_owned))
+                    .flatten();
+                self.kept = Kept::Method(request.method().clone(), authority);
             }
         }
         let after = self.delays().last().map(|delay| delay.source);
@@ -487,7 +509,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     pub(crate) fn authority(&self) -> Option<std::borrow::Cow<'_, Authority>> {
         match &self.kept {
             Kept::Copy(request) => request.authority(),
-            Kept::Method(_) => None,
+            Kept::Method(_, authority) => authority.as_ref().map(std::borrow::Cow::Borrowed),
         }
     }
 
@@ -529,7 +551,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let mut now = Now::new(now);
         let method = match &self.kept {
             Kept::Copy(request) => request.method(),
-            Kept::Method(method) => method,
+            Kept::Method(method, _) => method,
         };
         let config = &self.config;
         let mut outcome = config.classifier.classify(method, result);
@@ -551,7 +573,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         // The pacer learns what the response was, before the server's word below changes it.
         let endpoint = match &self.config.pacer {
-            Some(_) => self.learn(outcome, result, now.get()),
+            Some(pacer) => {
+                let congestion = match result {
+                    Ok(response) if outcome == Outcome::Transient => self
+                        .config
+                        .classifier
+                        .is_congestion(response, &pacer.config().congestion),
+                    _ => false,
+                };
+                self.learn(outcome, congestion, result, now.get())
+            }
             None => None,
         };
         if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
@@ -577,7 +608,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 return Next::Stop(StopReason::Success);
             }
             (Outcome::Permanent, None) => return Next::Stop(StopReason::Permanent),
-            (Outcome::Permanent, Some(wait)) if endpoint.is_none() => {
+            // A refusal stops the request as `CircuitOpen` when it would not wait in the queue
+            // (no pacing, or a request that is not sent again), never as `NotIdempotent`: it
+            // was not sent. With pacing the endpoint pauses all the same.
+            (Outcome::Permanent, Some(wait))
+                if endpoint.is_none() || self.not_retryable.is_some() =>
+            {
+                if let Some(endpoint) = &endpoint {
+                    endpoint.breaker_refused(wait, now.get());
+                }
                 self.retry_in(wait);
                 return Next::Stop(StopReason::CircuitOpen);
             }
@@ -589,10 +628,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let now = now.get();
         let config = Arc::clone(&self.config);
         let settings = &config.settings;
+        if let Some(after) = hint.retry_after() {
+            // Kept for the report: a resend time never undercuts what the server asked.
+            self.waits().last_hint = Some((now, after));
+        }
         if let (Some(wait), Some(endpoint)) = (breaker_wait, &endpoint) {
             // With pacing, an open circuit pauses the endpoint until the breaker lets a probe
             // through, and the request waits with the others.
-            endpoint.pause_until(now + wait, now);
+            endpoint.breaker_refused(wait, now);
         }
         match self.not_retryable {
             // It never reached the server, or the server says repeating it is safe: whatever
@@ -703,12 +746,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     fn learn<Res: RetryResponse, E>(
         &mut self,
         outcome: Outcome,
+        congestion: bool,
         result: &Result<Res, E>,
         now: Instant,
     ) -> Option<Arc<Endpoint>> {
         let config = Arc::clone(&self.config);
         let pacer = config.pacer.as_ref()?;
-        let signal = signal_of(pacer, outcome, result);
+        let signal = signal_of(outcome, congestion, result);
         match self.waits.as_mut().and_then(|waits| waits.pass.take()) {
             Some(pass) => {
                 let endpoint = pass.endpoint();
@@ -746,45 +790,67 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// With pacing, a request whose sleep began while its endpoint was open and ended while it
-    /// is paced waits in its queue instead of firing on its own timer; its place, if so.
-    pub(crate) fn queue_after_sleep(&mut self, now: Instant) -> Option<QueueWait> {
-        self.config.pacer.as_ref()?;
-        let config = Arc::clone(&self.config);
-        let pacer = config.pacer.as_ref()?;
-        let endpoint = pacer.endpoint(self.authority().as_deref())?;
-        if !endpoint.is_paced() {
-            return None;
+    /// is paced waits in its queue instead of firing on its own timer; and if the queue cannot
+    /// take it (full, or a predicted wait beyond the deadline), it is not sent either.
+    pub(crate) fn queue_after_sleep(&mut self, now: Instant) -> AfterSleep {
+        if self.config.pacer.is_none() {
+            return AfterSleep::Send;
         }
-        self.queue(&endpoint, now).ok()
+        let config = Arc::clone(&self.config);
+        let Some(pacer) = config.pacer.as_ref() else {
+            return AfterSleep::Send;
+        };
+        let Some(endpoint) = pacer.endpoint(self.authority().as_deref()) else {
+            return AfterSleep::Send;
+        };
+        if !endpoint.is_paced() {
+            return AfterSleep::Send;
+        }
+        match self.queue(&endpoint, now) {
+            Ok(wait) => AfterSleep::Queue(wait),
+            Err(deferred) => AfterSleep::Deferred(deferred),
+        }
     }
 
-    /// With pacing and its first-attempt gate on, a new request to an endpoint that is down
-    /// waits in its queue: the place, and the listener its wait is aborted with. `None` when
-    /// it goes at once (the endpoint is open, or its queue cannot take it: a first attempt has
-    /// no outcome to return instead, so it is sent).
+    /// With pacing and its first-attempt gate on, whether a new request to `request`'s endpoint
+    /// waits for the pacer (the endpoint is down). It joins the queue only when its future is
+    /// first polled ([`join_first_queue`](Self::join_first_queue)): a future not polled yet must
+    /// not hold the head of the queue.
     #[inline]
-    pub(crate) fn first_attempt_queue(
-        &mut self,
-        request: &Req,
-    ) -> Option<(QueueWait, Option<Listener>)> {
-        // Checked before the reference count: the path of every call when pacing is off.
-        self.config
+    pub(crate) fn first_attempt_waits(&self, request: &Req) -> bool {
+        // Checked before anything else: the path of every call when pacing is off.
+        let Some(pacer) = self
+            .config
             .pacer
             .as_ref()
-            .filter(|pacer| pacer.config().first_attempts)?;
+            .filter(|pacer| pacer.config().first_attempts)
+        else {
+            return false;
+        };
+        pacer.is_paced(request.authority().as_deref())
+    }
+
+    /// The first attempt's place in its endpoint's queue, joined at `now`, and the listener its
+    /// wait is aborted with. `None` when it goes at once (the endpoint is open again, or its
+    /// queue cannot take it: a first attempt has no outcome to return instead, so it is sent).
+    pub(crate) fn join_first_queue(
+        &mut self,
+        now: Instant,
+    ) -> Option<(QueueWait, Option<Listener>)> {
         let config = Arc::clone(&self.config);
         let pacer = config.pacer.as_ref()?;
-        let authority = request.authority();
-        let endpoint = pacer.endpoint(authority.as_deref())?;
+        let authority = self.authority().map(std::borrow::Cow::into_owned);
+        let endpoint = pacer.endpoint(authority.as_ref())?;
         if !endpoint.is_paced() {
             return None;
         }
-        let listener = config
-            .settings
-            .abort
-            .as_ref()
-            .map(|abort| abort.listen(authority.as_deref()));
-        let wait = self.queue(&endpoint, Instant::now()).ok()?;
+        let abort = config.settings.abort.as_ref();
+        if abort.is_some_and(|abort| abort.is_shut_down()) {
+            // Made after a shutdown: it waits for nothing, as a first-attempt delay does not.
+            return None;
+        }
+        let listener = abort.map(|abort| abort.listen(authority.as_ref()));
+        let wait = self.queue(&endpoint, now).ok()?;
         Some((wait, listener))
     }
 
@@ -883,6 +949,46 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         (delay, DelaySource::Backoff)
     }
 
+    /// When sending the request again makes sense, from `now`: the stop's `own` reason (the
+    /// next backoff draw, the predicted wait, the breaker's wait) or, when later, what the layer
+    /// knows of the endpoint: what is left of the server's last hint, a breaker's hold of the
+    /// abort signal, the pacer's predicted release. Those are shared by every request to the
+    /// endpoint, so a time taken from them is spread upward as a `Retry-After` is (by its
+    /// jitter), lest a durable queue that honours it send them all back in one instant.
+    fn resend_after(&mut self, own: Duration, now: Instant) -> Duration {
+        let config = Arc::clone(&self.config);
+        let authority = self.authority().map(std::borrow::Cow::into_owned);
+        let hint = self
+            .waits
+            .as_ref()
+            .and_then(|waits| waits.last_hint)
+            .filter(|_| config.settings.retry_after.is_some())
+            .map(|(at, after)| after.saturating_sub(now.saturating_duration_since(at)));
+        let hold = config
+            .settings
+            .abort
+            .as_ref()
+            .and_then(|abort| abort.held_until(authority.as_ref()))
+            .map(|until| until.saturating_duration_since(now));
+        let release = config
+            .pacer
+            .as_ref()
+            .and_then(|pacer| pacer.predicted_release(authority.as_ref(), now));
+        let shared = [hint, hold, release].into_iter().flatten().max();
+        match shared {
+            Some(shared) if shared > own => {
+                let fraction = config
+                    .settings
+                    .retry_after
+                    .map_or(0.1, |policy| policy.jitter_fraction());
+                let spread = Duration::try_from_secs_f64(shared.as_secs_f64() * fraction)
+                    .unwrap_or(Duration::ZERO);
+                shared.saturating_add(uniform(Duration::ZERO, spread, self.rng()))
+            }
+            _ => own,
+        }
+    }
+
     /// Records the end of the request and hands back its last outcome.
     pub(crate) fn finish<Res: RetryResponse, E>(
         &mut self,
@@ -896,6 +1002,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 slot.fill(RetryReport::FIRST_TRY);
             }
             return result;
+        }
+        if !stop.is_final() {
+            if let Some(own) = self.waits.as_ref().and_then(|waits| waits.retry_after) {
+                let resend = self.resend_after(own, Instant::now());
+                self.waits().retry_after = Some(resend);
+            }
         }
         let report = self.report(stop);
         match result {
@@ -935,12 +1047,9 @@ fn rotation_pause(resend: u32, rng: &mut SmallRng) -> Duration {
     uniform(high / 4, high, rng)
 }
 
-/// What an outcome says of the endpoint's load.
-fn signal_of<Res: RetryResponse, E>(
-    pacer: &Pacer,
-    outcome: Outcome,
-    result: &Result<Res, E>,
-) -> Signal {
+/// What an outcome says of the endpoint's load; `congestion` is the classifier's word on a
+/// transient response.
+fn signal_of<Res, E>(outcome: Outcome, congestion: bool, result: &Result<Res, E>) -> Signal {
     match (outcome, result) {
         (Outcome::Success, _) => Signal::Success,
         // Transient errors are timeouts and connection failures: what an overloaded or
@@ -948,11 +1057,7 @@ fn signal_of<Res: RetryResponse, E>(
         (Outcome::Transient, Err(_)) | (Outcome::NotSent(NotSent::Unconnected), _) => {
             Signal::Congestion
         }
-        (Outcome::Transient, Ok(response))
-            if pacer.config().congestion.contains(&response.status()) =>
-        {
-            Signal::Congestion
-        }
+        (Outcome::Transient, Ok(_)) if congestion => Signal::Congestion,
         _ => Signal::Neutral,
     }
 }

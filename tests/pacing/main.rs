@@ -5,7 +5,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod defects;
 mod loopback;
+mod model;
+mod resend;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
