@@ -51,7 +51,18 @@ pub fn locate(program: Program) -> Option<PathBuf> {
 /// The installed `program`, or `None` after saying loudly that the test is skipped (or a panic
 /// when servers are required). `test` names the caller in the message.
 pub fn require(program: Program, test: &str) -> Option<PathBuf> {
-    if let Some(found) = locate(program) {
+    let required = std::env::var(REQUIRE_SERVERS).is_ok_and(|v| v == "1");
+    require_with(program, locate(program), test, required)
+}
+
+/// [`require`], given where the program was found and whether servers are required.
+fn require_with(
+    program: Program,
+    found: Option<PathBuf>,
+    test: &str,
+    required: bool,
+) -> Option<PathBuf> {
+    if let Some(found) = found {
         return Some(found);
     }
     let message = format!(
@@ -59,7 +70,7 @@ pub fn require(program: Program, test: &str) -> Option<PathBuf> {
          run `cargo xtask test`, which installs it)",
         program.binary, program.package, program.package
     );
-    if std::env::var(REQUIRE_SERVERS).is_ok_and(|v| v == "1") {
+    if required {
         panic!("{test}: {message} ({REQUIRE_SERVERS}=1)");
     }
     eprintln!();
@@ -290,4 +301,22 @@ impl Applied {
         }
         line
     }
+}
+
+#[test]
+fn a_missing_server_skips_the_test_unless_servers_are_required() {
+    const ABSENT: Program = Program {
+        binary: "tower-http-retry-no-such-server",
+        package: "no-such-package",
+    };
+    assert_eq!(locate(ABSENT), None);
+    assert_eq!(require_with(ABSENT, None, "a test", false), None);
+    let failed = std::panic::catch_unwind(|| require_with(ABSENT, None, "a test", true));
+    let message = failed.expect_err("required: a failure");
+    let message = message
+        .downcast_ref::<String>()
+        .expect("a formatted panic message");
+    assert!(message.contains("no-such-package"), "{message}");
+    let found = Some(PathBuf::from("/usr/sbin/nginx"));
+    assert_eq!(require_with(NGINX, found.clone(), "a test", true), found);
 }
