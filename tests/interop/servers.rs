@@ -53,17 +53,19 @@ pub fn locate(program: Program) -> Option<PathBuf> {
 pub fn require(program: Program, test: &str) -> Option<PathBuf> {
     let required = std::env::var(REQUIRE_SERVERS).is_ok_and(|v| v == "1");
     require_with(program, locate(program), test, required)
+        .unwrap_or_else(|failure| panic!("{failure}"))
 }
 
-/// [`require`], given where the program was found and whether servers are required.
+/// [`require`], given where the program was found and whether servers are required: the
+/// failure's message when it is missing and required.
 fn require_with(
     program: Program,
     found: Option<PathBuf>,
     test: &str,
     required: bool,
-) -> Option<PathBuf> {
+) -> Result<Option<PathBuf>, String> {
     if let Some(found) = found {
-        return Some(found);
+        return Ok(Some(found));
     }
     let message = format!(
         "`{}` is not installed: install the Debian package `{}` (`apt-get install -y {}`, or \
@@ -71,13 +73,13 @@ fn require_with(
         program.binary, program.package, program.package
     );
     if required {
-        panic!("{test}: {message} ({REQUIRE_SERVERS}=1)");
+        return Err(format!("{test}: {message} ({REQUIRE_SERVERS}=1)"));
     }
     eprintln!();
     eprintln!("=================================================================");
     eprintln!("SKIPPED {test}: {message}");
     eprintln!("=================================================================");
-    None
+    Ok(None)
 }
 
 /// A loopback port nobody listens on now (bound to port 0 and closed again: another process could
@@ -310,13 +312,12 @@ fn a_missing_server_skips_the_test_unless_servers_are_required() {
         package: "no-such-package",
     };
     assert_eq!(locate(ABSENT), None);
-    assert_eq!(require_with(ABSENT, None, "a test", false), None);
-    let failed = std::panic::catch_unwind(|| require_with(ABSENT, None, "a test", true));
-    let message = failed.expect_err("required: a failure");
-    let message = message
-        .downcast_ref::<String>()
-        .expect("a formatted panic message");
-    assert!(message.contains("no-such-package"), "{message}");
+    assert_eq!(require_with(ABSENT, None, "a test", false), Ok(None));
+    let failure = require_with(ABSENT, None, "a test", true).expect_err("required: a failure");
+    assert!(failure.contains("no-such-package"), "{failure}");
     let found = Some(PathBuf::from("/usr/sbin/nginx"));
-    assert_eq!(require_with(NGINX, found.clone(), "a test", true), found);
+    assert_eq!(
+        require_with(NGINX, found.clone(), "a test", true),
+        Ok(found)
+    );
 }
