@@ -36,9 +36,9 @@ pub enum Outcome {
 #[non_exhaustive]
 pub enum NotSent {
     /// The server turned the request away before processing it, as it does when it rotates or
-    /// drains a connection (RFC 9113, section 8.7): an HTTP/2 `REFUSED_STREAM` reset, a graceful
-    /// (`NO_ERROR`) `GOAWAY` whose last stream id is below the request's stream (a request
-    /// sent on the connection after it included). The endpoint is up; this is rotation, not
+    /// drains a connection (RFC 9113, section 8.7): an HTTP/2 `REFUSED_STREAM` reset, or a
+    /// `GOAWAY` whose last stream id is below the request's stream (a request sent on the
+    /// connection after it included). The endpoint is up; this is rotation, not
     /// failure. The request is sent again
     /// after a short jittered pause (so that it lands on the next connection, not on the one
     /// closing), bounded by the deadline and by
@@ -229,10 +229,10 @@ impl AsStdError for std::convert::Infallible {
 /// | 408, 429, 500, 502, 503, 504 | transient |
 /// | 403 whose rate-limit headers say the quota is used up (`x-ratelimit-remaining: 0`, an IETF `RateLimit` policy with `r=0`; see [`ServerHints`]) | transient |
 /// | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
-/// | HTTP/2 stream reset by the server with `REFUSED_STREAM`, or above the last stream id of the server's graceful (`NO_ERROR`) `GOAWAY` (`h2::Error`, also for a request sent on the connection after it) | [not sent](Outcome::NotSent), [refused](NotSent::Refused): rotation |
+/// | HTTP/2 stream reset by the server with `REFUSED_STREAM`, or above the last stream id of the server's `GOAWAY` (`h2::Error`, also for a request sent on the connection after it) | [not sent](Outcome::NotSent), [refused](NotSent::Refused): rotation |
 /// | hyper: a user error on the client's side (`hyper::Error::is_user`): `User(DispatchGone)`, the connection's dispatch task ended without answering (with HTTP/2 when a `GOAWAY` ends a connection on which the request waited for a stream slot, whether or not it was then written), or the request body failed mid-write | transient: ambiguous |
 /// | connection refused (`std::io::Error`); hyper: canceled (handed back unsent: hyper-util resends these itself on a reused connection, so those it returns met a fresh one); hyper-util or reqwest: connect error (refused, DNS, connect timeout) | [not sent](Outcome::NotSent), [unconnected](NotSent::Unconnected) |
-/// | HTTP/2 `GOAWAY` with an error code | transient: h2 reports it on the streams it covers too, which the server may have processed |
+/// | any other HTTP/2 error (`h2::Error`: a reset with another reason, a protocol error) | transient |
 /// | hyper-util or reqwest: connect error with an `std::io::Error` of kind `InvalidData` in its chain (how rustls reports a bad certificate) | permanent |
 /// | timeout (`tower::timeout::error::Elapsed`, `hyper::Error::is_timeout`) | transient |
 /// | connection reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
@@ -421,15 +421,13 @@ fn not_sent(error: &(dyn Error + 'static)) -> Option<Outcome> {
     #[cfg(feature = "hyper")]
     {
         // RFC 9113, section 8.7: a stream the server refused, or one above the last stream id of
-        // its graceful GOAWAY (h2 gives those streams the GOAWAY as their error, and a request
-        // sent on the connection after it too; a stream the GOAWAY covers that is then cut gets
-        // an I/O error instead), was not processed. Sent by the server (`is_remote`), not made
-        // up by h2 on the client's side. A GOAWAY with an error code is no proof: when the
-        // connection then closes, h2 hands the same error to the streams it covered.
+        // its GOAWAY (h2 gives those streams the GOAWAY as their error, and a request sent on
+        // the connection after it too; a stream the GOAWAY covers that is then cut gets an I/O
+        // error instead), was not processed. Sent by the server (`is_remote`), not made up by
+        // h2 on the client's side.
         if let Some(h2) = error.downcast_ref::<h2::Error>() {
             let refused = h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM);
-            let drained = h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR);
-            return (h2.is_remote() && (refused || drained)).then_some(REFUSED);
+            return (h2.is_remote() && (refused || h2.is_go_away())).then_some(REFUSED);
         }
         if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
             // hyper gives a request back "canceled" only when it wrote none of it.

@@ -356,7 +356,7 @@ impl<C> RetryLayerBuilder<C> {
     /// budget token (default 200; 0 turns these resends off). The default is generous because
     /// a server that rotates its connections every few requests turns a request of a large
     /// burst away many times (against nginx rotating every 3 requests, 100 concurrent requests
-    /// met up to 46 refusals each); the deadline bounds the resends too. A server that refuses
+    /// met more than 40 refusals each); the deadline bounds the resends too. A server that refuses
     /// the same request every time stops it with
     /// [`StopReason::RefusedTooOften`](crate::StopReason::RefusedTooOften) after at most ten
     /// seconds of pauses.

@@ -1542,7 +1542,7 @@ mod tests {
         let config = config(not_sent_builder());
         let mut session = sent(&config, Method::GET);
         resend_after(&mut session, 503); // 100 ms
-        resend_after(&mut session, 421); // at once
+        resend_after(&mut session, 421); // a short pause, not a backoff delay
         assert_eq!(
             sleep(session.decide(&response(503), Instant::now)),
             200 * MS,

@@ -344,3 +344,93 @@ async fn a_connect_that_fails_otherwise_is_not_sent() {
         (3, StopReason::AttemptsExhausted)
     );
 }
+
+/// An HTTP/2 server, frame by frame, that processes the first request of each connection and
+/// then sends a `GOAWAY` with an error code naming it (`INTERNAL_ERROR`, last stream id 1) and
+/// closes the connection without answering: a server that failed after processing.
+async fn processes_then_goes_away_with_an_error(
+) -> (Uri, std::sync::Arc<std::sync::atomic::AtomicU32>) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let uri = format!("http://{}/orders", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let processed = std::sync::Arc::new(AtomicU32::new(0));
+    let count = std::sync::Arc::clone(&processed);
+    tokio::spawn(async move {
+        let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+            let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+            out.extend([kind, flags]);
+            out.extend(stream.to_be_bytes());
+            out.extend(payload);
+            out
+        };
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let count = std::sync::Arc::clone(&count);
+            let mut preface = [0; 24];
+            if socket.read_exact(&mut preface).await.is_err() {
+                continue;
+            }
+            let _ = socket.write_all(&frame(0x4, 0, 0, &[])).await; // SETTINGS
+            loop {
+                let mut head = [0; 9];
+                if socket.read_exact(&mut head).await.is_err() {
+                    break;
+                }
+                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let (kind, flags) = (head[3], head[4]);
+                let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+                let mut payload = vec![0; len];
+                if socket.read_exact(&mut payload).await.is_err() {
+                    break;
+                }
+                if kind == 0x4 && flags & 0x1 == 0 {
+                    let _ = socket.write_all(&frame(0x4, 0x1, 0, &[])).await; // SETTINGS ACK
+                }
+                // The request is whole (END_STREAM on its HEADERS or DATA): processed.
+                if (kind == 0x0 || kind == 0x1) && flags & 0x1 != 0 {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let mut go_away = stream.to_be_bytes().to_vec();
+                    go_away.extend(2u32.to_be_bytes()); // INTERNAL_ERROR
+                    let _ = socket.write_all(&frame(0x7, 0, 0, &go_away)).await;
+                    break; // closes the connection unanswered
+                }
+            }
+        }
+    });
+    (uri, processed)
+}
+
+#[tokio::test]
+async fn a_post_a_goaway_covers_and_the_connection_then_cuts_is_not_resent() {
+    let (uri, processed) = processes_then_goes_away_with_an_error().await;
+    let layer = retry().build().unwrap();
+    let mut client = over_h2(&layer);
+    let post = request(Method::POST, &uri, "order", ORDER);
+
+    let (result, report) = tokio::time::timeout(PATIENCE, send(&mut client, post))
+        .await
+        .expect("the POST ends");
+
+    let error = result.expect_err("the server went away unanswered");
+    // h2 gives the stream an I/O error (the connection closed), not the GOAWAY: ambiguous.
+    assert!(
+        h2_error(&error).is_none_or(|h2| !h2.is_go_away()),
+        "{error:?}"
+    );
+    assert_ne!(
+        classify(&error),
+        Outcome::NotSent(NotSent::Refused),
+        "{error:?}"
+    );
+    assert_eq!(
+        processed.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "applied once"
+    );
+    assert_eq!(
+        (report.attempts, report.stop),
+        (1, StopReason::NotIdempotent)
+    );
+}

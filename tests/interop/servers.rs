@@ -51,22 +51,35 @@ pub fn locate(program: Program) -> Option<PathBuf> {
 /// The installed `program`, or `None` after saying loudly that the test is skipped (or a panic
 /// when servers are required). `test` names the caller in the message.
 pub fn require(program: Program, test: &str) -> Option<PathBuf> {
-    if let Some(found) = locate(program) {
-        return Some(found);
+    let required = std::env::var(REQUIRE_SERVERS).is_ok_and(|v| v == "1");
+    require_with(program, locate(program), test, required)
+        .unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// [`require`], given where the program was found and whether servers are required: the
+/// failure's message when it is missing and required.
+fn require_with(
+    program: Program,
+    found: Option<PathBuf>,
+    test: &str,
+    required: bool,
+) -> Result<Option<PathBuf>, String> {
+    if let Some(found) = found {
+        return Ok(Some(found));
     }
     let message = format!(
         "`{}` is not installed: install the Debian package `{}` (`apt-get install -y {}`, or \
          run `cargo xtask test`, which installs it)",
         program.binary, program.package, program.package
     );
-    if std::env::var(REQUIRE_SERVERS).is_ok_and(|v| v == "1") {
-        panic!("{test}: {message} ({REQUIRE_SERVERS}=1)");
+    if required {
+        return Err(format!("{test}: {message} ({REQUIRE_SERVERS}=1)"));
     }
     eprintln!();
     eprintln!("=================================================================");
     eprintln!("SKIPPED {test}: {message}");
     eprintln!("=================================================================");
-    None
+    Ok(None)
 }
 
 /// A loopback port nobody listens on now (bound to port 0 and closed again: another process could
@@ -290,4 +303,21 @@ impl Applied {
         }
         line
     }
+}
+
+#[test]
+fn a_missing_server_skips_the_test_unless_servers_are_required() {
+    const ABSENT: Program = Program {
+        binary: "tower-http-retry-no-such-server",
+        package: "no-such-package",
+    };
+    assert_eq!(locate(ABSENT), None);
+    assert_eq!(require_with(ABSENT, None, "a test", false), Ok(None));
+    let failure = require_with(ABSENT, None, "a test", true).expect_err("required: a failure");
+    assert!(failure.contains("no-such-package"), "{failure}");
+    let found = Some(PathBuf::from("/usr/sbin/nginx"));
+    assert_eq!(
+        require_with(NGINX, found.clone(), "a test", true),
+        Ok(found)
+    );
 }
