@@ -2,9 +2,9 @@
 //!
 //! Starts a health service on 127.0.0.1 whose `Check` answers UNAVAILABLE (as a Trailers-Only
 //! response) to every other call and RESOURCE_EXHAUSTED with a 50 ms pushback to every fifth,
-//! then sends a few calls through
-//! `BufferRequestLayer -> RetryLayer (from a service config) -> tonic Channel`, prints what
-//! happened to each, and exits. The config's `retryThrottling` (10 tokens, 0.5 per success)
+//! then sends a few calls through the stack `RetryLayer::grpc_stack` builds around a tonic
+//! `Channel` (`BufferRequestLayer -> RetryLayer (from a service config) -> Channel`), prints
+//! what happened to each (`RetryReport::capture`), and exits. The config's `retryThrottling` (10 tokens, 0.5 per success)
 //! stops retrying once failures have taken the tokens down to half.
 //!
 //! ```text
@@ -23,10 +23,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
-use tower::{BoxError, ServiceBuilder};
-use tower_http_retry::{
-    BufferRequestLayer, GrpcServiceConfig, ReplayBody, ReportSlot, RetryReport, StopReason,
-};
+use tower::BoxError;
+use tower_http_retry::{GrpcServiceConfig, RetryReport, StopReason};
 
 /// The config a grpc-go or grpc-java client of this service would read.
 const SERVICE_CONFIG: &str = r#"{
@@ -98,27 +96,19 @@ async fn main() -> Result<(), BoxError> {
     let config = GrpcServiceConfig::from_json(SERVICE_CONFIG)?;
     let retry = config.retry_layer("/grpc.health.v1.Health/Check").build()?;
     let channel = Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
-    let mut client = HealthClient::new(
-        ServiceBuilder::new()
-            // tonic's request bodies stream; a unary call's one message is read so it can be
-            // sent again.
-            .layer(BufferRequestLayer::new())
-            .layer(retry.clone())
-            .map_request(|request: http::Request<ReplayBody<Body>>| request.map(Body::new))
-            .map_err(BoxError::from)
-            .service(channel),
-    );
+    // Bodies buffered so a unary call's one message can be sent again, the retry layer, and
+    // tonic's body type back: one call (`config.stack(path, channel, Body::new)` when the
+    // layer's handle is not needed; here it is, for its stats).
+    let mut client = HealthClient::new(retry.grpc_stack(channel, Body::new));
 
     for call in 1..=5 {
         let mut request = Request::new(HealthCheckRequest {
             service: String::new(),
         });
         request.set_timeout(std::time::Duration::from_secs(2));
-        // A failed call becomes a `Status`, which has no extensions: the slot gets its report.
-        let slot = ReportSlot::new();
-        request.extensions_mut().insert(slot.clone());
-        let result = client.check(request).await;
-        let report = slot.take().unwrap_or(RetryReport::FIRST_TRY);
+        // A failed call becomes a `Status`, which has no extensions: `capture` gets the report
+        // of any outcome.
+        let (result, report) = RetryReport::capture(client.check(request)).await;
         match result {
             Ok(_) => println!(
                 "call {call}: SERVING after {} attempt(s), slept {:?}",

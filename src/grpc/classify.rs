@@ -195,6 +195,11 @@ impl<B, E: AsStdError> Classify<http::Response<B>, E> for GrpcClassifier {
         <HttpClassifier as Classify<http::Response<B>, E>>::refused_for(&self.errors, error)
     }
 
+    /// As for HTTP: transport errors are the channel's, whatever the protocol above them.
+    fn unknown_error(&self, error: &E) -> Option<String> {
+        <HttpClassifier as Classify<http::Response<B>, E>>::unknown_error(&self.errors, error)
+    }
+
     /// UNAVAILABLE and RESOURCE_EXHAUSTED (in a Trailers-Only response, or mapped from a
     /// proxy's HTTP status) are congestion; any other code is not.
     fn is_congestion(&self, response: &http::Response<B>, statuses: &[StatusCode]) -> bool {
@@ -242,6 +247,17 @@ mod tests {
 
     fn hint(response: http::Response<()>) -> ServerHint {
         Classify::<_, io::Error>::hint(&GrpcClassifier::new(), &response, SystemTime::now())
+    }
+
+    #[test]
+    fn an_unknown_transport_error_is_named_as_for_http() {
+        let unknown = io::Error::other("a kind no rule names");
+        let named =
+            Classify::<http::Response<()>, _>::unknown_error(&GrpcClassifier::new(), &unknown);
+        let http =
+            Classify::<http::Response<()>, _>::unknown_error(&HttpClassifier::new(), &unknown);
+        assert!(named.is_some(), "the gRPC classifier names it");
+        assert_eq!(named, http);
     }
 
     #[test]
