@@ -10,7 +10,8 @@
 //! the responses are checked and dropped afterwards.
 //!
 //! Rows, as in `success_path`: no layer (the baseline), `tower::retry::Retry` with a minimal policy
-//! and `TpsBudget`, this crate's `RetryLayer` with the default configuration and with the budget
+//! and `TpsBudget`, this crate's `RetryLayer` with the default configuration, with pacing
+//! configured (`Pacing::new()`, the endpoint open: every call succeeds), and with the budget
 //! turned off, and the circuit breaker alone (closed).
 //!
 //! Callgrind counts instructions, not time: a clock read shows up as a few instructions plus a
@@ -21,12 +22,15 @@
 //! dev-dependency):
 //!
 //! ```text
-//! cargo install gungraun-runner --version 0.20.0
+//! cargo install --locked gungraun-runner --version 0.20.0
 //! cargo bench --all-features --bench instructions -- --nocapture
 //! ```
 //!
 //! gungraun prints each row's counts; `--nocapture` also lets through the table printed at the
-//! end, instructions per call and their ratios to `tower::retry` and to the baseline. The table
+//! end, instructions per call and their ratios to `tower::retry` and to the baseline, and each
+//! layer's overhead (its row minus the baseline) over `tower::retry`'s. `cargo xtask
+//! instructions` runs this bench and fails when our overhead ratio rises more than 5 % above the
+//! value recorded in `benches/instructions.baseline`. The table
 //! reads the latest callgrind profile of each row, kept under `target/gungraun/` (also for
 //! `callgrind_annotate`), so a filtered run mixes fresh and earlier rows.
 
@@ -47,7 +51,7 @@ use support::{noop_waker, poll_now, TowerPolicy};
 use tokio::runtime::{EnterGuard, Runtime};
 use tower::retry::budget::TpsBudget;
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::{CircuitBreakerLayer, RetryLayer};
+use tower_http_retry::{CircuitBreakerLayer, Pacing, RetryLayer};
 
 /// Calls per counted batch.
 const CALLS: usize = 100;
@@ -159,6 +163,16 @@ fn ours_default() -> Box<dyn Batch> {
     batch(|| RetryLayer::new().layer(endpoint()))
 }
 
+fn ours_pacing() -> Box<dyn Batch> {
+    batch(|| {
+        RetryLayer::builder()
+            .pacing(Pacing::new())
+            .build()
+            .expect("a valid configuration")
+            .layer(endpoint())
+    })
+}
+
 fn ours_no_budget() -> Box<dyn Batch> {
     batch(|| {
         RetryLayer::builder()
@@ -181,6 +195,7 @@ fn check(batch: Box<dyn Batch>) {
 #[bench::no_layer(no_layer())]
 #[bench::tower_retry_tps_budget(tower_retry_tps_budget())]
 #[bench::ours_default(ours_default())]
+#[bench::ours_pacing(ours_pacing())]
 #[bench::ours_no_budget(ours_no_budget())]
 #[bench::circuit_breaker(circuit_breaker())]
 fn success_x100(mut batch: Box<dyn Batch>) -> Box<dyn Batch> {
@@ -191,10 +206,11 @@ fn success_x100(mut batch: Box<dyn Batch>) -> Box<dyn Batch> {
 library_benchmark_group!(name = success_path, benchmarks = success_x100);
 
 /// The bench ids above, in table order. The ratios are taken to the first two rows.
-const ROWS: [&str; 5] = [
+const ROWS: [&str; 6] = [
     "no_layer",
     "tower_retry_tps_budget",
     "ours_default",
+    "ours_pacing",
     "ours_no_budget",
     "circuit_breaker",
 ];
@@ -252,16 +268,17 @@ fn print_table() {
     println!();
     println!("instructions per successful call (callgrind, {CALLS} calls per row)");
     println!(
-        "{:<24} {:>10} {:>15} {:>11} {:>13}",
-        "row", "instr/call", "vs tower_retry", "vs no_layer", "added/call"
+        "{:<24} {:>10} {:>15} {:>11} {:>13} {:>20}",
+        "row", "instr/call", "vs tower_retry", "vs no_layer", "added/call", "added vs tower's"
     );
     for (row, per_call) in ROWS.iter().zip(per_call) {
         match per_call {
             Some(n) => println!(
-                "{row:<24} {n:>10.1} {:>14.2}x {:>10.2}x {:>13.1}",
+                "{row:<24} {n:>10.1} {:>14.2}x {:>10.2}x {:>13.1} {:>19.2}x",
                 n / tower,
                 n / baseline,
-                n - baseline
+                n - baseline,
+                (n - baseline) / (tower - baseline)
             ),
             None => println!("{row:<24} {:>10}", "missing"),
         }

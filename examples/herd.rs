@@ -9,17 +9,15 @@
 //! Prints markdown tables (and writes them to `docs/herd.md`), then draws requests and accepted
 //! requests per second over time into `docs/herd-a.svg` and `docs/herd-b.svg`. Everything runs on
 //! tokio's paused clock against an in-process endpoint, so no socket is opened and every run is
-//! reproducible. The endpoint, the rows, the metrics and the targets live in `tests/herd/sim.rs`,
-//! shared with the test that checks the qualitative facts (`cargo test --all-features --test herd`).
+//! reproducible. The endpoint, the rows, the metrics and the targets live in the `herd` crate
+//! (`herd/src/lib.rs`, a workspace member), shared with the test that checks the qualitative
+//! facts (`cargo test --all-features --test herd`).
 
-#[path = "../tests/herd/sim.rs"]
-mod sim;
-
-use plotters::prelude::*;
-use sim::{
+use herd::{
     accepted_per_second, delivered_per_process, per_second, spread, Metrics, Model, Params, Row,
     Run,
 };
+use plotters::prelude::*;
 use std::error::Error;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -91,7 +89,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         for row in Row::ALL {
             let mut metrics = Vec::new();
             for seed in SEEDS {
-                let run = sim::run(&p, model, row, seed);
+                let run = herd::run(&p, model, row, seed);
                 runs += 1;
                 metrics.push(Metrics::of(&run, &p));
                 if seed == SEEDS[0] {
@@ -134,7 +132,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         for row in Row::FLEET {
             let mut metrics = Vec::new();
             for seed in SEEDS {
-                let run = sim::run_fleet(&p, model, row, seed, p.fleet);
+                let run = herd::run_fleet(&p, model, row, seed, p.fleet);
                 runs += 1;
                 metrics.push(Metrics::of(&run, &p));
                 if seed == SEEDS[0] {
@@ -287,7 +285,7 @@ fn targets_table(
     let mut out = String::new();
     let checks: Vec<_> = results
         .iter()
-        .map(|(row, metrics)| (row, sim::targets(p, metrics, reference)))
+        .map(|(row, metrics)| (row, herd::targets(p, metrics, reference)))
         .collect();
     let Some((_, first)) = checks.first() else {
         return Ok(out);
@@ -328,7 +326,7 @@ fn per_process_table(row: Row, run: &Run, p: &Params) -> Result<String, std::fmt
     }
     writeln!(out, " total | share of fair |")?;
     writeln!(out, "|---:|{}", "---:|".repeat(CHECKPOINTS.len() + 2))?;
-    let shares = sim::shares(run, p);
+    let shares = herd::shares(run, p);
     for (process, bins) in delivered_per_process(run).iter().enumerate() {
         write!(out, "| {process} |")?;
         for k in CHECKPOINTS {

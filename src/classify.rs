@@ -184,7 +184,10 @@ pub trait AsStdError {
 }
 
 macro_rules! as_std_error {
-    ($($ty:ty),* $(,)?) => {$(
+    // A type's attributes go on its impl, so that a `cfg` stays on the impl itself, where
+    // docs.rs's auto-cfg finds it (a `cfg` on the macro call is gone after expansion).
+    ($($(#[$attr:meta])* $ty:ty),* $(,)?) => {$(
+        $(#[$attr])*
         impl AsStdError for $ty {
             fn as_std_error(&self) -> Option<&(dyn Error + 'static)> {
                 Some(self)
@@ -194,8 +197,12 @@ macro_rules! as_std_error {
 }
 
 as_std_error!(io::Error, tower::timeout::error::Elapsed);
-#[cfg(feature = "hyper")]
-as_std_error!(hyper::Error, hyper_util::client::legacy::Error);
+as_std_error!(
+    #[cfg(feature = "hyper")]
+    hyper::Error,
+    #[cfg(feature = "hyper")]
+    hyper_util::client::legacy::Error,
+);
 
 macro_rules! as_std_error_boxed {
     ($($ty:ty),* $(,)?) => {$(

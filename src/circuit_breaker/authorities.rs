@@ -11,8 +11,8 @@
 //! and is left alone, so a run of calls to one authority only reads the clock; calls that
 //! alternate between authorities advance it with one atomic add each.
 
-use super::config::{Shared, Template};
 use super::future::Lease;
+use super::template::{Shared, Template};
 use http::uri::Authority;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,7 +2,6 @@
 //! guards have run their course, and does it half-open within the time a caller waits?
 
 use super::config::Config;
-use super::layer::CircuitBreakerLayer;
 use super::window::BUCKETS;
 use crate::retry::RetryLayer;
 use std::fmt;
@@ -10,7 +9,7 @@ use std::time::Duration;
 
 /// The breaker cannot trip on the failures of a single request's retry sequence.
 ///
-/// Returned by [`CircuitBreakerLayer::check_retry`]. Under concurrent traffic the breaker still
+/// Returned by [`CircuitBreakerLayer::check_retry`](crate::CircuitBreakerLayer::check_retry). Under concurrent traffic the breaker still
 /// trips sooner, on the failures of many requests together; but a lone request (or a slow trickle)
 /// against a dead endpoint then spends its whole retry sequence, sleeps included, before the
 /// breaker can help, and every request after it does the same.
@@ -60,7 +59,7 @@ impl std::error::Error for SlowTrip {}
 /// request in that time fails at once, whatever its own deadline. A caller that gives up after
 /// its deadline has said it would rather fail than wait that long, so an open period past it
 /// turns a short blip into a lockout longer than any caller waits. Returned (inside
-/// [`RetryMismatch`]) by [`CircuitBreakerLayer::check_retry`].
+/// [`RetryMismatch`]) by [`CircuitBreakerLayer::check_retry`](crate::CircuitBreakerLayer::check_retry).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenPastDeadline {
     longest_open: Duration,
@@ -95,7 +94,7 @@ impl fmt::Display for OpenPastDeadline {
 
 impl std::error::Error for OpenPastDeadline {}
 
-/// What [`CircuitBreakerLayer::check_retry`] found wrong with a breaker and the retry layer
+/// What [`CircuitBreakerLayer::check_retry`](crate::CircuitBreakerLayer::check_retry) found wrong with a breaker and the retry layer
 /// above it (the first problem found).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -124,47 +123,7 @@ impl std::error::Error for RetryMismatch {
     }
 }
 
-impl<C> CircuitBreakerLayer<C> {
-    /// Checks that this breaker fits the retry layer above it:
-    ///
-    /// * the failures of one request's retry sequence can trip it, so that an endpoint that is
-    ///   down opens the circuit while requests are still sleeping between attempts (and the
-    ///   [`AbortSignal`](crate::AbortSignal) wakes them), rather than after they have all run
-    ///   their course ([`RetryMismatch::SlowTrip`]). The consecutive-failures trip qualifies
-    ///   when it needs no more failures than `max_attempts`; the ratio trip when
-    ///   `minimum_calls` attempts fit in `max_attempts` and their sleeps (taken at the
-    ///   backoff's ceiling) fit in the window;
-    /// * when the retry layer has a [deadline](crate::RetryLayerBuilder::deadline), the circuit
-    ///   half-opens within it after its first trip, jitter included
-    ///   ([`RetryMismatch::OpenPastDeadline`]).
-    ///
-    /// ```
-    /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer, RetryMismatch};
-    ///
-    /// let retry = RetryLayer::builder().max_attempts(3).build().unwrap();
-    /// let slow = CircuitBreakerLayer::builder().consecutive_failures(10).build().unwrap();
-    /// let RetryMismatch::SlowTrip(warning) = slow.check_retry(&retry).unwrap_err() else {
-    ///     panic!()
-    /// };
-    /// assert_eq!(warning.failures_to_trip(), 10);
-    ///
-    /// let fast = CircuitBreakerLayer::builder().consecutive_failures(3).build().unwrap();
-    /// assert!(fast.check_retry(&retry).is_ok());
-    ///
-    /// // A caller that waits at most 5 s, a circuit open 5 to 7.5 s (the defaults).
-    /// let interactive = RetryLayer::interactive().build().unwrap();
-    /// let long = CircuitBreakerLayer::builder().consecutive_failures(3).build().unwrap();
-    /// assert!(matches!(long.check_retry(&interactive), Err(RetryMismatch::OpenPastDeadline(_))));
-    /// // The preset for interactive callers fits it.
-    /// let short = CircuitBreakerLayer::interactive().build().unwrap();
-    /// assert!(short.check_retry(&interactive).is_ok());
-    /// ```
-    pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), RetryMismatch> {
-        check_retry(self.config(), retry)
-    }
-}
-
-/// [`CircuitBreakerLayer::check_retry`] for any breaker configuration.
+/// [`CircuitBreakerLayer::check_retry`](crate::CircuitBreakerLayer::check_retry) for any breaker configuration.
 pub(crate) fn check_retry<R>(config: &Config, retry: &RetryLayer<R>) -> Result<(), RetryMismatch> {
     trips_in_time(config, retry).map_err(RetryMismatch::SlowTrip)?;
     half_opens_in_time(config, retry).map_err(RetryMismatch::OpenPastDeadline)
@@ -219,6 +178,7 @@ fn trips_in_time<R>(config: &Config, retry: &RetryLayer<R>) -> Result<(), SlowTr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::circuit_breaker::CircuitBreakerLayer;
     use crate::retry::{Backoff, Jitter};
 
     const SEC: Duration = Duration::from_secs(1);

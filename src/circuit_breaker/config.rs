@@ -1,16 +1,12 @@
 //! The configuration of a breaker: what the builder collects ([`Settings`]), checked once into a
-//! [`Config`], and the [`Template`] that makes breakers from it (one for a
-//! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), one per authority for a
-//! [`KeyedCircuitBreakerLayer`](crate::KeyedCircuitBreakerLayer)).
+//! [`Config`]. Plain values: the breaker's state reads them, and `template.rs` makes breakers
+//! from them.
 
-use super::state::{Breaker, Hold};
 use super::window::BUCKETS;
 use crate::abort::AbortSignal;
 use crate::error::{at_least_one, in_range, not_below, positive_duration, ratio, InvalidConfig};
 use crate::random::RandomSource;
 use crate::retry::{Backoff, Jitter};
-use http::uri::Authority;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything but the classifier, as the builder collects it: a type-changing
@@ -114,66 +110,5 @@ impl Settings {
             half_open_probes: self.half_open_probes,
             successes_to_close: self.successes_to_close,
         })
-    }
-}
-
-/// One breaker and the classifier that feeds it; one `Arc` per layer (per authority when keyed).
-pub(crate) struct Shared<C> {
-    pub(crate) breaker: Breaker,
-    pub(crate) classifier: Arc<C>,
-}
-
-/// A checked configuration, from which breakers are made.
-pub(crate) struct Template<C> {
-    config: Config,
-    abort: Option<AbortSignal>,
-    /// Whether each breaker made guards one authority (its opening holds only that authority).
-    per_authority: bool,
-    random: RandomSource,
-    /// Shared by every breaker made, so a keyed layer does not clone it per authority.
-    classifier: Arc<C>,
-}
-
-impl<C> Template<C> {
-    /// Checks `settings`.
-    pub(crate) fn new(
-        classifier: C,
-        settings: Settings,
-        per_authority: bool,
-    ) -> Result<Self, InvalidConfig> {
-        Ok(Self {
-            config: settings.check()?,
-            abort: settings.abort,
-            per_authority,
-            random: settings.random,
-            classifier: Arc::new(classifier),
-        })
-    }
-
-    /// A new closed breaker, with its own random stream, for calls to `authority` when the
-    /// template is per authority.
-    pub(crate) fn make(&self, authority: Option<&Authority>) -> Arc<Shared<C>> {
-        let hold = if self.per_authority {
-            Hold::Authority(authority.cloned())
-        } else {
-            Hold::Everyone
-        };
-        let abort = self.abort.clone().map(|signal| (signal, hold));
-        Arc::new(Shared {
-            breaker: Breaker::new(self.config.clone(), abort, &self.random),
-            classifier: Arc::clone(&self.classifier),
-        })
-    }
-
-    pub(crate) fn config(&self) -> &Config {
-        &self.config
-    }
-
-    pub(crate) fn abort_signal(&self) -> Option<&AbortSignal> {
-        self.abort.as_ref()
-    }
-
-    pub(crate) fn classifier(&self) -> &C {
-        &self.classifier
     }
 }

@@ -1,7 +1,7 @@
 //! [`CircuitBreakerFuture`]: a call that went through (holding its ticket) or was refused.
 
-use super::config::Shared;
 use super::state::{Admission, Pass};
+use super::template::Shared;
 use crate::classify::Classify;
 use crate::error::CircuitOpen;
 use http::Method;

@@ -2,10 +2,10 @@
 
 use super::authorities::Authorities;
 use super::check::{check_retry, RetryMismatch};
-use super::config::Template;
+use super::config::Settings;
 use super::future::{CircuitBreakerFuture, Ticket};
-use super::layer::CircuitBreakerLayer;
 use super::state::{CircuitState, CircuitStats};
+use super::template::Template;
 use crate::abort::AbortSignal;
 use crate::classify::{Classify, HttpClassifier};
 use crate::message::RequestHead;
@@ -41,9 +41,11 @@ impl KeyedCircuitBreakerLayer {
     /// [`CircuitBreakerLayerBuilder`](crate::CircuitBreakerLayerBuilder)) for at most
     /// [`DEFAULT_MAX_AUTHORITIES`](Self::DEFAULT_MAX_AUTHORITIES) authorities.
     pub fn new() -> Self {
-        CircuitBreakerLayer::builder()
-            .build_per_authority(Self::DEFAULT_MAX_AUTHORITIES)
-            .expect("the default configuration is valid")
+        // What `CircuitBreakerLayer::builder().build_per_authority(..)` makes, without naming
+        // the unkeyed layer (which names this one).
+        let template = Template::new(HttpClassifier::new(), Settings::default(), true)
+            .expect("the default configuration is valid");
+        Self::new_with(template, Self::DEFAULT_MAX_AUTHORITIES)
     }
 }
 
@@ -100,7 +102,7 @@ impl<C> KeyedCircuitBreakerLayer<C> {
         self.authorities.template().abort_signal()
     }
 
-    /// [`CircuitBreakerLayer::check_retry`] for the configuration every breaker shares.
+    /// [`CircuitBreakerLayer::check_retry`](crate::CircuitBreakerLayer::check_retry) for the configuration every breaker shares.
     pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), RetryMismatch> {
         check_retry(self.authorities.template().config(), retry)
     }

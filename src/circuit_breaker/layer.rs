@@ -1,13 +1,16 @@
 //! [`CircuitBreakerLayer`] and its builder.
 
-use super::config::{Config, Settings, Shared, Template};
+use super::check::{check_retry, RetryMismatch};
+use super::config::{Config, Settings};
 use super::keyed::KeyedCircuitBreakerLayer;
 use super::service::CircuitBreaker;
 use super::state::{CircuitState, CircuitStats};
+use super::template::{Shared, Template};
 use crate::abort::AbortSignal;
 use crate::classify::HttpClassifier;
 use crate::error::{at_least_one, InvalidConfig};
 use crate::random::RandomSource;
+use crate::retry::RetryLayer;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -310,6 +313,46 @@ impl<C> CircuitBreakerLayer<C> {
 
     pub(crate) fn config(&self) -> &Config {
         self.shared.breaker.config()
+    }
+}
+
+impl<C> CircuitBreakerLayer<C> {
+    /// Checks that this breaker fits the retry layer above it:
+    ///
+    /// * the failures of one request's retry sequence can trip it, so that an endpoint that is
+    ///   down opens the circuit while requests are still sleeping between attempts (and the
+    ///   [`AbortSignal`](crate::AbortSignal) wakes them), rather than after they have all run
+    ///   their course ([`RetryMismatch::SlowTrip`]). The consecutive-failures trip qualifies
+    ///   when it needs no more failures than `max_attempts`; the ratio trip when
+    ///   `minimum_calls` attempts fit in `max_attempts` and their sleeps (taken at the
+    ///   backoff's ceiling) fit in the window;
+    /// * when the retry layer has a [deadline](crate::RetryLayerBuilder::deadline), the circuit
+    ///   half-opens within it after its first trip, jitter included
+    ///   ([`RetryMismatch::OpenPastDeadline`]).
+    ///
+    /// ```
+    /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer, RetryMismatch};
+    ///
+    /// let retry = RetryLayer::builder().max_attempts(3).build().unwrap();
+    /// let slow = CircuitBreakerLayer::builder().consecutive_failures(10).build().unwrap();
+    /// let RetryMismatch::SlowTrip(warning) = slow.check_retry(&retry).unwrap_err() else {
+    ///     panic!()
+    /// };
+    /// assert_eq!(warning.failures_to_trip(), 10);
+    ///
+    /// let fast = CircuitBreakerLayer::builder().consecutive_failures(3).build().unwrap();
+    /// assert!(fast.check_retry(&retry).is_ok());
+    ///
+    /// // A caller that waits at most 5 s, a circuit open 5 to 7.5 s (the defaults).
+    /// let interactive = RetryLayer::interactive().build().unwrap();
+    /// let long = CircuitBreakerLayer::builder().consecutive_failures(3).build().unwrap();
+    /// assert!(matches!(long.check_retry(&interactive), Err(RetryMismatch::OpenPastDeadline(_))));
+    /// // The preset for interactive callers fits it.
+    /// let short = CircuitBreakerLayer::interactive().build().unwrap();
+    /// assert!(short.check_retry(&interactive).is_ok());
+    /// ```
+    pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), RetryMismatch> {
+        check_retry(self.config(), retry)
     }
 }
 

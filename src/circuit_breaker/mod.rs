@@ -13,6 +13,7 @@ mod keyed;
 mod layer;
 mod service;
 mod state;
+mod template;
 mod window;
 
 pub use check::{OpenPastDeadline, RetryMismatch, SlowTrip};

@@ -1,8 +1,8 @@
 //! [`CircuitBreaker`]: the service that admits, refuses and reports calls.
 
-use super::config::Shared;
 use super::future::{CircuitBreakerFuture, Lease, Ticket};
 use super::state::{CircuitState, CircuitStats};
+use super::template::Shared;
 use crate::classify::{Classify, HttpClassifier};
 use crate::message::RequestHead;
 use std::fmt;

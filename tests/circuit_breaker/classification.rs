@@ -1,6 +1,6 @@
 //! What counts as a failure: the retry layer's classifier decides.
 
-use crate::support::*;
+use crate::scripted::*;
 use http::StatusCode;
 use std::time::Duration;
 use tower::{service_fn, Layer, ServiceBuilder};

@@ -1,6 +1,6 @@
 //! Half-open: bounded probes, probe slots held by response futures, recovery and re-opening.
 
-use crate::support::*;
+use crate::scripted::*;
 use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready};
 use tower_http_retry::CircuitState;

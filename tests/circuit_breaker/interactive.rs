@@ -3,7 +3,7 @@
 //! would: how long a short blip locks users out, and how a server's hint is waited for or given
 //! up on within the 5 s deadline. Paused time, so the figures are exact.
 
-use super::support::{get, Req, Res, MS, SEC};
+use super::scripted::{get, Req, Res, MS, SEC};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::{service_fn, ServiceBuilder, ServiceExt};

@@ -1,7 +1,7 @@
 //! The keyed breaker: one breaker per authority, bounded in number, and how its openings wake
 //! the retry layer without holding back the other authorities.
 
-use crate::support::*;
+use crate::scripted::*;
 use http::uri::Authority;
 use std::collections::HashMap;
 use std::future::Ready;
@@ -58,7 +58,7 @@ fn key(authority: &str) -> Authority {
     authority.parse().unwrap()
 }
 
-/// The support breaker (3 failures in a row, open 1 s) per authority, for at most `max`.
+/// The scripted breaker (3 failures in a row, open 1 s) per authority, for at most `max`.
 fn keyed(max: usize) -> KeyedCircuitBreakerLayer {
     breaker().build_per_authority(max).unwrap()
 }

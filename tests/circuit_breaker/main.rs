@@ -6,6 +6,6 @@ mod half_open;
 mod interactive;
 mod keyed;
 mod readiness;
-mod support;
+mod scripted;
 mod transitions;
 mod wake;

@@ -1,7 +1,7 @@
 //! Readiness: delegated while closed, always ready while open, never an error for an open
 //! circuit; checked on `tower_test::mock`, which panics on a call without readiness.
 
-use crate::support::*;
+use crate::scripted::*;
 use std::future::poll_fn;
 use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};

@@ -1,6 +1,6 @@
 //! Closed to open (by count, by ratio), open to half-open, and the open duration.
 
-use crate::support::*;
+use crate::scripted::*;
 use std::collections::BTreeSet;
 use tokio::time::{advance, Instant};
 use tower::Layer;

@@ -1,7 +1,7 @@
 //! With the retry layer: opening wakes the requests sleeping behind the breaker, and an open
 //! circuit ends a request instead of being retried.
 
-use crate::support::*;
+use crate::scripted::*;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready, assert_ready_ok};
 use tower::{BoxError, Layer, Service};

@@ -3,9 +3,7 @@
 //! targets, at small N on tokio's paused clock. The same simulation at full size prints the
 //! tables and draws the charts: `cargo run --release --all-features --example herd`.
 
-mod sim;
-
-use sim::{Arrival, Bound, Check, Metrics, Model, Params, Row, Run};
+use herd::{Arrival, Bound, Check, Metrics, Model, Params, Row, Run};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tower_http_retry::Jitter;
@@ -19,7 +17,7 @@ fn params() -> Params {
 }
 
 fn run(row: Row) -> Run {
-    sim::run(&params(), Model::HardOutage, row, SEED)
+    herd::run(&params(), Model::HardOutage, row, SEED)
 }
 
 fn metrics(row: Row) -> Metrics {
@@ -127,7 +125,7 @@ fn capacity_never_admits_more_than_one_refill_per_tick() {
     let tick = p.capacity_tick.as_nanos();
     for row in [Row::Plain, Row::Equal, Row::Full, Row::TowerBackoffOnly] {
         let mut per_tick: HashMap<u128, u64> = HashMap::new();
-        for a in sim::run(&p, MODEL_B, row, SEED)
+        for a in herd::run(&p, MODEL_B, row, SEED)
             .arrivals
             .iter()
             .filter(|a| a.ok)
@@ -147,7 +145,7 @@ fn capacity_never_admits_more_than_one_refill_per_tick() {
 #[test]
 fn synchronised_herd_gets_one_refill_of_successes() {
     let p = params();
-    let run = sim::run(&p, MODEL_B, Row::Plain, SEED);
+    let run = herd::run(&p, MODEL_B, Row::Plain, SEED);
     // Plain backoff's first wave after the outage: every delivery at the same instant.
     let first = run
         .arrivals
@@ -165,7 +163,7 @@ fn synchronised_herd_gets_one_refill_of_successes() {
 #[test]
 fn every_delivery_completes_one_latency_after_its_last_attempt() {
     let p = params();
-    let run = sim::run(&p, Model::HardOutage, Row::Full, SEED);
+    let run = herd::run(&p, Model::HardOutage, Row::Full, SEED);
     let mut last: HashMap<usize, Duration> = HashMap::new();
     for a in &run.arrivals {
         let at = last.entry(a.delivery).or_default();
@@ -193,7 +191,7 @@ fn failed_retries_leave_out_first_attempts() {
 #[test]
 fn each_fleet_process_sends_its_share_through_its_own_layer() {
     let p = params();
-    let run = sim::run_fleet(&p, MODEL_B, Row::FullBudget, SEED, p.fleet);
+    let run = herd::run_fleet(&p, MODEL_B, Row::FullBudget, SEED, p.fleet);
     assert_eq!(run.stats.len(), p.fleet);
     for (process, stats) in run.stats.iter().enumerate() {
         assert_eq!(

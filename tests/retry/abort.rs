@@ -1,6 +1,6 @@
 //! The abort signal: sleeping requests return their last outcome at once.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

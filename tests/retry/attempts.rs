@@ -1,6 +1,6 @@
 //! `max_attempts`: the first attempt counts, and no more than that are sent.
 
-use crate::support::*;
+use crate::mock_client::*;
 use tower_http_retry::StopReason;
 
 #[tokio::test(start_paused = true)]

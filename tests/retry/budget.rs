@@ -1,6 +1,6 @@
 //! The retry budget: asked before sleeping, fed by successes, refunded for abandoned sleeps.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready_err};

@@ -1,6 +1,6 @@
 //! Which outcomes are retried: the default HTTP table and transport errors.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::io::ErrorKind;
 use tokio_test::{assert_pending, assert_ready_err};
 use tower::BoxError;

@@ -1,6 +1,6 @@
 //! The deadline: a sleep that would end after it is not started.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

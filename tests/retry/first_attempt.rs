@@ -1,6 +1,6 @@
 //! First-attempt jitter: `U(0, j)` before the first attempt, to spread a bulk fan-out.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::collections::HashSet;
 use std::time::Duration;
 use tower_http_retry::DelaySource;

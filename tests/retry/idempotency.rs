@@ -1,6 +1,6 @@
 //! Which requests are repeated, and the headers stamped on attempts.
 
-use crate::support::*;
+use crate::mock_client::*;
 use http::header::HeaderName;
 use tower_http_retry::{Idempotency, RetryLayerBuilder, StopReason};
 use tower_http_retry::{RequestHead, RetryRequest, IDEMPOTENCY_KEY};

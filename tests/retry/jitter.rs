@@ -1,6 +1,6 @@
 //! Jitter that de-synchronises: every request session draws from its own stream.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_test::assert_pending;

@@ -12,7 +12,7 @@ mod deadline;
 mod first_attempt;
 mod idempotency;
 mod jitter;
+mod mock_client;
 mod readiness;
 mod report;
 mod retry_after;
-mod support;

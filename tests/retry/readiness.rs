@@ -1,7 +1,7 @@
 //! The readiness contract: the first attempt goes to the readied service, every retry polls the
 //! stored clone only after its sleep, and nothing is held while sleeping.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

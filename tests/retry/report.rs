@@ -1,6 +1,6 @@
 //! What the caller learns: the per-request report and the shared counters.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::io::ErrorKind;
 use std::time::Duration;
 use tokio_test::{assert_pending, assert_ready_err, assert_ready_ok};

@@ -1,6 +1,6 @@
 //! `Retry-After`: a valid hint replaces the backoff delay, within the clamp.
 
-use crate::support::*;
+use crate::mock_client::*;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tokio_test::assert_pending;

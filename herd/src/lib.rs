@@ -1,5 +1,7 @@
-//! The herd simulation, shared by `examples/herd.rs` (full size: tables, targets and charts) and
-//! `tests/herd/main.rs` (small size: the qualitative facts).
+//! The herd simulation of tower-http-retry, used by `examples/herd.rs` (full size: tables,
+//! targets and charts) and `tests/herd/main.rs` (small size: the qualitative facts), both in the
+//! root package. A workspace member of its own (`publish = false`), so that both use it as a
+//! crate.
 //!
 //! `deliveries` webhooks are sent at t = 0 to one in-process endpoint (a tower `Service`) that
 //! fails completely during the outage and then recovers, either fully (model A) or up to a
@@ -14,11 +16,6 @@
 //! A run has one or more senders ("processes"): a fleet splits the deliveries between `n`
 //! independent clients (each its own layer, random seed and budget) that share nothing but the
 //! endpoint, as a fleet of uncoordinated senders does.
-//!
-//! Include it with `#[path = "../tests/herd/sim.rs"] mod sim;` (example) or `mod sim;` (test).
-
-// The example and the test each use a different part of this file.
-#![allow(dead_code)]
 
 use http::header::HeaderName;
 use http::{HeaderValue, Request, Response, StatusCode};
