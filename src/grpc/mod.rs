@@ -30,7 +30,6 @@ pub use code::GrpcCode;
 pub use service_config::{GrpcRetryPolicy, GrpcServiceConfig};
 pub use stack::{GrpcStack, IntoBody, IntoBodyFuture};
 pub use throttle::GrpcThrottle;
-pub(crate) use timeout::{request_timeout, stamp_attempt};
 
 use crate::retry::{Idempotency, RetryLayer, RetryLayerBuilder};
 

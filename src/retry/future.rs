@@ -12,8 +12,9 @@
 //!  call, endpoint down ──> Waiting: Joining ── first poll ──> Queued (or Readying if open again)
 //! ```
 
+use super::budget::Withdrawal;
 use super::nested::retrying;
-use super::session::{AfterSleep, Next, Session, Withdrawal};
+use super::session::{AfterSleep, Next, Session};
 use super::watch::AbortWatch;
 use crate::abort::Listener;
 use crate::classify::Classify;

@@ -6,9 +6,11 @@
 //! the file named after it. What the crate docs say of the layer is written on
 //! [`RetryLayer`](crate::RetryLayer), where rustdoc shows it.
 
+pub(crate) mod attempt;
 mod backoff;
 mod budget;
 mod config;
+mod deadline;
 mod future;
 mod idempotency;
 mod layer;
@@ -16,7 +18,7 @@ mod nested;
 mod replay_body;
 mod retry_after;
 mod service;
-mod session;
+pub(crate) mod session;
 mod stats;
 mod watch;
 

@@ -9,12 +9,12 @@
 //! spends a token. Apart from the clock, which the caller passes in as `now`, the ladder is pure:
 //! the unit tests below drive it without a runtime's timers or an inner service.
 
-use super::budget::RetryBudget;
+use super::attempt;
+use super::budget::Withdrawal;
 use super::config::Config;
-use super::idempotency::{is_idempotent, IDEMPOTENCY_KEY};
+use super::deadline::Deadline;
 use super::nested::{retried_outside, retrying, NestedLayers};
 use super::retry_after::Resolved;
-use super::stats::Counters;
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, NotSent, Outcome};
@@ -23,11 +23,10 @@ use crate::message::{RetryRequest, RetryResponse};
 use crate::pacer::{Deferred, Endpoint, PassGuard, QueueWait, Signal};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
-use crate::telemetry::{self, Attempt};
+use crate::telemetry::{self, decision, Attempt};
 use http::uri::Authority;
-use http::{HeaderValue, Method};
+use http::Method;
 use rand::rngs::SmallRng;
-use rand::RngExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -48,11 +47,8 @@ pub(crate) struct Session<Req, C> {
     attempts: u32,
     /// Free resends of refused requests so far.
     refused: u32,
-    /// When the request started, if a deadline is configured.
-    started: Option<Instant>,
-    /// gRPC: the request's own deadline, read from its `grpc-timeout` (feature `grpc`).
-    #[cfg(feature = "grpc")]
-    grpc_deadline: Option<Duration>,
+    /// The layer's deadline and the request's own (read by the attempt hook).
+    deadline: Deadline,
     slot: Option<ReportSlot>,
     waits: Option<Box<Waits>>,
 }
@@ -112,35 +108,6 @@ pub(crate) enum AfterSleep {
     /// Its endpoint is paced and the queue cannot take it: it stops with
     /// [`StopReason::Deferred`] (a first attempt, with no outcome to return, is sent).
     Deferred(Deferred),
-}
-
-/// A budget token taken for a retry: spent when the retry is sent, refunded when dropped unsent.
-pub(crate) struct Withdrawal {
-    budget: Arc<dyn RetryBudget>,
-    counters: Counters,
-    spent: bool,
-}
-
-impl Withdrawal {
-    pub(crate) fn spend(mut self) {
-        self.spent = true;
-    }
-}
-
-impl Drop for Withdrawal {
-    fn drop(&mut self) {
-        if !self.spent {
-            self.budget.refund();
-            self.counters.budget_refunded();
-        }
-    }
-}
-
-macro_rules! decision {
-    ($($arg:tt)*) => {
-        #[cfg(feature = "tracing")]
-        tracing::debug!(target: "tower_http_retry", $($arg)*);
-    };
 }
 
 impl<Req, C> Session<Req, C> {
@@ -274,25 +241,20 @@ impl<Req, C> Session<Req, C> {
         }
     }
 
-    /// When the deadline falls, if there is one.
-    pub(crate) fn deadline(&self) -> Option<Instant> {
-        Some(self.started? + self.limit()?)
+    /// When the request started, if it has a deadline.
+    #[cfg(test)]
+    pub(crate) fn started(&self) -> Option<Instant> {
+        self.deadline.started()
     }
 
-    /// The time the request may take from its start: the layer's deadline, or with gRPC
-    /// metadata the request's own `grpc-timeout` when that is shorter.
-    fn limit(&self) -> Option<Duration> {
-        let layer = self.config.settings.deadline;
-        #[cfg(feature = "grpc")]
-        if let Some(own) = self.grpc_deadline {
-            return Some(layer.map_or(own, |layer| layer.min(own)));
-        }
-        layer
+    /// When the deadline falls, if there is one.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline.at()
     }
 
     /// Joins `endpoint`'s queue at `now`, or says why it cannot.
     fn queue(&mut self, endpoint: &Arc<Endpoint>, now: Instant) -> Result<QueueWait, Deferred> {
-        let wait = endpoint.enqueue(self.room(now), now, self.attempts == 0)?;
+        let wait = endpoint.enqueue(self.deadline.room(now), now, self.attempts == 0)?;
         self.record_delay(Duration::ZERO, DelaySource::Paced);
         self.waits().queued_at = Some(now);
         Ok(wait)
@@ -309,44 +271,10 @@ impl<Req, C> Session<Req, C> {
         }
     }
 
-    /// How long the request may still wait at `now` before its deadline (`Duration::MAX`
-    /// without one).
-    fn room(&self, now: Instant) -> Duration {
-        match (self.limit(), self.started) {
-            (Some(deadline), Some(started)) => {
-                deadline.saturating_sub(now.saturating_duration_since(started))
-            }
-            _ => Duration::MAX,
-        }
-    }
-
     /// Whether the deadline has passed at `now`: a retry whose service became ready only then
     /// is not sent.
     pub(crate) fn past_deadline(&self, now: Instant) -> bool {
-        let past_layer = match (self.config.settings.deadline, self.started) {
-            (Some(limit), Some(started)) => now.saturating_duration_since(started) > limit,
-            _ => false,
-        };
-        past_layer || self.grpc_room(now) == Some(Duration::ZERO)
-    }
-
-    /// Whether a wait of `delay` from `now` ends in time for the next attempt. The layer's
-    /// deadline bounds the waits, so a wait may end on it; a gRPC deadline bounds the attempt
-    /// too (it is sent as the attempt's `grpc-timeout`), so the attempt needs time left.
-    fn wait_fits(&self, delay: Duration, now: Instant) -> bool {
-        delay <= self.room(now) && self.grpc_room(now).map_or(true, |left| delay < left)
-    }
-
-    /// gRPC: the time left of the request's own deadline (its `grpc-timeout`), the value the
-    /// next attempt's `grpc-timeout` carries. The layer's deadline is not sent: it bounds the
-    /// waits, not an attempt in flight.
-    fn grpc_room(&self, now: Instant) -> Option<Duration> {
-        #[cfg(feature = "grpc")]
-        if let (Some(own), Some(started)) = (self.grpc_deadline, self.started) {
-            return Some(own.saturating_sub(now.saturating_duration_since(started)));
-        }
-        let _ = now;
-        None
+        self.deadline.passed(now)
     }
 
     fn record_delay(&mut self, duration: Duration, source: DelaySource) {
@@ -372,21 +300,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     #[inline]
     pub(crate) fn new(config: Arc<Config<C>>, request: &mut Req) -> Self {
         let settings = &config.settings;
-        let mut waits = None;
-        if settings.stamp_idempotency_key
-            && !is_idempotent(request.method())
-            && !request.headers().contains_key(&IDEMPOTENCY_KEY)
-        {
-            let mut stream = settings.random.stream();
-            let key: u128 = stream.random();
-            waits = Some(Box::new(Waits {
+        let method = request.method().clone();
+        let waits = attempt::stamp_key(settings, &method, request.headers_mut()).map(|stream| {
+            Box::new(Waits {
                 rng: Some(stream),
                 ..Waits::default()
-            }));
-            let value = HeaderValue::try_from(format!("{key:032x}"))
-                .expect("hex digits are a valid header value");
-            request.headers_mut().insert(IDEMPOTENCY_KEY.clone(), value);
-        }
+            })
+        });
         let mut not_retryable = (!settings
             .idempotency
             .allows(request.method(), request.headers()))
@@ -394,20 +314,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         if settings.nested == NestedLayers::Defer && retried_outside() {
             not_retryable = Some(StopReason::Delegated);
         }
-        // gRPC: a `grpc-timeout` is the request's deadline, counted from this call.
-        #[cfg(feature = "grpc")]
-        let grpc_deadline = settings
-            .grpc_metadata
-            .then(|| crate::grpc::request_timeout(request.headers()))
-            .flatten();
-        #[cfg(not(feature = "grpc"))]
-        let grpc_deadline: Option<Duration> = None;
+        // The request's own deadline (gRPC's `grpc-timeout`) counts from this call.
+        let own = attempt::own_deadline(settings, request.headers());
         Self {
-            started: (settings.deadline.is_some() || grpc_deadline.is_some()).then(Instant::now),
-            #[cfg(feature = "grpc")]
-            grpc_deadline,
+            deadline: Deadline::new(settings.deadline, own, Instant::now),
             slot: request.report_slot().cloned(),
-            kept: Kept::Method(request.method().clone(), None),
+            kept: Kept::Method(method, None),
             config,
             not_retryable,
             attempts: 0,
@@ -451,17 +363,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     ) -> Attempt<S::Future> {
         self.attempts += 1;
         let settings = &self.config.settings;
-        if let Some(name) = &settings.attempt_header {
-            request
-                .headers_mut()
-                .insert(name.clone(), HeaderValue::from(self.attempts));
-        }
-        #[cfg(feature = "grpc")]
-        if settings.grpc_metadata {
-            // `grpc-previous-rpc-attempts` on retries, `grpc-timeout` as the time left.
-            let left = self.grpc_room(Instant::now());
-            crate::grpc::stamp_attempt(request.headers_mut(), self.attempts, left);
-        }
+        let deadline = self.deadline;
+        attempt::stamp(settings, request.headers_mut(), self.attempts, || {
+            deadline.own_left(Instant::now())
+        });
         let keep = settings.max_attempts > 1
             && self.not_retryable != Some(StopReason::Delegated)
             && (self.counted() < settings.max_attempts
@@ -701,30 +606,24 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 return self.enter_queue(endpoint, listener, now);
             }
         }
-        if !self.wait_fits(delay, now) {
+        if !self.deadline.fits(delay, now) {
             self.retry_in(delay);
             return Next::Stop(StopReason::Deadline);
         }
         let token = match &settings.budget {
-            Some(budget) if !budget.withdraw() => {
-                config.counters.budget_denied();
-                if let Some(endpoint) = &endpoint {
-                    // With pacing, an empty budget slows the endpoint instead of dropping the
-                    // request.
-                    endpoint.budget_empty(now);
-                    return self.enter_queue(endpoint, listener, now);
+            Some(budget) => match Withdrawal::take(budget, &config.counters) {
+                Some(token) => Some(token),
+                None => {
+                    if let Some(endpoint) = &endpoint {
+                        // With pacing, an empty budget slows the endpoint instead of dropping
+                        // the request.
+                        endpoint.budget_empty(now);
+                        return self.enter_queue(endpoint, listener, now);
+                    }
+                    self.retry_in(delay);
+                    return Next::Stop(StopReason::BudgetEmpty);
                 }
-                self.retry_in(delay);
-                return Next::Stop(StopReason::BudgetEmpty);
-            }
-            Some(budget) => {
-                config.counters.budget_granted();
-                Some(Withdrawal {
-                    budget: Arc::clone(budget),
-                    counters: config.counters.clone(),
-                    spent: false,
-                })
-            }
+            },
             None => None,
         };
         self.record_delay(delay, source);
@@ -872,7 +771,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         self.refused += 1;
         let refused = self.refused;
         let pause = rotation_pause(refused, self.rng());
-        if !self.wait_fits(pause, now) {
+        if !self.deadline.fits(pause, now) {
             self.retry_in(pause);
             return Next::Stop(StopReason::Deadline);
         }
@@ -916,7 +815,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         if let Some(hint) = hint.retry_after() {
             counters.retry_after_seen();
             let clamp = config.retry_after_clamp;
-            let room = self.room(now);
+            let room = self.deadline.room(now);
             return match retry_after.resolve(hint, clamp, room, self.rng()) {
                 Resolved::Delay { delay, clamped } => {
                     if clamped {
@@ -1087,741 +986,4 @@ impl<F: FnOnce() -> Instant> Now<F> {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The decision ladder on its own: no runtime timers, no inner service, `now` passed in.
-
-    use super::*;
-    use crate::retry::{Backoff, Jitter, RetryLayer, RetryLayerBuilder, TokenBucket};
-    use crate::{AbortSignal, HttpClassifier, RandomSource};
-    use std::convert::Infallible;
-
-    type Req = http::Request<String>;
-    type Res = http::Response<String>;
-    const MS: Duration = Duration::from_millis(1);
-
-    /// No jitter (100 ms, 200 ms, ...), seeded, no budget.
-    fn builder() -> RetryLayerBuilder {
-        RetryLayer::builder()
-            .backoff(Backoff::new(
-                Jitter::None,
-                100 * MS,
-                Duration::from_secs(10),
-            ))
-            .random_source(RandomSource::seeded(1))
-            .without_budget()
-    }
-
-    fn config<C>(builder: RetryLayerBuilder<C>) -> Arc<Config<C>> {
-        let RetryLayerBuilder {
-            classifier,
-            settings,
-        } = builder;
-        Arc::new(Config::new(classifier, settings).unwrap())
-    }
-
-    fn request(method: Method) -> Req {
-        http::Request::builder()
-            .method(method)
-            .uri("http://a.test/")
-            .body(String::new())
-            .unwrap()
-    }
-
-    fn response(code: u16) -> Result<Res, Infallible> {
-        Ok(http::Response::builder()
-            .status(code)
-            .body(String::new())
-            .unwrap())
-    }
-
-    /// A session whose first attempt was just sent.
-    fn sent<C>(config: &Arc<Config<C>>, method: Method) -> Session<Req, C> {
-        let mut request = request(method);
-        let mut session = Session::new(Arc::clone(config), &mut request);
-        let mut service = tower::service_fn(|_: Req| async { response(200) });
-        drop(session.send_request(request, &mut service));
-        session
-    }
-
-    fn stop(next: Next) -> StopReason {
-        match next {
-            Next::Stop(reason) => reason,
-            Next::Sleep { delay, .. } => panic!("expected a stop, got a sleep of {delay:?}"),
-            Next::Queue { .. } => panic!("expected a stop, got a wait in the queue"),
-        }
-    }
-
-    fn sleep(next: Next) -> Duration {
-        match next {
-            Next::Sleep { delay, .. } => delay,
-            Next::Stop(reason) => panic!("expected a sleep, got a stop: {reason}"),
-            Next::Queue { .. } => panic!("expected a sleep, got a wait in the queue"),
-        }
-    }
-
-    #[test]
-    fn success_and_permanent_outcomes_stop_at_once() {
-        let config = config(builder());
-        let now = Instant::now();
-        let mut session = sent(&config, Method::GET);
-        assert_eq!(
-            stop(session.decide(&response(200), || now)),
-            StopReason::Success
-        );
-        let mut session = sent(&config, Method::GET);
-        assert_eq!(
-            stop(session.decide(&response(404), || now)),
-            StopReason::Permanent
-        );
-    }
-
-    #[test]
-    fn a_transient_outcome_of_a_get_sleeps_the_backoff_delay() {
-        let config = config(builder());
-        let mut session = sent(&config, Method::GET);
-        assert_eq!(
-            sleep(session.decide(&response(503), Instant::now)),
-            100 * MS
-        );
-    }
-
-    #[test]
-    fn a_post_without_a_key_is_not_repeated() {
-        let config = config(builder());
-        let mut session = sent(&config, Method::POST);
-        let next = session.decide(&response(503), Instant::now);
-        assert_eq!(stop(next), StopReason::NotIdempotent);
-    }
-
-    #[test]
-    fn the_last_attempt_is_not_followed_by_a_sleep() {
-        let config = config(builder().max_attempts(1));
-        let mut session = sent(&config, Method::GET);
-        let next = session.decide(&response(503), Instant::now);
-        assert_eq!(stop(next), StopReason::AttemptsExhausted);
-    }
-
-    #[test]
-    fn a_shut_down_signal_stops_before_a_delay_is_drawn() {
-        let abort = AbortSignal::new();
-        let config = config(builder().abort_signal(abort.clone()));
-        abort.shutdown();
-        let mut session = sent(&config, Method::GET);
-        assert_eq!(
-            stop(session.decide(&response(503), Instant::now)),
-            StopReason::Aborted
-        );
-        assert!(session.delays().is_empty());
-    }
-
-    #[test]
-    fn a_valid_retry_after_replaces_the_backoff_delay() {
-        let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
-        let mut session = sent(&config, Method::GET);
-        let mut hinted = response(503);
-        if let Ok(response) = &mut hinted {
-            let value = http::HeaderValue::from_static("2");
-            response
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, value);
-        }
-        assert_eq!(sleep(session.decide(&hinted, Instant::now)), 2 * 1000 * MS);
-        assert_eq!(session.delays()[0].source, DelaySource::RetryAfter);
-    }
-
-    #[test]
-    fn the_deadline_is_measured_at_the_now_it_is_given() {
-        let config = config(builder().deadline(Duration::from_secs(1)));
-        let mut session = sent(&config, Method::GET);
-        let started = session.started.unwrap();
-        // 900 ms in, the 100 ms delay ends exactly at the deadline: allowed.
-        assert_eq!(
-            sleep(session.decide(&response(503), || started + 900 * MS)),
-            100 * MS
-        );
-        let mut session = sent(&config, Method::GET);
-        let started = session.started.unwrap();
-        let next = session.decide(&response(503), || started + 901 * MS);
-        assert_eq!(stop(next), StopReason::Deadline);
-        assert!(!session.past_deadline(started + 1000 * MS));
-        assert!(session.past_deadline(started + 1001 * MS));
-    }
-
-    /// A gRPC session (every method retryable, metadata on) whose first attempt, with
-    /// `grpc-timeout: timeout`, was just sent to `service`.
-    #[cfg(feature = "grpc")]
-    fn grpc_sent<S: Service<Req>>(
-        builder: RetryLayerBuilder,
-        timeout: &'static str,
-        service: &mut S,
-    ) -> Session<Req, HttpClassifier> {
-        let config = config(
-            builder
-                .grpc_metadata(true)
-                .idempotency(crate::Idempotency::Any),
-        );
-        let mut request = request(Method::POST);
-        let timeout = http::HeaderValue::from_static(timeout);
-        request.headers_mut().insert("grpc-timeout", timeout);
-        let mut session = Session::new(config, &mut request);
-        drop(session.send_request(request, service));
-        session
-    }
-
-    #[test]
-    #[cfg(feature = "grpc")]
-    fn a_grpc_deadline_leaves_the_attempt_time_to_run() {
-        let mut service = tower::service_fn(|_: Req| async { response(200) });
-        let mut session = grpc_sent(builder(), "1S", &mut service);
-        let started = session.started.unwrap();
-        // A wait that ends exactly on the deadline would send a `grpc-timeout` of zero.
-        let next = session.decide(&response(503), || started + 900 * MS);
-        assert_eq!(stop(next), StopReason::Deadline);
-        assert!(!session.past_deadline(started + 999 * MS));
-        assert!(session.past_deadline(started + 1000 * MS));
-    }
-
-    #[test]
-    #[cfg(feature = "grpc")]
-    fn a_shorter_layer_deadline_bounds_the_waits_but_is_not_sent_as_the_grpc_timeout() {
-        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = Arc::clone(&sent);
-        let mut service = tower::service_fn(move |request: Req| {
-            let timeout = crate::grpc::request_timeout(request.headers());
-            seen.lock().unwrap().push(timeout.unwrap());
-            async { response(200) }
-        });
-        let layer_deadline = builder().deadline(Duration::from_secs(1));
-        let mut session = grpc_sent(layer_deadline, "5S", &mut service);
-        let started = session.started.unwrap();
-        // The wait may end on the layer's deadline, as without gRPC.
-        assert_eq!(
-            sleep(session.decide(&response(503), || started + 900 * MS)),
-            100 * MS
-        );
-        // Each attempt carries the time left of the request's own 5 s, not the layer's 1 s.
-        drop(session.send(&mut service));
-        assert_eq!(sent.lock().unwrap().len(), 2);
-        for timeout in sent.lock().unwrap().iter() {
-            assert!(*timeout > Duration::from_secs(4), "{timeout:?}");
-        }
-    }
-
-    #[test]
-    fn the_deadline_is_asked_before_the_budget() {
-        let bucket = Arc::new(TokenBucket::default());
-        let config = config(builder().deadline(MS).budget(Arc::clone(&bucket)));
-        let mut session = sent(&config, Method::GET);
-        let before = bucket.available();
-        let started = session.started.unwrap();
-        assert_eq!(
-            stop(session.decide(&response(503), || started)),
-            StopReason::Deadline
-        );
-        assert_eq!(
-            bucket.available(),
-            before,
-            "no token taken for a sleep not started"
-        );
-    }
-
-    #[test]
-    fn an_empty_budget_stops_the_retry() {
-        let empty = TokenBucket::builder()
-            .capacity(1.0)
-            .deposit_per_success(0.0)
-            .refill_per_second(0.0)
-            .build()
-            .unwrap();
-        assert!(empty.withdraw());
-        let config = config(builder().budget(empty));
-        let mut session = sent(&config, Method::GET);
-        let next = session.decide(&response(503), Instant::now);
-        assert_eq!(stop(next), StopReason::BudgetEmpty);
-    }
-
-    #[test]
-    fn the_classifier_sees_the_method() {
-        #[derive(Debug)]
-        struct PutConflicts;
-        impl Classify<Res, Infallible> for PutConflicts {
-            fn classify_response(&self, response: &Res) -> Outcome {
-                HttpClassifier::new().classify_status(response.status())
-            }
-            fn classify_error(&self, error: &Infallible) -> Outcome {
-                match *error {}
-            }
-            fn classify(&self, method: &Method, result: &Result<Res, Infallible>) -> Outcome {
-                match result {
-                    Ok(r) if method == Method::PUT && r.status() == 409 => Outcome::Transient,
-                    Ok(r) => self.classify_response(r),
-                    Err(e) => self.classify_error(e),
-                }
-            }
-        }
-        let config = config(builder().classifier(PutConflicts));
-        let mut put = sent(&config, Method::PUT);
-        assert_eq!(sleep(put.decide(&response(409), Instant::now)), 100 * MS);
-        let mut delete = sent(&config, Method::DELETE);
-        let next = delete.decide(&response(409), Instant::now);
-        assert_eq!(stop(next), StopReason::Permanent);
-    }
-
-    /// 421 stands for a refused request, 599 for a failed connect, 503 stays transient.
-    fn not_sent_builder() -> RetryLayerBuilder {
-        let refused = Outcome::NotSent(NotSent::Refused);
-        let unconnected = Outcome::NotSent(NotSent::Unconnected);
-        builder().classifier(
-            HttpClassifier::new()
-                .status(http::StatusCode::MISDIRECTED_REQUEST, refused)
-                .status(http::StatusCode::from_u16(599).unwrap(), unconnected),
-        )
-    }
-
-    /// Sends the stored copy again, as the future does after a sleep.
-    fn resend<C>(session: &mut Session<Req, C>) {
-        let mut service = tower::service_fn(|_: Req| async { response(200) });
-        drop(session.send(&mut service));
-    }
-
-    fn empty_bucket() -> TokenBucket {
-        let bucket = TokenBucket::builder()
-            .capacity(1.0)
-            .deposit_per_success(0.0)
-            .refill_per_second(0.0)
-            .build()
-            .unwrap();
-        assert!(bucket.withdraw());
-        bucket
-    }
-
-    #[test]
-    fn a_refused_post_without_a_key_is_resent_after_a_short_pause() {
-        let config = config(not_sent_builder());
-        let mut session = sent(&config, Method::POST);
-        let pause = sleep(session.decide(&response(421), Instant::now));
-        assert!((MS..=4 * MS).contains(&pause), "{pause:?}");
-        assert_eq!(session.delays()[0].source, DelaySource::Refused);
-        assert_eq!(config.counters.snapshot().rotation_resends, 1);
-    }
-
-    #[test]
-    fn an_unknown_error_is_counted_retried_when_idempotent_and_named_in_the_report() {
-        let config = config(builder());
-        let unknown = || Err::<Res, tower::BoxError>("a new kind of failure".into());
-        let mut get = sent(&config, Method::GET);
-        assert_eq!(sleep(get.decide(&unknown(), Instant::now)), 100 * MS);
-        let mut post = sent(&config, Method::POST);
-        assert_eq!(
-            stop(post.decide(&unknown(), Instant::now)),
-            StopReason::NotIdempotent
-        );
-        assert_eq!(config.counters.snapshot().unknown_errors, 2);
-        let report = post.report(StopReason::NotIdempotent);
-        assert_eq!(
-            report.unknown_error.as_deref(),
-            Some("a new kind of failure")
-        );
-        // A known error is neither counted nor named.
-        let mut known = sent(&config, Method::GET);
-        let reset: tower::BoxError =
-            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into();
-        sleep(known.decide(&Err::<Res, _>(reset), Instant::now));
-        assert_eq!(config.counters.snapshot().unknown_errors, 2);
-        assert_eq!(known.report(StopReason::Success).unknown_error, None);
-    }
-
-    #[test]
-    fn rotation_pauses_double_from_4_ms_to_50_ms_and_are_jittered() {
-        let mut rng = RandomSource::seeded(3).stream();
-        for resend in [0, 1, 2, 3, 5, 6, 7, 50, u32::MAX] {
-            let high = (4 * MS * (1 << (resend.clamp(1, 16) - 1))).min(50 * MS);
-            let pauses: Vec<_> = (0..64).map(|_| rotation_pause(resend, &mut rng)).collect();
-            assert!(
-                pauses.iter().all(|p| (high / 4..=high).contains(p)),
-                "resend {resend}: {pauses:?}"
-            );
-            assert!(pauses.iter().any(|p| *p != pauses[0]), "jittered");
-        }
-    }
-
-    #[test]
-    fn a_refused_resend_that_would_pass_the_deadline_stops() {
-        let config = config(not_sent_builder().deadline(10 * MS));
-        let mut session = sent(&config, Method::GET);
-        let started = session.started.unwrap();
-        let next = session.decide(&response(421), || started + 10 * MS);
-        assert_eq!(stop(next), StopReason::Deadline);
-        assert_eq!(config.counters.snapshot().rotation_resends, 0);
-    }
-
-    #[test]
-    fn continuous_rotation_is_resent_up_to_the_generous_default_cap() {
-        let config = config(not_sent_builder().max_attempts(2));
-        let mut session = sent(&config, Method::POST);
-        for _ in 0..200 {
-            resend_after(&mut session, 421);
-        }
-        let next = session.decide(&response(421), Instant::now);
-        assert_eq!(stop(next), StopReason::RefusedTooOften);
-        assert_eq!(session.attempts(), 201, "the first attempt and 200 resends");
-        assert_eq!(config.counters.snapshot().rotation_resends, 200);
-    }
-
-    #[test]
-    fn an_unconnected_post_without_a_key_is_retried_after_the_backoff_delay() {
-        let config = config(not_sent_builder());
-        let mut session = sent(&config, Method::POST);
-        assert_eq!(
-            sleep(session.decide(&response(599), Instant::now)),
-            100 * MS
-        );
-        assert_eq!(session.delays()[0].source, DelaySource::Backoff);
-    }
-
-    #[test]
-    fn a_transient_post_without_a_key_is_still_not_repeated() {
-        let config = config(not_sent_builder());
-        let mut session = sent(&config, Method::POST);
-        resend_after(&mut session, 421);
-        let next = session.decide(&response(503), Instant::now);
-        assert_eq!(stop(next), StopReason::NotIdempotent);
-    }
-
-    /// Decides on `status` (expecting a sleep) and sends the next attempt.
-    fn resend_after<C: Classify<Res, Infallible>>(session: &mut Session<Req, C>, status: u16) {
-        sleep(session.decide(&response(status), Instant::now));
-        resend(session);
-    }
-
-    #[test]
-    fn refused_resends_spend_no_attempt() {
-        let config = config(not_sent_builder().max_attempts(2));
-        let mut session = sent(&config, Method::GET);
-        resend_after(&mut session, 421);
-        resend_after(&mut session, 421);
-        // Three sent, one counted: the retry left gets the first backoff delay.
-        assert_eq!(session.attempts(), 3);
-        assert_eq!(
-            sleep(session.decide(&response(503), Instant::now)),
-            100 * MS
-        );
-        resend(&mut session);
-        let next = session.decide(&response(503), Instant::now);
-        assert_eq!(stop(next), StopReason::AttemptsExhausted);
-    }
-
-    #[test]
-    fn refused_resends_take_no_budget_token() {
-        let config = config(not_sent_builder().budget(empty_bucket()));
-        let mut session = sent(&config, Method::GET);
-        match session.decide(&response(421), Instant::now) {
-            Next::Sleep { delay, token, .. } => {
-                assert!(delay <= 4 * MS);
-                assert!(token.is_none());
-            }
-            Next::Stop(reason) => panic!("expected a resend, got a stop: {reason}"),
-            Next::Queue { .. } => panic!("expected a resend, got a wait in the queue"),
-        }
-        assert_eq!(config.counters.snapshot().budget_denied, 0);
-    }
-
-    #[test]
-    fn refused_resends_stop_at_the_cap() {
-        let config = config(not_sent_builder().max_refused_retries(2));
-        let mut session = sent(&config, Method::POST);
-        resend_after(&mut session, 421);
-        resend_after(&mut session, 421);
-        let next = session.decide(&response(421), Instant::now);
-        assert_eq!(stop(next), StopReason::RefusedTooOften);
-        assert_eq!(session.attempts(), 3);
-    }
-
-    #[test]
-    fn refused_resends_keep_the_backoff_where_it_was() {
-        let config = config(not_sent_builder());
-        let mut session = sent(&config, Method::GET);
-        resend_after(&mut session, 503); // 100 ms
-        resend_after(&mut session, 421); // a short pause, not a backoff delay
-        assert_eq!(
-            sleep(session.decide(&response(503), Instant::now)),
-            200 * MS,
-            "the second backoff delay, not the third"
-        );
-    }
-
-    #[test]
-    fn unconnected_retries_count_as_attempts() {
-        let config = config(not_sent_builder().max_attempts(2));
-        let mut session = sent(&config, Method::POST);
-        resend_after(&mut session, 599);
-        let next = session.decide(&response(599), Instant::now);
-        assert_eq!(stop(next), StopReason::AttemptsExhausted);
-    }
-
-    #[test]
-    fn unconnected_retries_take_a_budget_token() {
-        let config = config(not_sent_builder().budget(empty_bucket()));
-        let mut session = sent(&config, Method::POST);
-        let next = session.decide(&response(599), Instant::now);
-        assert_eq!(stop(next), StopReason::BudgetEmpty);
-    }
-
-    #[test]
-    fn one_max_attempt_turns_refused_resends_off_too() {
-        let config = config(not_sent_builder().max_attempts(1));
-        let mut session = sent(&config, Method::GET);
-        let next = session.decide(&response(421), Instant::now);
-        assert_eq!(stop(next), StopReason::AttemptsExhausted);
-    }
-
-    #[test]
-    fn a_shut_down_signal_stops_a_refused_resend() {
-        let abort = AbortSignal::new();
-        let config = config(not_sent_builder().abort_signal(abort.clone()));
-        abort.shutdown();
-        let mut session = sent(&config, Method::POST);
-        let next = session.decide(&response(421), Instant::now);
-        assert_eq!(stop(next), StopReason::Aborted);
-    }
-
-    #[test]
-    fn zero_max_refused_retries_turns_refused_resends_off() {
-        let config = config(not_sent_builder().max_refused_retries(0));
-        let mut session = sent(&config, Method::GET);
-        let next = session.decide(&response(421), Instant::now);
-        assert_eq!(stop(next), StopReason::RefusedTooOften);
-    }
-
-    #[test]
-    fn a_stop_that_is_not_final_says_when_to_try_again() {
-        let config = config(builder().max_attempts(1));
-        let mut session = sent(&config, Method::GET);
-        let next = session.decide(&response(503), Instant::now);
-        assert_eq!(stop(next), StopReason::AttemptsExhausted);
-        let report = session.report(StopReason::AttemptsExhausted);
-        assert_eq!(report.retry_after, Some(100 * MS), "the next backoff draw");
-        assert!(report.retry_at.is_some());
-
-        let config = self::config(builder().deadline(MS));
-        let mut session = sent(&config, Method::GET);
-        let started = session.started.unwrap();
-        assert_eq!(
-            stop(session.decide(&response(503), || started)),
-            StopReason::Deadline
-        );
-        assert_eq!(
-            session.report(StopReason::Deadline).retry_after,
-            Some(100 * MS)
-        );
-    }
-
-    #[test]
-    fn a_final_stop_says_nothing_of_trying_again() {
-        let config = config(builder());
-        let mut session = sent(&config, Method::GET);
-        assert_eq!(
-            stop(session.decide(&response(404), Instant::now)),
-            StopReason::Permanent
-        );
-        let report = session.report(StopReason::Permanent);
-        assert_eq!((report.retry_after, report.retry_at), (None, None));
-    }
-
-    fn with_headers(code: u16, pairs: &[(&'static str, &'static str)]) -> Result<Res, Infallible> {
-        let mut result = response(code);
-        if let Ok(response) = &mut result {
-            for (name, value) in pairs {
-                let value = http::HeaderValue::from_static(value);
-                response.headers_mut().append(*name, value);
-            }
-        }
-        result
-    }
-
-    #[test]
-    fn a_rate_limit_reset_replaces_the_backoff_delay_like_retry_after() {
-        let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
-        let mut session = sent(&config, Method::GET);
-        let limited = with_headers(429, &[("retry-after-ms", "1500")]);
-        assert_eq!(sleep(session.decide(&limited, Instant::now)), 1500 * MS);
-        assert_eq!(session.delays()[0].source, DelaySource::RetryAfter);
-        assert_eq!(config.counters.snapshot().retry_after_seen, 1);
-    }
-
-    #[test]
-    fn a_reset_longer_than_the_clamp_is_clamped_like_retry_after() {
-        let config = config(
-            builder().retry_after(
-                crate::RetryAfter::honored()
-                    .max_delay(Duration::from_secs(1))
-                    .jitter(0.0),
-            ),
-        );
-        let mut session = sent(&config, Method::GET);
-        let limited = with_headers(429, &[("ratelimit", "\"q\";r=0;t=3600")]);
-        assert_eq!(sleep(session.decide(&limited, Instant::now)), 1000 * MS);
-        assert_eq!(session.delays()[0].source, DelaySource::RetryAfterClamped);
-    }
-
-    #[test]
-    fn a_used_up_quota_makes_a_403_transient() {
-        let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
-        let mut session = sent(&config, Method::GET);
-        let forbidden = response(403);
-        assert_eq!(
-            stop(session.decide(&forbidden, Instant::now)),
-            StopReason::Permanent
-        );
-        let mut session = sent(&config, Method::GET);
-        let quota = with_headers(
-            403,
-            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "7")],
-        );
-        // `7` in auto mode is a delta: seven seconds.
-        assert_eq!(sleep(session.decide(&quota, Instant::now)), 7000 * MS);
-    }
-
-    #[test]
-    fn a_server_that_says_not_to_retry_is_obeyed() {
-        let config = config(builder());
-        for pairs in [
-            &[("x-should-retry", "false")][..],
-            &[("x-envoy-overloaded", "true")][..],
-        ] {
-            let mut session = sent(&config, Method::GET);
-            let shed = with_headers(503, pairs);
-            assert_eq!(
-                stop(session.decide(&shed, Instant::now)),
-                StopReason::StandDown
-            );
-        }
-    }
-
-    #[test]
-    fn a_stand_down_with_a_reset_says_when_to_try_again() {
-        let config = config(builder());
-        let mut session = sent(&config, Method::GET);
-        let shed = with_headers(503, &[("x-should-retry", "false"), ("retry-after", "30")]);
-        assert_eq!(
-            stop(session.decide(&shed, Instant::now)),
-            StopReason::StandDown
-        );
-        let report = session.report(StopReason::StandDown);
-        assert_eq!(report.retry_after, Some(Duration::from_secs(30)));
-    }
-
-    #[test]
-    fn a_server_that_says_to_retry_overrides_the_status_and_the_method() {
-        let config = config(builder());
-        let mut session = sent(&config, Method::POST);
-        let plain = response(500);
-        assert_eq!(
-            stop(session.decide(&plain, Instant::now)),
-            StopReason::NotIdempotent
-        );
-        for code in [500, 400] {
-            let mut session = sent(&config, Method::POST);
-            let retry = with_headers(code, &[("x-should-retry", "true")]);
-            assert_eq!(
-                sleep(session.decide(&retry, Instant::now)),
-                100 * MS,
-                "{code}"
-            );
-        }
-    }
-
-    #[test]
-    fn markers_can_be_ignored() {
-        let hints = crate::ServerHints::new()
-            .should_retry_header(None)
-            .stand_down_headers([]);
-        let config = config(builder().classifier(HttpClassifier::new().hints(hints)));
-        let mut session = sent(&config, Method::GET);
-        let shed = with_headers(
-            503,
-            &[("x-should-retry", "false"), ("x-envoy-overloaded", "1")],
-        );
-        assert_eq!(sleep(session.decide(&shed, Instant::now)), 100 * MS);
-    }
-
-    #[test]
-    fn without_retry_after_ignores_the_reset_but_not_the_markers() {
-        let config = config(builder().without_retry_after());
-        let mut session = sent(&config, Method::GET);
-        let limited = with_headers(429, &[("retry-after-ms", "5000")]);
-        assert_eq!(sleep(session.decide(&limited, Instant::now)), 100 * MS);
-        let mut session = sent(&config, Method::GET);
-        let shed = with_headers(503, &[("x-should-retry", "false")]);
-        assert_eq!(
-            stop(session.decide(&shed, Instant::now)),
-            StopReason::StandDown
-        );
-    }
-
-    #[test]
-    fn a_malformed_hint_is_counted_and_the_backoff_decides() {
-        let config = config(builder());
-        let mut session = sent(&config, Method::GET);
-        let garbled = with_headers(503, &[("retry-after-ms", "soon")]);
-        assert_eq!(sleep(session.decide(&garbled, Instant::now)), 100 * MS);
-        assert_eq!(config.counters.snapshot().retry_after_malformed, 1);
-    }
-
-    #[test]
-    fn a_request_an_outer_layer_retries_is_sent_once() {
-        let outer = config(builder());
-        let inner = config(builder());
-        let mut session = sent(&outer, Method::GET);
-        assert_eq!(session.inner_layers_mark(), Some(true));
-        let mut inner_session = retrying(Some(true), || sent(&inner, Method::GET));
-        assert_eq!(inner_session.inner_layers_mark(), None);
-        assert_eq!(
-            stop(inner_session.decide(&response(503), Instant::now)),
-            StopReason::Delegated
-        );
-        assert_eq!(
-            sleep(session.decide(&response(503), Instant::now)),
-            100 * MS
-        );
-    }
-
-    #[test]
-    fn a_request_the_outer_layer_cannot_retry_is_retried_by_an_inner_layer_that_can() {
-        // A default layer around a gRPC-style one: the POST is not the outer layer's to retry.
-        let outer = config(builder());
-        let inner = config(builder().idempotency(crate::Idempotency::Any));
-        let session = sent(&outer, Method::POST);
-        assert_eq!(session.inner_layers_mark(), None);
-        let mut inner_session =
-            retrying(session.inner_layers_mark(), || sent(&inner, Method::POST));
-        assert_eq!(
-            sleep(inner_session.decide(&response(503), Instant::now)),
-            100 * MS
-        );
-    }
-
-    #[test]
-    fn an_independent_layer_retries_inside_another_and_lets_its_inner_layers_retry() {
-        let independent = config(builder().nested_layers(crate::NestedLayers::Independent));
-        let inner = config(builder());
-        let mut middle = retrying(Some(true), || sent(&independent, Method::GET));
-        assert_eq!(middle.inner_layers_mark(), Some(false));
-        assert_eq!(sleep(middle.decide(&response(503), Instant::now)), 100 * MS);
-        let mut innermost = retrying(Some(true), || {
-            retrying(middle.inner_layers_mark(), || sent(&inner, Method::GET))
-        });
-        assert_eq!(
-            sleep(innermost.decide(&response(503), Instant::now)),
-            100 * MS
-        );
-        assert!(!super::retried_outside());
-    }
-
-    #[test]
-    fn a_layer_that_cannot_retry_tells_inner_layers_nothing() {
-        let once = config(builder().max_attempts(1));
-        assert_eq!(sent(&once, Method::GET).inner_layers_mark(), None);
-        assert!(!super::retried_outside());
-    }
-}
+pub(crate) mod tests;
