@@ -9,6 +9,7 @@
 pub(crate) mod attempt;
 mod backoff;
 mod budget;
+mod buffer;
 mod config;
 mod deadline;
 mod future;
@@ -24,6 +25,7 @@ mod watch;
 
 pub use backoff::{Backoff, Jitter};
 pub use budget::{RetryBudget, TokenBucket, TokenBucketBuilder};
+pub use buffer::{BufferRequest, BufferRequestFuture, BufferRequestLayer};
 pub use future::RetryFuture;
 pub use idempotency::{Idempotency, IDEMPOTENCY_KEY};
 pub use layer::{RetryLayer, RetryLayerBuilder};

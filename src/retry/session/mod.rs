@@ -425,10 +425,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let mut forbidden = false;
         let listener = config.settings.abort.as_ref().map(|abort| {
             let authority = self.authority();
-            let listener = abort.listen(authority.as_deref());
-            forbidden = abort
-                .forbids(listener.seen_wakes, authority.as_deref())
-                .is_some();
+            let (listener, forbids) = abort.listen_checked(authority.as_deref());
+            forbidden = forbids.is_some();
             listener
         });
         let jitter = config.settings.first_attempt_jitter;
@@ -565,12 +563,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
             return Next::Stop(reason);
         }
-        // Listen before checking: a shutdown or hold in between still wakes the sleep.
         let listener = match &settings.abort {
             Some(abort) => {
                 let authority = self.authority();
-                let listener = abort.listen(authority.as_deref());
-                let forbidden = abort.forbids(listener.seen_wakes, authority.as_deref());
+                let (listener, forbidden) = abort.listen_checked(authority.as_deref());
                 drop(authority);
                 match (forbidden, &endpoint) {
                     // With pacing, a breaker's hold pauses the endpoint and the request waits.
