@@ -7,22 +7,35 @@
 //! policy), does the wait fit the deadline, and last, does the budget grant a token.
 //! Only then does the request sleep, so a request that will not be retried never waits and never
 //! spends a token. Apart from the clock, which the caller passes in as `now`, the ladder is pure:
-//! the unit tests below drive it without a runtime's timers or an inner service.
+//! the unit tests (`tests.rs`) drive it without a runtime's timers or an inner service.
+//!
+//! The concerns around the ladder live beside it: the wait before the next attempt (`delay.rs`:
+//! the server's hint, the backoff draw, the pause before a refused resend), pacing (`pacing.rs`:
+//! the outcome booked to the endpoint, the queue instead of a sleep), the report trail
+//! (`trail.rs`), the deadlines (`../deadline.rs`), per-attempt metadata (`../attempt.rs`) and the
+//! budget token (`../budget.rs`).
+
+mod delay;
+mod pacing;
+#[cfg(test)]
+pub(crate) mod tests;
+mod trail;
+
+pub(crate) use pacing::AfterSleep;
 
 use super::attempt;
 use super::budget::Withdrawal;
 use super::config::Config;
 use super::deadline::Deadline;
 use super::nested::{retried_outside, retrying, NestedLayers};
-use super::retry_after::Resolved;
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, NotSent, Outcome};
 use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacer::{Deferred, Endpoint, PassGuard, QueueWait, Signal};
+use crate::pacer::{PassGuard, QueueWait};
 use crate::random::uniform;
-use crate::report::{Delay, DelaySource, ReportSlot, RetryReport, StopReason};
+use crate::report::{Delay, DelaySource, ReportSlot, StopReason};
 use crate::telemetry::{self, decision, Attempt};
 use http::uri::Authority;
 use http::Method;
@@ -99,17 +112,6 @@ pub(crate) enum Next {
     },
 }
 
-/// What a request whose sleep is over does next, with pacing.
-pub(crate) enum AfterSleep {
-    /// Its endpoint is not paced: it is sent.
-    Send,
-    /// Its endpoint is paced: it waits in the queue.
-    Queue(QueueWait),
-    /// Its endpoint is paced and the queue cannot take it: it stops with
-    /// [`StopReason::Deferred`] (a first attempt, with no outcome to return, is sent).
-    Deferred(Deferred),
-}
-
 impl<Req, C> Session<Req, C> {
     pub(crate) fn config(&self) -> &Config<C> {
         &self.config
@@ -119,93 +121,9 @@ impl<Req, C> Session<Req, C> {
         self.attempts
     }
 
-    /// Every wait so far.
-    fn delays(&self) -> &[Delay] {
-        self.waits.as_ref().map_or(&[], |waits| &waits.delays)
-    }
-
-    fn waits(&mut self) -> &mut Waits {
-        self.waits.get_or_insert_with(Box::default)
-    }
-
-    /// Total time slept (an aborted sleep counts the time it lasted).
-    pub(crate) fn slept(&self) -> Duration {
-        self.delays().iter().map(|delay| delay.duration).sum()
-    }
-
     /// Attempts that count against `max_attempts`: the free resends of refused requests do not.
     fn counted(&self) -> u32 {
         self.attempts - self.refused
-    }
-
-    /// The delay before the last retry, or `base` before the first one (what decorrelated
-    /// jitter grows from). The first-attempt delay and free resends do not count.
-    fn previous_delay(&self) -> Duration {
-        self.delays()
-            .iter()
-            .rev()
-            .find(|delay| delay.after_attempt > 0 && delay.source != DelaySource::Refused)
-            .map_or(self.config.settings.backoff.base(), |delay| delay.duration)
-    }
-
-    /// The report so far, with the reason the request stopped.
-    fn report(&mut self, stop: StopReason) -> RetryReport {
-        self.config.counters.stop(stop);
-        decision!(attempts = self.attempts, %stop, "finished");
-        let retry_after = self
-            .waits
-            .as_mut()
-            .and_then(|waits| waits.retry_after.take());
-        let report = RetryReport {
-            // Checked: a delay near `MAX_DELAY` must not panic at request time.
-            retry_at: retry_after
-                .and_then(|after| (self.config.settings.wall_clock)().checked_add(after)),
-            retry_after,
-            attempts: self.attempts,
-            slept: self.slept(),
-            delays: self
-                .waits
-                .as_mut()
-                .map_or_else(Vec::new, |waits| std::mem::take(&mut waits.delays)),
-            stop,
-            unknown_error: self
-                .waits
-                .as_mut()
-                .and_then(|waits| waits.unknown_error.take()),
-        };
-        // A `RetryReport::capture` being polled gets it too, whatever the outcome.
-        crate::report::offer(&report);
-        report
-    }
-
-    /// The caller dropped the future before it finished: the counters and the slot say so.
-    pub(crate) fn cancel(&mut self) {
-        let report = self.report(StopReason::Cancelled);
-        if let Some(slot) = self.slot.take() {
-            slot.fill(report);
-        }
-    }
-
-    /// The last sleep is over, run out or cut short: the histogram counts the time it lasted
-    /// (not the time planned, and nothing for a sleep abandoned by dropping the future).
-    pub(crate) fn sleep_ended(&self) {
-        let waited = |d: &&Delay| d.after_attempt > 0 && d.source != DelaySource::Refused;
-        if let Some(last) = self.delays().last().filter(waited) {
-            self.config
-                .counters
-                .delay(last.after_attempt, last.duration, last.source);
-        }
-    }
-
-    /// The request leaves an endpoint's queue at `now` (let through, aborted, deferred or
-    /// dropped): its wait is recorded with the time it lasted.
-    pub(crate) fn left_queue(&mut self, now: Instant) {
-        let Some(waits) = self.waits.as_mut() else {
-            return;
-        };
-        if let (Some(queued_at), Some(last)) = (waits.queued_at.take(), waits.delays.last_mut()) {
-            last.duration = now.saturating_duration_since(queued_at);
-        }
     }
 
     /// The pacer let the request go with `pass`: its next outcome is recorded with it.
@@ -213,11 +131,6 @@ impl<Req, C> Session<Req, C> {
         self.left_queue(now);
         self.sleep_ended();
         self.waits().pass = Some(pass);
-    }
-
-    /// Sending the request again makes sense in `retry_after`: the report says so.
-    pub(crate) fn retry_in(&mut self, retry_after: Duration) {
-        self.waits().retry_after = Some(retry_after);
     }
 
     /// The stop an abort signal's `forbidden` means at `now`, with when to try again.
@@ -252,38 +165,10 @@ impl<Req, C> Session<Req, C> {
         self.deadline.at()
     }
 
-    /// Joins `endpoint`'s queue at `now`, or says why it cannot.
-    fn queue(&mut self, endpoint: &Arc<Endpoint>, now: Instant) -> Result<QueueWait, Deferred> {
-        let wait = endpoint.enqueue(self.deadline.room(now), now, self.attempts == 0)?;
-        self.record_delay(Duration::ZERO, DelaySource::Paced);
-        self.waits().queued_at = Some(now);
-        Ok(wait)
-    }
-
-    /// The last sleep was aborted with `remaining` left: the report shows the time slept.
-    pub(crate) fn cut_last_sleep(&mut self, remaining: Duration) {
-        if let Some(last) = self
-            .waits
-            .as_mut()
-            .and_then(|waits| waits.delays.last_mut())
-        {
-            last.duration = last.duration.saturating_sub(remaining);
-        }
-    }
-
     /// Whether the deadline has passed at `now`: a retry whose service became ready only then
     /// is not sent.
     pub(crate) fn past_deadline(&self, now: Instant) -> bool {
         self.deadline.passed(now)
-    }
-
-    fn record_delay(&mut self, duration: Duration, source: DelaySource) {
-        let after_attempt = self.attempts;
-        self.waits().delays.push(Delay {
-            after_attempt,
-            duration,
-            source,
-        });
     }
 
     fn rng(&mut self) -> &mut SmallRng {
@@ -636,119 +521,6 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// Tells the pacer what the outcome says of the endpoint; returns the endpoint (`None`
-    /// when its map is full and the request is not paced).
-    fn learn<Res: RetryResponse, E>(
-        &mut self,
-        outcome: Outcome,
-        congestion: bool,
-        result: &Result<Res, E>,
-        now: Instant,
-    ) -> Option<Arc<Endpoint>> {
-        let config = Arc::clone(&self.config);
-        let pacer = config.pacer.as_ref()?;
-        let signal = signal_of(outcome, congestion, result);
-        match self.waits.as_mut().and_then(|waits| waits.pass.take()) {
-            Some(pass) => {
-                let endpoint = pass.endpoint();
-                pass.record(signal, now);
-                Some(endpoint)
-            }
-            None => {
-                let endpoint = pacer.endpoint(self.authority().as_deref())?;
-                endpoint.record(None, signal, now);
-                Some(endpoint)
-            }
-        }
-    }
-
-    fn enter_queue(
-        &mut self,
-        endpoint: &Arc<Endpoint>,
-        listener: Option<Listener>,
-        now: Instant,
-    ) -> Next {
-        match self.queue(endpoint, now) {
-            Ok(wait) => {
-                decision!(attempt = self.attempts, "waiting in the endpoint's queue");
-                Next::Queue {
-                    wait,
-                    listener,
-                    deadline: self.deadline(),
-                }
-            }
-            Err(Deferred { retry_after }) => {
-                self.retry_in(retry_after);
-                Next::Stop(StopReason::Deferred)
-            }
-        }
-    }
-
-    /// With pacing, a request whose sleep began while its endpoint was open and ended while it
-    /// is paced waits in its queue instead of firing on its own timer; and if the queue cannot
-    /// take it (full, or a predicted wait beyond the deadline), it is not sent either.
-    pub(crate) fn queue_after_sleep(&mut self, now: Instant) -> AfterSleep {
-        if self.config.pacer.is_none() {
-            return AfterSleep::Send;
-        }
-        let config = Arc::clone(&self.config);
-        let Some(pacer) = config.pacer.as_ref() else {
-            return AfterSleep::Send;
-        };
-        let Some(endpoint) = pacer.endpoint(self.authority().as_deref()) else {
-            return AfterSleep::Send;
-        };
-        if !endpoint.is_paced() {
-            return AfterSleep::Send;
-        }
-        match self.queue(&endpoint, now) {
-            Ok(wait) => AfterSleep::Queue(wait),
-            Err(deferred) => AfterSleep::Deferred(deferred),
-        }
-    }
-
-    /// With pacing and its first-attempt gate on, whether a new request to `request`'s endpoint
-    /// waits for the pacer (the endpoint is down). It joins the queue only when its future is
-    /// first polled ([`join_first_queue`](Self::join_first_queue)): a future not polled yet must
-    /// not hold the head of the queue.
-    #[inline]
-    pub(crate) fn first_attempt_waits(&self, request: &Req) -> bool {
-        // Checked before anything else: the path of every call when pacing is off.
-        let Some(pacer) = self
-            .config
-            .pacer
-            .as_ref()
-            .filter(|pacer| pacer.config().first_attempts)
-        else {
-            return false;
-        };
-        pacer.is_paced(request.authority().as_deref())
-    }
-
-    /// The first attempt's place in its endpoint's queue, joined at `now`, and the listener its
-    /// wait is aborted with. `None` when it goes at once (the endpoint is open again, or its
-    /// queue cannot take it: a first attempt has no outcome to return instead, so it is sent).
-    pub(crate) fn join_first_queue(
-        &mut self,
-        now: Instant,
-    ) -> Option<(QueueWait, Option<Listener>)> {
-        let config = Arc::clone(&self.config);
-        let pacer = config.pacer.as_ref()?;
-        let authority = self.authority().map(std::borrow::Cow::into_owned);
-        let endpoint = pacer.endpoint(authority.as_ref())?;
-        if !endpoint.is_paced() {
-            return None;
-        }
-        let abort = config.settings.abort.as_ref();
-        if abort.is_some_and(|abort| abort.is_shut_down()) {
-            // Made after a shutdown: it waits for nothing, as a first-attempt delay does not.
-            return None;
-        }
-        let listener = abort.map(|abort| abort.listen(authority.as_ref()));
-        let wait = self.queue(&endpoint, now).ok()?;
-        Some((wait, listener))
-    }
-
     /// Why no attempt may follow, if none may: a free resend of a refused request has its own
     /// cap, any other retry spends an attempt. (`max_attempts == 1` turns every retry off.)
     fn exhausted(&self, refused: bool) -> Option<StopReason> {
@@ -758,202 +530,6 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         } else {
             (self.counted() >= settings.max_attempts).then_some(StopReason::AttemptsExhausted)
         }
-    }
-
-    /// The server turned the request away unprocessed (it rotates or drains the connection):
-    /// it goes again after a short jittered pause, within the deadline, spending neither an
-    /// attempt nor a budget token (the endpoint is up; an outage looks like `Unconnected`).
-    fn resend_refused(&mut self, listener: Option<Listener>, now: Instant) -> Next {
-        self.refused += 1;
-        let refused = self.refused;
-        let pause = rotation_pause(refused, self.rng());
-        if !self.deadline.fits(pause, now) {
-            self.retry_in(pause);
-            return Next::Stop(StopReason::Deadline);
-        }
-        self.config.counters.rotation_resend();
-        self.record_delay(pause, DelaySource::Refused);
-        decision!(
-            attempt = self.attempts,
-            ?pause,
-            "resending a request the server turned away unprocessed"
-        );
-        Next::Sleep {
-            delay: pause,
-            listener,
-            token: None,
-        }
-    }
-
-    /// The server's "come back in", unless hints are turned off
-    /// ([`without_retry_after`](crate::RetryLayerBuilder::without_retry_after)).
-    fn hint_delay(&self, hint: &ServerHint) -> Option<Duration> {
-        self.config.settings.retry_after.and(hint.retry_after())
-    }
-
-    /// The delay before the next attempt: the server's hint when it gave a valid one, else the
-    /// backoff policy's draw.
-    fn delay_for(
-        &mut self,
-        hint: &ServerHint,
-        now: Instant,
-    ) -> Result<(Duration, DelaySource), StopReason> {
-        let config = Arc::clone(&self.config);
-        let counters = &config.counters;
-        let Some(retry_after) = &config.settings.retry_after else {
-            return Ok(self.backoff_delay());
-        };
-        // Counted here, where a valid hint would have been used: not for a last attempt.
-        if hint.is_malformed() {
-            counters.retry_after_malformed();
-            decision!("ignoring a malformed hint header");
-        }
-        if let Some(hint) = hint.retry_after() {
-            counters.retry_after_seen();
-            let clamp = config.retry_after_clamp;
-            let room = self.deadline.room(now);
-            return match retry_after.resolve(hint, clamp, room, self.rng()) {
-                Resolved::Delay { delay, clamped } => {
-                    if clamped {
-                        counters.retry_after_clamped();
-                        decision!(?hint, ?clamp, "clamping the server's hint");
-                    }
-                    let source = if clamped {
-                        DelaySource::RetryAfterClamped
-                    } else {
-                        DelaySource::RetryAfter
-                    };
-                    Ok((delay, source))
-                }
-                Resolved::GiveUp => {
-                    counters.retry_after_clamped();
-                    self.retry_in(hint);
-                    Err(StopReason::RetryAfterTooLong)
-                }
-            };
-        }
-        Ok(self.backoff_delay())
-    }
-
-    /// The backoff policy's draw for the retry after the current attempt.
-    fn backoff_delay(&mut self) -> (Duration, DelaySource) {
-        let config = Arc::clone(&self.config);
-        let retry = self.counted().saturating_sub(1);
-        let previous = self.previous_delay();
-        let delay = config.settings.backoff.delay(retry, previous, self.rng());
-        (delay, DelaySource::Backoff)
-    }
-
-    /// When sending the request again makes sense, from `now`: the stop's `own` reason (the
-    /// next backoff draw, the predicted wait, the breaker's wait) or, when later, what the layer
-    /// knows of the endpoint: what is left of the server's last hint, a breaker's hold of the
-    /// abort signal, the pacer's predicted release. Those are shared by every request to the
-    /// endpoint, so a time taken from them is spread upward as a `Retry-After` is (by its
-    /// jitter), lest a durable queue that honours it send them all back in one instant.
-    fn resend_after(&mut self, own: Duration, now: Instant) -> Duration {
-        let config = Arc::clone(&self.config);
-        let authority = self.authority().map(std::borrow::Cow::into_owned);
-        let hint = self
-            .waits
-            .as_ref()
-            .and_then(|waits| waits.last_hint)
-            .filter(|_| config.settings.retry_after.is_some())
-            .map(|(at, after)| after.saturating_sub(now.saturating_duration_since(at)));
-        let hold = config
-            .settings
-            .abort
-            .as_ref()
-            .and_then(|abort| abort.held_until(authority.as_ref()))
-            .map(|until| until.saturating_duration_since(now));
-        let release = config
-            .pacer
-            .as_ref()
-            .and_then(|pacer| pacer.predicted_release(authority.as_ref(), now));
-        let shared = [hint, hold, release].into_iter().flatten().max();
-        match shared {
-            Some(shared) if shared > own => {
-                let fraction = config
-                    .settings
-                    .retry_after
-                    .map_or(0.1, |policy| policy.jitter_fraction());
-                let spread = Duration::try_from_secs_f64(shared.as_secs_f64() * fraction)
-                    .unwrap_or(Duration::ZERO);
-                shared.saturating_add(uniform(Duration::ZERO, spread, self.rng()))
-            }
-            _ => own,
-        }
-    }
-
-    /// Records the end of the request and hands back its last outcome.
-    pub(crate) fn finish<Res: RetryResponse, E>(
-        &mut self,
-        result: Result<Res, E>,
-        stop: StopReason,
-    ) -> Result<Res, E> {
-        if self.attempts == 1 && self.waits.is_none() && stop == StopReason::Success {
-            // The common case: nothing to report beyond the counter.
-            self.config.counters.stop(stop);
-            if let Some(slot) = self.slot.take() {
-                slot.fill(RetryReport::FIRST_TRY);
-            }
-            return result;
-        }
-        if !stop.is_final() {
-            if let Some(own) = self.waits.as_ref().and_then(|waits| waits.retry_after) {
-                let resend = self.resend_after(own, Instant::now());
-                self.waits().retry_after = Some(resend);
-            }
-        }
-        let report = self.report(stop);
-        match result {
-            Ok(mut response) => {
-                if !report.is_first_try() {
-                    if let Some(slot) = self.slot.take() {
-                        slot.fill(report.clone());
-                    }
-                    response.attach_report(report);
-                } else if let Some(slot) = self.slot.take() {
-                    slot.fill(report);
-                }
-                Ok(response)
-            }
-            Err(error) => {
-                if let Some(slot) = self.slot.take() {
-                    slot.fill(report);
-                }
-                Err(error)
-            }
-        }
-    }
-}
-
-/// The first rotation pause's upper bound, and the most any pause lasts.
-const ROTATION_PAUSE: (Duration, Duration) = (Duration::from_millis(4), Duration::from_millis(50));
-
-/// The pause before the `resend`-th (1-based) resend of a request turned away unprocessed:
-/// `U(high/4, high)`, `high` doubling from 4 ms to 50 ms. Long enough for the client to see
-/// the closing connection close (a resend at once lands on it again), short against a request's
-/// time; jittered so that the streams one `GOAWAY` turned away do not arrive together.
-fn rotation_pause(resend: u32, rng: &mut SmallRng) -> Duration {
-    let (first, cap) = ROTATION_PAUSE;
-    let high = first
-        .saturating_mul(1 << resend.clamp(1, 16).saturating_sub(1))
-        .min(cap);
-    uniform(high / 4, high, rng)
-}
-
-/// What an outcome says of the endpoint's load; `congestion` is the classifier's word on a
-/// transient response.
-fn signal_of<Res, E>(outcome: Outcome, congestion: bool, result: &Result<Res, E>) -> Signal {
-    match (outcome, result) {
-        (Outcome::Success, _) => Signal::Success,
-        // Transient errors are timeouts and connection failures: what an overloaded or
-        // unreachable endpoint looks like.
-        (Outcome::Transient, Err(_)) | (Outcome::NotSent(NotSent::Unconnected), _) => {
-            Signal::Congestion
-        }
-        (Outcome::Transient, Ok(_)) if congestion => Signal::Congestion,
-        _ => Signal::Neutral,
     }
 }
 
@@ -980,6 +556,3 @@ impl<F: FnOnce() -> Instant> Now<F> {
         at
     }
 }
-
-#[cfg(test)]
-pub(crate) mod tests;

@@ -1,5 +1,6 @@
 //! The decision ladder on its own: no runtime timers, no inner service, `now` passed in.
 
+use super::delay::rotation_pause;
 use super::*;
 use crate::retry::{Backoff, Jitter, RetryBudget, RetryLayer, RetryLayerBuilder, TokenBucket};
 use crate::{AbortSignal, HttpClassifier, RandomSource};
