@@ -21,6 +21,7 @@ mod retry_after;
 mod service;
 pub(crate) mod session;
 mod stats;
+mod wait;
 mod watch;
 
 pub use backoff::{Backoff, Jitter};
