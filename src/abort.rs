@@ -199,6 +199,18 @@ impl AbortSignal {
         self.held_until(authority).map(Forbidden::Held)
     }
 
+    /// Starts listening for wakes that concern a request to `authority`, then checks whether it
+    /// may sleep now: in this order, so that a shutdown, wake or hold in between still reaches
+    /// the listener (the one protocol every wait before a retry starts with).
+    pub(crate) fn listen_checked(
+        &self,
+        authority: Option<&Authority>,
+    ) -> (Listener, Option<Forbidden>) {
+        let listener = self.listen(authority);
+        let forbidden = self.forbids(listener.seen_wakes, authority);
+        (listener, forbidden)
+    }
+
     /// Starts listening for wakes that concern a request to `authority`. Check
     /// [`forbids`](Self::forbids) *after* this: a wake in between completes the listener or
     /// changes the wake count it saw.

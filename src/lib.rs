@@ -57,7 +57,8 @@
 //! * `reqwest-middleware` (implies `reqwest`): [`RetryMiddleware`], the retry layer as a
 //!   `reqwest_middleware::Middleware`, in place of reqwest-retry's `RetryTransientMiddleware`.
 //! * `grpc`: retrying gRPC calls (tonic's `Channel`) by the gRPC rules: [`RetryLayer::grpc`],
-//!   [`GrpcClassifier`], [`GrpcServiceConfig`], [`BufferRequestLayer`].
+//!   [`GrpcClassifier`], [`GrpcServiceConfig`] ([`BufferRequestLayer`], which makes streaming
+//!   bodies replayable, needs no feature).
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -104,9 +105,8 @@ pub use classify::{
 pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
 #[cfg(feature = "grpc")]
 pub use grpc::{
-    BufferRequest, BufferRequestFuture, BufferRequestLayer, GrpcClassifier, GrpcCode,
-    GrpcRetryPolicy, GrpcServiceConfig, GrpcStack, GrpcThrottle, IntoBody, IntoBodyFuture,
-    Pushback,
+    GrpcClassifier, GrpcCode, GrpcRetryPolicy, GrpcServiceConfig, GrpcStack, GrpcThrottle,
+    IntoBody, IntoBodyFuture, Pushback,
 };
 pub use hint::{
     parse_retry_after, ResetFormat, ResetHeader, RetryAfterHint, ServerHint, ServerHints,
@@ -121,10 +121,10 @@ pub use release::{
 };
 pub use report::{Captured, Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
-    Backoff, DelayHistogram, Idempotency, Jitter, NestedLayers, ReplayBody, Retry, RetryAfter,
-    RetryBudget, RetryFuture, RetryLayer, RetryLayerBuilder, RetryStats, TokenBucket,
-    TokenBucketBuilder, WhenLonger, DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS,
-    IDEMPOTENCY_KEY,
+    Backoff, BufferRequest, BufferRequestFuture, BufferRequestLayer, DelayHistogram, Idempotency,
+    Jitter, NestedLayers, ReplayBody, Retry, RetryAfter, RetryBudget, RetryFuture, RetryLayer,
+    RetryLayerBuilder, RetryStats, TokenBucket, TokenBucketBuilder, WhenLonger,
+    DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS, IDEMPOTENCY_KEY,
 };
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;

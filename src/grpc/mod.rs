@@ -8,7 +8,8 @@
 //! * Its [`hint`](crate::Classify::hint) reads the server's `grpc-retry-pushback-ms`.
 //! * [`RetryLayerBuilder::grpc_metadata`](crate::RetryLayerBuilder::grpc_metadata) stamps
 //!   `grpc-previous-rpc-attempts` and keeps `grpc-timeout` to the time left.
-//! * [`BufferRequestLayer`] makes request bodies replayable.
+//! * [`BufferRequestLayer`](crate::BufferRequestLayer) (protocol-neutral, beside
+//!   [`ReplayBody`](crate::ReplayBody)) makes request bodies replayable.
 //! * [`GrpcServiceConfig`] reads a service config's `retryPolicy` and `retryThrottling`
 //!   ([`GrpcThrottle`]).
 //! * [`GrpcServiceConfig::stack`] and [`RetryLayer::grpc_stack`] build the whole client stack
@@ -16,7 +17,6 @@
 //!
 //! The library does not depend on tonic: it reads and writes `http` headers.
 
-mod buffer;
 mod classify;
 mod code;
 mod service_config;
@@ -24,13 +24,11 @@ mod stack;
 mod throttle;
 mod timeout;
 
-pub use buffer::{BufferRequest, BufferRequestFuture, BufferRequestLayer};
 pub use classify::{GrpcClassifier, Pushback};
 pub use code::GrpcCode;
 pub use service_config::{GrpcRetryPolicy, GrpcServiceConfig};
 pub use stack::{GrpcStack, IntoBody, IntoBodyFuture};
 pub use throttle::GrpcThrottle;
-pub(crate) use timeout::{request_timeout, stamp_attempt};
 
 use crate::retry::{Idempotency, RetryLayer, RetryLayerBuilder};
 

@@ -1,10 +1,10 @@
 //! The whole client stack of a tonic `Channel` in one call: [`GrpcServiceConfig::stack`] and
 //! [`RetryLayer::grpc_stack`].
 
-use super::buffer::{BufferRequest, BufferRequestLayer};
 use super::classify::GrpcClassifier;
 use super::service_config::GrpcServiceConfig;
 use crate::error::InvalidConfig;
+use crate::retry::{BufferRequest, BufferRequestLayer};
 use crate::retry::{ReplayBody, Retry, RetryLayer};
 use pin_project_lite::pin_project;
 use std::fmt;

@@ -1,10 +1,39 @@
 //! The per-attempt metadata: `grpc-timeout` read and rewritten, `grpc-previous-rpc-attempts`
-//! stamped. The retry session calls [`request_timeout`] when a request arrives and
-//! [`stamp_attempt`] before each attempt (with
-//! [`grpc_metadata`](crate::RetryLayerBuilder::grpc_metadata) on).
+//! stamped. The retry layer calls it through its attempt hook ([`GrpcMetadata`]): with
+//! [`grpc_metadata`](crate::RetryLayerBuilder::grpc_metadata) on, [`request_timeout`] when a
+//! request arrives and [`stamp_attempt`] before each attempt.
 
+use crate::retry::attempt::AttemptHook;
+use crate::retry::RetryLayerBuilder;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// gRPC's per-attempt metadata, as the retry layer's attempt hook.
+struct GrpcMetadata;
+
+impl AttemptHook for GrpcMetadata {
+    fn own_deadline(&self, headers: &HeaderMap) -> Option<Duration> {
+        request_timeout(headers)
+    }
+
+    fn stamp(&self, headers: &mut HeaderMap, attempt: u32, own_left: Option<Duration>) {
+        stamp_attempt(headers, attempt, own_left);
+    }
+}
+
+impl<C> RetryLayerBuilder<C> {
+    /// gRPC (feature `grpc`): stamps each retry with `grpc-previous-rpc-attempts` (the number of
+    /// attempts before it), and treats a request's `grpc-timeout` as its deadline from the call:
+    /// every attempt carries the time left instead, and no retry is started past it (the
+    /// request stops with [`StopReason::Deadline`](crate::StopReason::Deadline)). The layer's own
+    /// [`deadline`](Self::deadline), if shorter, still bounds the request. On in
+    /// [`RetryLayer::grpc`](crate::RetryLayer::grpc).
+    pub fn grpc_metadata(mut self, on: bool) -> Self {
+        self.settings.attempt_hook = on.then(|| Arc::new(GrpcMetadata) as Arc<dyn AttemptHook>);
+        self
+    }
+}
 
 /// The request's deadline, relative to when it was sent.
 pub(crate) static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
@@ -168,5 +197,72 @@ mod tests {
         assert_eq!(request_timeout(&headers), Some(Duration::from_secs(1)));
         headers.append(GRPC_TIMEOUT.clone(), HeaderValue::from_static("2S"));
         assert_eq!(request_timeout(&headers), None);
+    }
+
+    // The request's own deadline, through the retry session (moved from its tests: the retry
+    // core names no feature).
+    use crate::retry::session::tests::{builder, config, request, response, sleep, stop, Req, MS};
+    use crate::retry::session::Session;
+    use crate::retry::RetryLayerBuilder;
+    use crate::{HttpClassifier, StopReason};
+    use http::Method;
+    use std::sync::Arc;
+    use tower_service::Service;
+
+    /// A gRPC session (every method retryable, metadata on) whose first attempt, with
+    /// `grpc-timeout: timeout`, was just sent to `service`.
+    fn grpc_sent<S: Service<Req>>(
+        builder: RetryLayerBuilder,
+        timeout: &'static str,
+        service: &mut S,
+    ) -> Session<Req, HttpClassifier> {
+        let config = config(
+            builder
+                .grpc_metadata(true)
+                .idempotency(crate::Idempotency::Any),
+        );
+        let mut request = request(Method::POST);
+        let timeout = http::HeaderValue::from_static(timeout);
+        request.headers_mut().insert("grpc-timeout", timeout);
+        let mut session = Session::new(config, &mut request);
+        drop(session.send_request(request, service));
+        session
+    }
+
+    #[test]
+    fn a_grpc_deadline_leaves_the_attempt_time_to_run() {
+        let mut service = tower::service_fn(|_: Req| async { response(200) });
+        let mut session = grpc_sent(builder(), "1S", &mut service);
+        let started = session.started().unwrap();
+        // A wait that ends exactly on the deadline would send a `grpc-timeout` of zero.
+        let next = session.decide(&response(503), || started + 900 * MS);
+        assert_eq!(stop(next), StopReason::Deadline);
+        assert!(!session.past_deadline(started + 999 * MS));
+        assert!(session.past_deadline(started + 1000 * MS));
+    }
+
+    #[test]
+    fn a_shorter_layer_deadline_bounds_the_waits_but_is_not_sent_as_the_grpc_timeout() {
+        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&sent);
+        let mut service = tower::service_fn(move |request: Req| {
+            let timeout = request_timeout(request.headers());
+            seen.lock().unwrap().push(timeout.unwrap());
+            async { response(200) }
+        });
+        let layer_deadline = builder().deadline(Duration::from_secs(1));
+        let mut session = grpc_sent(layer_deadline, "5S", &mut service);
+        let started = session.started().unwrap();
+        // The wait may end on the layer's deadline, as without gRPC.
+        assert_eq!(
+            sleep(session.decide(&response(503), || started + 900 * MS)),
+            100 * MS
+        );
+        // Each attempt carries the time left of the request's own 5 s, not the layer's 1 s.
+        drop(session.send(&mut service));
+        assert_eq!(sent.lock().unwrap().len(), 2);
+        for timeout in sent.lock().unwrap().iter() {
+            assert!(*timeout > Duration::from_secs(4), "{timeout:?}");
+        }
     }
 }

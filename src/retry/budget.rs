@@ -1,6 +1,7 @@
 //! The retry budget: a token bucket shared by every clone of a layer (the user-facing text is on
 //! the public item below).
 
+use super::stats::Counters;
 use crate::error::{in_range, InvalidConfig};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use std::fmt;
@@ -353,6 +354,43 @@ impl TokenBucketBuilder {
             deposit: micros(self.deposit_per_success),
             refill_per_second: micros(self.refill_per_second),
         })
+    }
+}
+
+/// A budget token taken for a retry: spent when the retry is sent, refunded when dropped unsent.
+pub(crate) struct Withdrawal {
+    budget: Arc<dyn RetryBudget>,
+    counters: Counters,
+    spent: bool,
+}
+
+impl Withdrawal {
+    /// Takes a token from `budget`, counting the grant or the denial; `None` when it is empty.
+    pub(crate) fn take(budget: &Arc<dyn RetryBudget>, counters: &Counters) -> Option<Self> {
+        if !budget.withdraw() {
+            counters.budget_denied();
+            return None;
+        }
+        counters.budget_granted();
+        Some(Self {
+            budget: Arc::clone(budget),
+            counters: counters.clone(),
+            spent: false,
+        })
+    }
+
+    /// The retry was sent: the token is not refunded.
+    pub(crate) fn spend(mut self) {
+        self.spent = true;
+    }
+}
+
+impl Drop for Withdrawal {
+    fn drop(&mut self) {
+        if !self.spent {
+            self.budget.refund();
+            self.counters.budget_refunded();
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! It has a file of its own so that the layer, the service and the future all read it without
 //! importing each other.
 
+use super::attempt::AttemptHook;
 use super::backoff::Backoff;
 use super::budget::{RetryBudget, TokenBucket};
 use super::idempotency::Idempotency;
@@ -43,9 +44,9 @@ pub(crate) struct Settings {
     pub(crate) wall_clock: WallClock,
     pub(crate) pacing: Option<Pacing>,
     pub(crate) nested: NestedLayers,
-    /// gRPC: per-attempt `grpc-previous-rpc-attempts` and `grpc-timeout` (feature `grpc`).
-    #[cfg(feature = "grpc")]
-    pub(crate) grpc_metadata: bool,
+    /// A protocol's per-attempt metadata (the gRPC module's `grpc-timeout` and
+    /// `grpc-previous-rpc-attempts`).
+    pub(crate) attempt_hook: Option<Arc<dyn AttemptHook>>,
 }
 
 impl Default for Settings {
@@ -66,8 +67,7 @@ impl Default for Settings {
             wall_clock: Arc::new(SystemTime::now),
             pacing: None,
             nested: NestedLayers::Defer,
-            #[cfg(feature = "grpc")]
-            grpc_metadata: false,
+            attempt_hook: None,
         }
     }
 }
@@ -114,9 +114,8 @@ impl fmt::Debug for Settings {
             .field("abort", &self.abort)
             .field("random", &self.random)
             .field("pacing", &self.pacing)
-            .field("nested", &self.nested);
-        #[cfg(feature = "grpc")]
-        f.field("grpc_metadata", &self.grpc_metadata);
+            .field("nested", &self.nested)
+            .field("attempt_hook", &self.attempt_hook);
         f.finish_non_exhaustive()
     }
 }

@@ -324,7 +324,7 @@ impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
 #[must_use]
 pub struct RetryLayerBuilder<C = HttpClassifier> {
     pub(super) classifier: C,
-    pub(super) settings: Settings,
+    pub(crate) settings: Settings,
 }
 
 impl Default for RetryLayerBuilder {
@@ -468,18 +468,6 @@ impl<C> RetryLayerBuilder<C> {
     /// `SystemTime::now`).
     pub fn wall_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
         self.settings.wall_clock = Arc::new(clock);
-        self
-    }
-
-    /// gRPC (feature `grpc`): stamps each retry with `grpc-previous-rpc-attempts` (the number of
-    /// attempts before it), and treats a request's `grpc-timeout` as its deadline from the call:
-    /// every attempt carries the time left instead, and no retry is started past it (the
-    /// request stops with [`StopReason::Deadline`](crate::StopReason::Deadline)). The layer's own
-    /// [`deadline`](Self::deadline), if shorter, still bounds the request. On in
-    /// [`RetryLayer::grpc`](crate::RetryLayer::grpc).
-    #[cfg(feature = "grpc")]
-    pub fn grpc_metadata(mut self, on: bool) -> Self {
-        self.settings.grpc_metadata = on;
         self
     }
 

@@ -6,9 +6,12 @@
 //! the file named after it. What the crate docs say of the layer is written on
 //! [`RetryLayer`](crate::RetryLayer), where rustdoc shows it.
 
+pub(crate) mod attempt;
 mod backoff;
 mod budget;
+mod buffer;
 mod config;
+mod deadline;
 mod future;
 mod idempotency;
 mod layer;
@@ -16,12 +19,14 @@ mod nested;
 mod replay_body;
 mod retry_after;
 mod service;
-mod session;
+pub(crate) mod session;
 mod stats;
+mod wait;
 mod watch;
 
 pub use backoff::{Backoff, Jitter};
 pub use budget::{RetryBudget, TokenBucket, TokenBucketBuilder};
+pub use buffer::{BufferRequest, BufferRequestFuture, BufferRequestLayer};
 pub use future::RetryFuture;
 pub use idempotency::{Idempotency, IDEMPOTENCY_KEY};
 pub use layer::{RetryLayer, RetryLayerBuilder};

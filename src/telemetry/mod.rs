@@ -29,3 +29,13 @@ pub(crate) use self::metrics::{
     queue_left, stop,
 };
 pub(crate) use self::span::{send, Attempt};
+
+/// A decision of the retry core, as a `tracing` debug event (feature `tracing`; nothing
+/// without it).
+macro_rules! decision {
+    ($($arg:tt)*) => {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(target: "tower_http_retry", $($arg)*);
+    };
+}
+pub(crate) use decision;

@@ -1,7 +1,7 @@
-//! [`BufferRequestLayer`]: makes a tonic client's requests replayable in front of the retry
-//! layer.
+//! [`BufferRequestLayer`]: makes a streaming client's requests (tonic's, or any whose body is
+//! not `Clone`) replayable in front of the retry layer. Protocol-neutral.
 
-use crate::retry::{ReplayBody, DEFAULT_REPLAY_LIMIT};
+use super::replay_body::{ReplayBody, DEFAULT_REPLAY_LIMIT};
 use http_body::Body;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,8 +12,8 @@ use tower_service::Service;
 /// Reads each request's body into a [`ReplayBody`] before passing the request on, so that the
 /// retry layer behind it can send it again.
 ///
-/// A gRPC client's request body is a stream of messages (tonic's `tonic::body::Body`), never
-/// `Clone`. This layer reads the frames that are *ready*, up to `limit` bytes
+/// A streaming request body, such as a gRPC client's stream of messages (tonic's
+/// `tonic::body::Body`), is never `Clone`. This layer reads the frames that are *ready*, up to `limit` bytes
 /// ([`DEFAULT_REPLAY_LIMIT`] by default): a unary call's single message, or a client stream
 /// whose messages are all at hand, ends there and becomes replayable. A larger body, or a
 /// stream whose next message is not ready yet (a bidirectional call that answers as it goes),
@@ -31,8 +31,8 @@ use tower_service::Service;
 ///
 /// let client = ServiceBuilder::new()
 ///     .layer(BufferRequestLayer::new())
-///     .layer(RetryLayer::grpc().build().unwrap())
-///     // (tonic's `Channel` takes `tonic::body::Body`: `.map_request(|r: http::Request<_>| r.map(tonic::body::Body::new))`)
+///     .layer(RetryLayer::builder().build().unwrap())
+///     // (for gRPC, `RetryLayer::grpc()`; tonic's `Channel` takes `tonic::body::Body`: `.map_request(|r: http::Request<_>| r.map(tonic::body::Body::new))`)
 ///     .service(channel());
 /// # let _ = client;
 /// ```

@@ -1,0 +1,265 @@
+//! [`Wait`]: one request between two attempts. It owns everything the wait needs: the sleep or
+//! the place in the endpoint's queue, the abort watch, the deadline timer, the budget token the
+//! retry will spend, and the last outcome, returned if the wait ends in a stop. The response
+//! future only polls it ([`Wait::poll_wait`]) and sends or finishes on what it says.
+
+use super::budget::Withdrawal;
+use super::session::{AfterSleep, Session};
+use super::watch::AbortWatch;
+use crate::abort::Listener;
+use crate::message::RetryRequest;
+use crate::pacer::QueueWait;
+use crate::report::StopReason;
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+use tower_service::Service;
+
+pin_project! {
+    /// A request between two attempts. It holds the last outcome (`None` before the first
+    /// attempt) until the next attempt is sent, so that an abort at any point returns it, and
+    /// the budget token the retry will spend.
+    pub(crate) struct Wait<Res, E> {
+        #[pin]
+        phase: Phase,
+        // `None` without an abort signal, or once it has fired before the first attempt.
+        #[pin]
+        watch: Option<AbortWatch>,
+        last: Option<Result<Res, E>>,
+        token: Option<Withdrawal>,
+    }
+}
+
+pin_project! {
+    #[project = PhaseProj]
+    enum Phase {
+        // The delay is running.
+        Sleeping {
+            #[pin]
+            sleep: Sleep,
+        },
+        // Waiting in the endpoint's queue until the pacer lets the request go, or until the
+        // request's deadline.
+        Queued {
+            #[pin]
+            queue: QueueWait,
+            #[pin]
+            deadline: Option<Sleep>,
+        },
+        // A first attempt to an endpoint that was down when it was made: it joins the queue when
+        // first polled, so that a future nobody polls yet holds no place at the head.
+        Joining,
+        // The delay is over: the stored service is polled to readiness.
+        Readying,
+    }
+}
+
+/// How a wait ended.
+pub(crate) enum Waited<Res, E> {
+    /// The service is ready and the token spent: send the next attempt.
+    Send,
+    /// No attempt follows: finish with this outcome and reason.
+    Stop(Result<Res, E>, StopReason),
+}
+
+impl<Res, E> Wait<Res, E> {
+    /// Waits in the endpoint's queue until the pacer lets the request go, or until `deadline`.
+    pub(crate) fn queued(
+        queue: QueueWait,
+        deadline: Option<Instant>,
+        listener: Option<Listener>,
+        last: Option<Result<Res, E>>,
+    ) -> Self {
+        Self {
+            phase: Phase::Queued {
+                queue,
+                deadline: deadline.map(tokio::time::sleep_until),
+            },
+            watch: listener.map(AbortWatch::shutdown_only),
+            last,
+            token: None,
+        }
+    }
+
+    /// Sleeps `delay`, ended early by `watch`.
+    pub(crate) fn sleeping(
+        delay: Duration,
+        watch: Option<AbortWatch>,
+        last: Option<Result<Res, E>>,
+        token: Option<Withdrawal>,
+    ) -> Self {
+        Self {
+            phase: Phase::Sleeping {
+                sleep: tokio::time::sleep(delay),
+            },
+            watch,
+            last,
+            token,
+        }
+    }
+
+    /// A first attempt that joins its endpoint's queue when first polled.
+    pub(crate) fn joining() -> Self {
+        Self {
+            phase: Phase::Joining,
+            watch: None,
+            last: None,
+            token: None,
+        }
+    }
+
+    /// What it is doing, for `Debug`.
+    pub(crate) fn name(&self) -> &'static str {
+        match self.phase {
+            Phase::Sleeping { .. } => "sleeping",
+            Phase::Queued { .. } => "queued",
+            Phase::Joining => "joining",
+            Phase::Readying => "readying",
+        }
+    }
+
+    /// The future was dropped mid-wait (an outer timeout fired): the report shows the time
+    /// waited.
+    pub(crate) fn dropped<Req, C>(&self, session: &mut Session<Req, C>) {
+        match &self.phase {
+            Phase::Sleeping { sleep } => {
+                let remaining = sleep.deadline().saturating_duration_since(Instant::now());
+                session.cut_last_sleep(remaining);
+            }
+            Phase::Queued { .. } => session.left_queue(Instant::now()),
+            Phase::Joining | Phase::Readying => {}
+        }
+    }
+
+    /// Polls the wait to its end: `service` ready for the next attempt, or a stop.
+    pub(crate) fn poll_wait<Req, C, S>(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        session: &mut Session<Req, C>,
+        service: &mut S,
+    ) -> Poll<Waited<Res, E>>
+    where
+        Req: RetryRequest,
+        S: Service<Req, Response = Res, Error = E>,
+    {
+        let mut wait = self.project();
+        loop {
+            let aborted = match wait.watch.as_mut().as_pin_mut() {
+                Some(watch) => {
+                    let abort = session.config().settings.abort.as_ref();
+                    let abort = abort.expect("a watch comes from the abort signal");
+                    match watch.poll_abort(cx, abort, session.authority().as_deref()) {
+                        Poll::Ready(forbidden) => Some(forbidden),
+                        Poll::Pending => None,
+                    }
+                }
+                None => None,
+            };
+            if let Some(forbidden) = aborted {
+                wait.watch.set(None);
+                match wait.phase.as_mut().project() {
+                    PhaseProj::Sleeping { sleep } => {
+                        let remaining = sleep.deadline().saturating_duration_since(Instant::now());
+                        session.cut_last_sleep(remaining);
+                        session.sleep_ended();
+                    }
+                    PhaseProj::Queued { .. } => {
+                        session.left_queue(Instant::now());
+                        session.sleep_ended();
+                    }
+                    PhaseProj::Joining | PhaseProj::Readying => {}
+                }
+                wait.phase.set(Phase::Readying);
+                drop(wait.token.take()); // refunded: this retry will not be sent
+                if let Some(result) = wait.last.take() {
+                    let stop = session.stop_for(forbidden, Instant::now());
+                    return Poll::Ready(Waited::Stop(result, stop));
+                }
+                // Aborted before the first attempt: there is no outcome yet, send now.
+            }
+            match wait.phase.as_mut().project() {
+                PhaseProj::Joining => {
+                    match session.join_first_queue(Instant::now()) {
+                        Some((queue, listener)) => {
+                            let deadline = session.deadline().map(tokio::time::sleep_until);
+                            wait.phase.set(Phase::Queued { queue, deadline });
+                            wait.watch.set(listener.map(AbortWatch::shutdown_only));
+                        }
+                        None => wait.phase.set(Phase::Readying),
+                    }
+                    continue;
+                }
+                PhaseProj::Sleeping { sleep } => {
+                    ready!(sleep.poll(cx));
+                    session.sleep_ended();
+                    let now = Instant::now();
+                    match session.queue_after_sleep(now) {
+                        AfterSleep::Queue(queue) => {
+                            // Paced meanwhile: the pacer, not the budget, lets it go.
+                            drop(wait.token.take());
+                            let deadline = session.deadline().map(tokio::time::sleep_until);
+                            wait.phase.set(Phase::Queued { queue, deadline });
+                            continue;
+                        }
+                        AfterSleep::Deferred(deferred) => {
+                            wait.phase.set(Phase::Readying);
+                            if let Some(result) = wait.last.take() {
+                                // Paced meanwhile and no room in the queue: not sent ahead of
+                                // the probes, handed back with when to retry.
+                                drop(wait.token.take());
+                                session.retry_in(deferred.retry_after);
+                                return Poll::Ready(Waited::Stop(result, StopReason::Deferred));
+                            }
+                            // A first attempt has no outcome to return: it is sent.
+                        }
+                        AfterSleep::Send => wait.phase.set(Phase::Readying),
+                    }
+                }
+                PhaseProj::Queued { queue, deadline } => {
+                    let expired = deadline
+                        .as_pin_mut()
+                        .is_some_and(|deadline| deadline.poll(cx).is_ready());
+                    if expired {
+                        let now = Instant::now();
+                        session.left_queue(now);
+                        session.sleep_ended();
+                        if let Some(result) = wait.last.take() {
+                            // The deadline came before the pacer let it go: handed back, with
+                            // when to try again.
+                            session.retry_in(queue.defer(now));
+                            wait.phase.set(Phase::Readying);
+                            return Poll::Ready(Waited::Stop(result, StopReason::Deferred));
+                        }
+                        // A first attempt has no outcome to return: it is sent.
+                        wait.phase.set(Phase::Readying);
+                    } else {
+                        let pass = ready!(queue.poll_release(cx));
+                        session.released(pass, Instant::now());
+                        wait.phase.set(Phase::Readying);
+                    }
+                }
+                PhaseProj::Readying => {}
+            }
+            if let Err(error) = ready!(service.poll_ready(cx)) {
+                drop(wait.token.take());
+                return Poll::Ready(Waited::Stop(Err(error), StopReason::NotReady));
+            }
+            // Ready only after the deadline (another request held the permit): the retry is not
+            // sent and its token goes back. A first attempt, which has no outcome to return
+            // instead, is sent all the same.
+            if session.past_deadline(Instant::now()) {
+                if let Some(result) = wait.last.take() {
+                    drop(wait.token.take());
+                    return Poll::Ready(Waited::Stop(result, StopReason::Deadline));
+                }
+            }
+            if let Some(token) = wait.token.take() {
+                token.spend();
+            }
+            return Poll::Ready(Waited::Send);
+        }
+    }
+}
