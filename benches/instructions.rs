@@ -23,7 +23,7 @@
 //!
 //! ```text
 //! cargo install --locked gungraun-runner --version 0.20.0
-//! cargo bench --all-features --bench instructions -- --nocapture
+//! cargo bench --bench instructions -- --nocapture
 //! ```
 //!
 //! gungraun prints each row's counts; `--nocapture` also lets through the table printed at the

@@ -153,7 +153,7 @@ fn instructions() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("xtask: cargo bench --all-features --bench instructions -- --nocapture");
+    println!("xtask: cargo bench --bench instructions -- --nocapture");
     let table = match run_bench(&cargo, &root) {
         Ok(table) => table,
         Err(error) => {
@@ -263,7 +263,8 @@ fn run_bench(cargo: &std::ffi::OsStr, root: &Path) -> Result<Vec<(String, f64)>,
     let mut child = Command::new(cargo)
         .args([
             "bench",
-            "--all-features",
+            // Default features: what a user's build runs. The telemetry features add their
+            // listener checks (README, Performance), measured apart.
             "--bench",
             "instructions",
             "--",
