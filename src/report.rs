@@ -225,6 +225,26 @@ pub enum DelaySource {
     Refused,
 }
 
+impl DelaySource {
+    /// A short `snake_case` name, for logs and metrics labels.
+    ///
+    /// ```
+    /// use tower_http_retry::DelaySource;
+    ///
+    /// assert_eq!(DelaySource::RetryAfterClamped.as_str(), "retry_after_clamped");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DelaySource::Backoff => "backoff",
+            DelaySource::RetryAfter => "retry_after",
+            DelaySource::RetryAfterClamped => "retry_after_clamped",
+            DelaySource::FirstAttempt => "first_attempt",
+            DelaySource::Paced => "paced",
+            DelaySource::Refused => "refused",
+        }
+    }
+}
+
 /// One sleep of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -109,25 +109,14 @@ macro_rules! by_source {
     ($name:expr, $source:expr) => {{
         use DelaySource::*;
         match $source {
-            Backoff => key!($name, "source" => source_name(Backoff)),
-            RetryAfter => key!($name, "source" => source_name(RetryAfter)),
-            RetryAfterClamped => key!($name, "source" => source_name(RetryAfterClamped)),
-            FirstAttempt => key!($name, "source" => source_name(FirstAttempt)),
-            Paced => key!($name, "source" => source_name(Paced)),
-            Refused => key!($name, "source" => source_name(Refused)),
+            Backoff => key!($name, "source" => Backoff.as_str()),
+            RetryAfter => key!($name, "source" => RetryAfter.as_str()),
+            RetryAfterClamped => key!($name, "source" => RetryAfterClamped.as_str()),
+            FirstAttempt => key!($name, "source" => FirstAttempt.as_str()),
+            Paced => key!($name, "source" => Paced.as_str()),
+            Refused => key!($name, "source" => Refused.as_str()),
         }
     }};
-}
-
-const fn source_name(source: DelaySource) -> &'static str {
-    match source {
-        DelaySource::Backoff => "backoff",
-        DelaySource::RetryAfter => "retry_after",
-        DelaySource::RetryAfterClamped => "retry_after_clamped",
-        DelaySource::FirstAttempt => "first_attempt",
-        DelaySource::Paced => "paced",
-        DelaySource::Refused => "refused",
-    }
 }
 
 const fn mode_name(mode: PacingMode) -> &'static str {

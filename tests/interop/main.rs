@@ -33,7 +33,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::timeout::TimeoutLayer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::{DelaySource, ReportSlot, RetryLayer, RetryReport, StopReason};
+use tower_http_retry::{ReportSlot, RetryLayer, RetryReport, StopReason};
 
 /// The header that names a logical request; its retries carry the same value.
 pub const REQUEST_ID: &str = "x-request-id";
@@ -259,22 +259,10 @@ pub fn tally(ended: &[Ended]) -> String {
         *stops.entry(e.report.stop).or_default() += 1;
         most_attempts = most_attempts.max(e.report.attempts);
         for delay in &e.report.delays {
-            *delays.entry(source_name(delay.source).into()).or_default() += 1;
+            *delays.entry(delay.source.as_str().into()).or_default() += 1;
         }
     }
     format!("stops {stops:?}; resends by delay source {delays:?}; most attempts of one request {most_attempts}")
-}
-
-fn source_name(source: DelaySource) -> &'static str {
-    match source {
-        DelaySource::Backoff => "backoff",
-        DelaySource::RetryAfter => "retry_after",
-        DelaySource::RetryAfterClamped => "retry_after_clamped",
-        DelaySource::FirstAttempt => "first_attempt",
-        DelaySource::Paced => "paced",
-        DelaySource::Refused => "refused",
-        _ => "other",
-    }
 }
 
 /// The ids of `ended` that did not end in a 2xx, with their error.
