@@ -1,0 +1,260 @@
+//! What a classifier decides ([`Outcome`], [`NotSent`]) and the trait that decides it
+//! ([`Classify`], or two closures through [`classify_fn`]).
+
+use crate::hint::ServerHint;
+use crate::message::RetryResponse;
+use http::Method;
+use std::fmt;
+
+/// How an outcome is treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done: return it (and deposit in the retry budget).
+    Success,
+    /// Worth another attempt: the endpoint may answer differently soon.
+    Transient,
+    /// Not worth another attempt: return it at once.
+    Permanent,
+    /// The request provably never reached the application, so sending it again is safe whatever
+    /// its method, a POST without an `Idempotency-Key` included. See [`NotSent`] for what each
+    /// kind costs.
+    NotSent(NotSent),
+}
+
+/// How a request that never reached the application failed, which decides what resending it
+/// costs.
+///
+/// An ambiguous failure (a connection that ended after the request was written, a stream reset
+/// with another reason, a read timeout) is not one of these: the server may have processed the
+/// request, and such an outcome is [`Outcome::Transient`], retried only when idempotent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotSent {
+    /// The server turned the request away before processing it, as it does when it rotates or
+    /// drains a connection (RFC 9113, section 8.7): an HTTP/2 `REFUSED_STREAM` reset, or a
+    /// `GOAWAY` whose last stream id is below the request's stream (a request sent on the
+    /// connection after it included). The endpoint is up; this is rotation, not
+    /// failure. The request is sent again
+    /// after a short jittered pause (so that it lands on the next connection, not on the one
+    /// closing), bounded by the deadline and by
+    /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries), without spending
+    /// an attempt or a budget token; the circuit breaker counts it neither as a success nor as a
+    /// failure, and pacing not as congestion.
+    Refused,
+    /// No connection carried the request: the connection was refused, the name did not resolve,
+    /// the connect timed out, or the connection closed before the request was written (hyper
+    /// hands such a request back, "canceled"). This is what an outage looks like, so it counts
+    /// as an attempt, takes the backoff delay and a budget token, and is a failure for the
+    /// circuit breaker, like a transient outcome.
+    Unconnected,
+}
+
+/// Decides the [`Outcome`] of a response or an error.
+///
+/// The retry layer and the circuit breaker take the same classifier, so that a failure that is
+/// retried is also a failure that trips the breaker. Closures work through [`classify_fn`].
+///
+/// Both middlewares call [`classify`](Self::classify), which sees the request's method as well.
+/// Override it where the method matters:
+///
+/// ```
+/// use http::{Method, StatusCode};
+/// use tower_http_retry::{Classify, HttpClassifier, Outcome};
+///
+/// /// The default table, and a 409 is worth another attempt for a PUT (and only for a PUT).
+/// #[derive(Clone, Debug)]
+/// struct PutConflicts(HttpClassifier);
+///
+/// impl<B> Classify<http::Response<B>, std::io::Error> for PutConflicts {
+///     fn classify_response(&self, response: &http::Response<B>) -> Outcome {
+///         self.0.classify_status(response.status())
+///     }
+///     fn classify_error(&self, error: &std::io::Error) -> Outcome {
+///         self.0.classify_error_chain(error)
+///     }
+///     fn classify(&self, method: &Method, result: &Result<http::Response<B>, std::io::Error>) -> Outcome {
+///         match result {
+///             Ok(response) if method == Method::PUT && response.status() == StatusCode::CONFLICT => {
+///                 Outcome::Transient
+///             }
+///             Ok(response) => self.classify_response(response),
+///             Err(error) => self.0.classify_error_chain(error),
+///         }
+///     }
+/// }
+///
+/// let classifier = PutConflicts(HttpClassifier::new());
+/// let conflict: Result<_, std::io::Error> = Ok(http::Response::builder().status(409).body(()).unwrap());
+/// assert_eq!(classifier.classify(&Method::PUT, &conflict), Outcome::Transient);
+/// assert_eq!(classifier.classify(&Method::POST, &conflict), Outcome::Permanent);
+/// ```
+pub trait Classify<Res, E> {
+    /// Classifies a response.
+    fn classify_response(&self, response: &Res) -> Outcome;
+
+    /// Classifies an error of the inner service.
+    fn classify_error(&self, error: &E) -> Outcome;
+
+    /// When `error` is a circuit breaker's refusal ([`CircuitOpen`](crate::CircuitOpen)), how long until the breaker
+    /// lets a probe through. The retry layer stops such a request with
+    /// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen) (or, with
+    /// [pacing](crate::Pacing), pauses the endpoint until then and keeps the request waiting).
+    /// The default finds none; [`HttpClassifier`](super::HttpClassifier) looks along the error's `source()` chain.
+    fn refused_for(&self, error: &E) -> Option<std::time::Duration> {
+        let _ = error;
+        None
+    }
+
+    /// When no rule of the classifier recognised `error` (its outcome is the fallback for
+    /// unknown errors), a name for it, for people: the retry layer counts such errors
+    /// ([`RetryStats::unknown_errors`](crate::RetryStats::unknown_errors)) and puts the name in
+    /// the request's report ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)),
+    /// so that a new error kind gets a rule instead of going unnoticed. The name is never
+    /// classified. The default recognises every error; [`HttpClassifier`](super::HttpClassifier) names an unknown one
+    /// by the `Display` of each link of its `source()` chain.
+    fn unknown_error(&self, error: &E) -> Option<String> {
+        let _ = error;
+        None
+    }
+
+    /// What `response` says about retrying it: when to come back, and whether to retry at all.
+    /// `now` is the local wall clock; absolute times are read against it when it agrees with the
+    /// response's `Date` header (within its 1 s resolution), else against the `Date`.
+    ///
+    /// The retry layer reads it for every response that is not a success, and with
+    /// [pacing](crate::Pacing) for successes too. A delay on a response classified as a success
+    /// means **the quota is used up**: the endpoint's next requests wait for it. So return one
+    /// only when the response says so, not for a `Retry-After` that asks a client to poll (a
+    /// 202) or to follow a redirect later (a 3xx).
+    ///
+    /// The default reads `Retry-After` on a 4xx or 5xx response alone; [`HttpClassifier`](super::HttpClassifier) also
+    /// reads the rate-limit and stand-down headers its [`ServerHints`](crate::ServerHints) name.
+    fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint
+    where
+        Res: RetryResponse,
+    {
+        let status = response.status();
+        if !(status.is_client_error() || status.is_server_error()) {
+            return ServerHint::NONE;
+        }
+        ServerHint::of_retry_after(response.headers(), now)
+    }
+
+    /// Whether `response`, classified as transient, says the endpoint is overloaded or
+    /// unreachable: what [pacing](crate::Pacing) counts towards an outage and against a ramp.
+    /// `statuses` are the HTTP statuses the pacing configuration calls congestion
+    /// ([`PacingBuilder::congestion`](crate::PacingBuilder::congestion): 429, 502, 503 and 504
+    /// by default); a transient error (a timeout, a connection failure) always is congestion.
+    ///
+    /// The default: the response's status is one of `statuses`. A protocol that reports
+    /// overload inside a 200 says so here: [`GrpcClassifier`](crate::GrpcClassifier) counts
+    /// UNAVAILABLE and RESOURCE_EXHAUSTED.
+    fn is_congestion(&self, response: &Res, statuses: &[http::StatusCode]) -> bool
+    where
+        Res: RetryResponse,
+    {
+        statuses.contains(&response.status())
+    }
+
+    /// Classifies the outcome of an attempt of a request with `method`: by default, the
+    /// response or the error alone.
+    fn classify(&self, method: &Method, result: &Result<Res, E>) -> Outcome {
+        let _ = method;
+        match result {
+            Ok(response) => self.classify_response(response),
+            Err(error) => self.classify_error(error),
+        }
+    }
+}
+
+/// A classifier made of two closures; see [`classify_fn`].
+#[derive(Clone, Copy)]
+pub struct ClassifyFn<R, E> {
+    response: R,
+    error: E,
+}
+
+/// Builds a classifier from a closure for responses and one for errors.
+///
+/// ```
+/// use http::Response;
+/// use tower_http_retry::{classify_fn, HttpClassifier, Outcome};
+///
+/// // Retry 409 too; leave everything else to the default table.
+/// let table = HttpClassifier::new();
+/// let errors = table.clone();
+/// let classifier = classify_fn(
+///     move |res: &Response<String>| match res.status().as_u16() {
+///         409 => Outcome::Transient,
+///         _ => table.classify_status(res.status()),
+///     },
+///     move |err: &tower::BoxError| errors.classify_error_chain(&**err),
+/// );
+/// # let _ = classifier;
+/// ```
+pub fn classify_fn<R, E>(response: R, error: E) -> ClassifyFn<R, E> {
+    ClassifyFn { response, error }
+}
+
+impl<Res, Err, R, E> Classify<Res, Err> for ClassifyFn<R, E>
+where
+    R: Fn(&Res) -> Outcome,
+    E: Fn(&Err) -> Outcome,
+{
+    fn classify_response(&self, response: &Res) -> Outcome {
+        (self.response)(response)
+    }
+
+    fn classify_error(&self, error: &Err) -> Outcome {
+        (self.error)(error)
+    }
+}
+
+impl<R, E> fmt::Debug for ClassifyFn<R, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClassifyFn").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::HttpClassifier;
+    use tower::BoxError;
+
+    /// A classifier that keeps the default `hint`.
+    struct StatusOnly;
+
+    impl Classify<http::Response<()>, BoxError> for StatusOnly {
+        fn classify_response(&self, response: &http::Response<()>) -> Outcome {
+            HttpClassifier::new().classify_status(response.status())
+        }
+        fn classify_error(&self, _: &BoxError) -> Outcome {
+            Outcome::Permanent
+        }
+    }
+
+    #[test]
+    fn the_default_hint_reads_retry_after_on_failures_only() {
+        // On a success a delay would mean "quota used up" and pause a paced endpoint: a 202's
+        // or a 303's Retry-After asks a client to poll or to follow later, nothing more.
+        let hint = |code: u16| {
+            let response = http::Response::builder()
+                .status(code)
+                .header(http::header::RETRY_AFTER, "2")
+                .body(())
+                .unwrap();
+            StatusOnly.hint(&response, std::time::SystemTime::now())
+        };
+        for code in [200, 202, 303] {
+            assert_eq!(hint(code).retry_after(), None, "{code}");
+        }
+        for code in [429, 503] {
+            assert_eq!(
+                hint(code).retry_after(),
+                Some(std::time::Duration::from_secs(2)),
+                "{code}"
+            );
+        }
+    }
+}
