@@ -9,8 +9,9 @@
 //! backoff shortened to 50–500 ms; pacing on), a limit of 16 attempts on the wire and a 250 ms
 //! timeout per attempt. The receiver is down from 1 s to 3 s (every request answered 503), and a
 //! little flaky outside that window: 500s, writes that commit and then answer 500 or too late,
-//! and a 400 for each malformed payload. The scenario lives in `tests/webhook/scenario.rs`,
-//! shared with the test that checks its books add up (`cargo test --test webhook`).
+//! and a 400 for each malformed payload. The scenario lives in `demo/src/webhook.rs` (the
+//! `demo` workspace crate), shared with the test that checks its books add up
+//! (`cargo test --test webhook`).
 //!
 //! It prints what the receiver saw each second; what became of the webhooks the outage caught
 //! (delivered how long after its end, or dead-lettered by [`StopReason`]); the fate of every
@@ -18,9 +19,7 @@
 //! the receiver's endpoint. The run takes five to six seconds. The counts vary a little between
 //! runs: the outage is a window of wall time, and the probes are jittered.
 
-#[path = "../tests/webhook/scenario.rs"]
-mod scenario;
-
+use demo::webhook as scenario;
 use scenario::{Delivery, ARRIVAL, BACKOFF, DELIVERIES, ON_THE_WIRE, OUTAGE, PER_ATTEMPT};
 use std::fmt::Display;
 use std::time::{Duration, Instant};

@@ -1,17 +1,12 @@
-//! The axum reverse proxy of `examples/axum_proxy.rs`, driven end to end: a hyper-util client
-//! sends to the proxy, which forwards to a scripted loopback upstream through retry, breaker and
-//! per-attempt timeout. Real sockets, so real time with small delays.
+//! The axum reverse proxy of `examples/axum_proxy.rs` (`demo/src/proxy.rs`), driven end to end:
+//! a hyper-util client sends to the proxy, which forwards to a scripted loopback upstream through
+//! retry, breaker and per-attempt timeout. Real sockets, so real time with small delays.
 
 #[path = "../support/mod.rs"]
 mod support;
 
-// The example's proxy itself, not a copy of it; its `main` goes unused here.
-#[allow(dead_code)]
-#[path = "../../examples/axum_proxy.rs"]
-mod axum_proxy;
-
-use axum_proxy::{forwarder, router, serve, ATTEMPTS, BODY_LIMIT, SHOULD_RETRY, STOP};
 use bytes::Bytes;
+use demo::proxy::{forwarder, router, serve, ATTEMPTS, BODY_LIMIT, SHOULD_RETRY, STOP};
 use http::{Method, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use std::net::SocketAddr;

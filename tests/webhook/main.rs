@@ -7,8 +7,7 @@
 //! outage is a window of wall time and which request the pacer lets through when depends on
 //! scheduling, so every check holds for any interleaving.
 
-mod scenario;
-
+use demo::webhook as scenario;
 use scenario::{Run, BACKOFF, DELIVERIES, OUTAGE, PER_ATTEMPT, PROBE_INTERVAL, SEED};
 use std::sync::OnceLock;
 use std::time::Duration;

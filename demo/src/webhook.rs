@@ -21,12 +21,6 @@
 //! the webhook and the attempt number (the layer sends it in `x-retry-attempt`), and the layer's
 //! jitter comes from a seeded [`RandomSource`]. The counts still vary between runs: the outage is
 //! a window of wall time, and the probes that let requests through while it lasts are jittered.
-//!
-//! Include it with `#[path = "../tests/webhook/scenario.rs"] mod scenario;` (example) or
-//! `mod scenario;` (test).
-
-// The example and the test each use a different part of this file.
-#![allow(dead_code)]
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
