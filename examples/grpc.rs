@@ -94,7 +94,9 @@ async fn main() -> Result<(), BoxError> {
     );
 
     let config = GrpcServiceConfig::from_json(SERVICE_CONFIG)?;
-    let retry = config.retry_layer("/grpc.health.v1.Health/Check").build()?;
+    let retry = config
+        .retry_layer_builder("/grpc.health.v1.Health/Check")
+        .build()?;
     let channel = Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
     // Bodies buffered so a unary call's one message can be sent again, the retry layer, and
     // tonic's body type back: one call (`config.stack(path, channel, Body::new)` when the

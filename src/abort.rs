@@ -24,7 +24,7 @@ use tokio::time::Instant;
 /// budget token is refunded. The report says which: [`StopReason::Aborted`](crate::StopReason::Aborted)
 /// after [`shutdown`](Self::shutdown) or [`wake_sleepers`](Self::wake_sleepers) (the process is
 /// stopping), [`StopReason::Held`](crate::StopReason::Held) while a hold is in force (a breaker
-/// opened; not final: [`RetryReport::retry_after`](crate::RetryReport::retry_after) is the time
+/// opened; not final: [`RetryReport::resend_after`](crate::RetryReport::resend_after) is the time
 /// until the hold ends).
 ///
 /// Instants are tokio's ([`tokio::time::Instant`]), so that paused time in tests moves them.

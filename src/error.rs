@@ -9,9 +9,6 @@ use std::fmt;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// The longest duration any setting may have (a year): longer ones are configuration mistakes.
-pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-
 /// A configuration value that cannot work, reported when a layer (or a budget, or a backoff) is
 /// built, never at request time.
 ///
@@ -35,6 +32,10 @@ pub struct InvalidConfig {
 }
 
 impl InvalidConfig {
+    /// The longest duration any setting may have (a year): a longer delay, deadline, clamp or
+    /// open duration is a configuration mistake, refused with an `InvalidConfig`.
+    pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
     pub(crate) fn new(field: &'static str, message: impl Into<String>) -> Self {
         Self {
             field,
@@ -85,21 +86,22 @@ pub(crate) fn non_zero(field: &'static str, value: Duration) -> Result<(), Inval
     }
 }
 
-/// A duration in `(0, MAX_DELAY]`.
+/// A duration in `(0, InvalidConfig::MAX_DURATION]`.
 pub(crate) fn positive_duration(field: &'static str, value: Duration) -> Result<(), InvalidConfig> {
     non_zero(field, value)?;
     duration_at_most_max(field, value)
 }
 
-/// A duration in `[0, MAX_DELAY]`.
+/// A duration in `[0, InvalidConfig::MAX_DURATION]`.
 pub(crate) fn duration_at_most_max(
     field: &'static str,
     value: Duration,
 ) -> Result<(), InvalidConfig> {
-    if value > MAX_DELAY {
+    if value > InvalidConfig::MAX_DURATION {
+        let max = InvalidConfig::MAX_DURATION;
         Err(InvalidConfig::new(
             field,
-            format!("({value:?}) must not exceed {MAX_DELAY:?} (a year)"),
+            format!("({value:?}) must not exceed {max:?} (a year)"),
         ))
     } else {
         Ok(())

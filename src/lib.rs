@@ -102,7 +102,7 @@ pub use circuit_breaker::{
 pub use classify::{
     classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, NotSent, Outcome,
 };
-pub use error::{CircuitOpen, InvalidConfig, MAX_DELAY};
+pub use error::{CircuitOpen, InvalidConfig};
 #[cfg(feature = "grpc")]
 pub use grpc::{
     GrpcClassifier, GrpcCode, GrpcRetryPolicy, GrpcServiceConfig, GrpcStack, GrpcThrottle,
@@ -117,14 +117,12 @@ pub use pacer::{Pacing, PacingBuilder, PacingMode, PacingStats};
 pub use random::RandomSource;
 pub use release::{
     ReleaseBody, ReleaseBodyFuture, ReleaseBodyLayer, ReleaseBodyLayerBuilder, ReleasedBody,
-    DEFAULT_RELEASE_LIMIT,
 };
 pub use report::{Captured, Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
-    Backoff, BufferRequest, BufferRequestFuture, BufferRequestLayer, DelayHistogram, Idempotency,
-    Jitter, NestedLayers, ReplayBody, Retry, RetryAfter, RetryBudget, RetryFuture, RetryLayer,
+    Backoff, BufferRequest, BufferRequestFuture, BufferRequestLayer, DelayHistogram, HintPolicy,
+    Idempotency, Jitter, NestedLayers, ReplayBody, Retry, RetryBudget, RetryFuture, RetryLayer,
     RetryLayerBuilder, RetryStats, TokenBucket, TokenBucketBuilder, WhenLonger,
-    DEFAULT_REPLAY_LIMIT, DELAY_BUCKETS, DELAY_ROWS, IDEMPOTENCY_KEY,
 };
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;

@@ -78,17 +78,17 @@ pub enum StopReason {
     Cancelled,
     /// [Pacing](crate::Pacing) could not serve the request in time: the endpoint's queue was
     /// full, or the predicted wait (or the wait itself) went past the request's deadline. Not
-    /// final: [`RetryReport::retry_after`] says when trying again makes sense.
+    /// final: [`RetryReport::resend_after`] says when trying again makes sense.
     Deferred,
     /// A circuit breaker refused the attempt ([`CircuitOpen`](crate::CircuitOpen)): the
     /// endpoint is failing, not the request. Not final, though the request was not retried into
-    /// the open circuit: [`RetryReport::retry_after`] is the time until the breaker lets a probe
+    /// the open circuit: [`RetryReport::resend_after`] is the time until the breaker lets a probe
     /// through.
     CircuitOpen,
     /// A circuit breaker that opened holds the [`AbortSignal`](crate::AbortSignal) for the
     /// request's endpoint ([`hold_until`](crate::AbortSignal::hold_until)): the request returned
     /// its last outcome instead of sleeping only to be refused. Not final, and not a shutdown
-    /// ([`Aborted`](Self::Aborted) is): [`RetryReport::retry_after`] is the time until the hold
+    /// ([`Aborted`](Self::Aborted) is): [`RetryReport::resend_after`] is the time until the hold
     /// ends.
     Held,
     /// The server turned the request away unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`,
@@ -130,7 +130,7 @@ impl StopReason {
     /// Whether sending the request again later cannot help: it succeeded, or the endpoint (or
     /// the request itself) says no. Every other stop is about *now* (an outage, a budget, a
     /// deadline, a shutdown): a sender redelivers those, after
-    /// [`RetryReport::retry_after`] when the report has it.
+    /// [`RetryReport::resend_after`] when the report has it.
     ///
     /// ```
     /// use tower_http_retry::StopReason;
@@ -292,11 +292,11 @@ pub struct RetryReport {
     /// what is left of the server's last hint, a breaker's hold of the
     /// [`AbortSignal`](crate::AbortSignal), the pacer's predicted release; a time taken from
     /// those is spread upward by the `Retry-After` jitter. `None` for a final stop.
-    pub retry_after: Option<Duration>,
-    /// [`retry_after`](Self::retry_after) as a wall-clock time (the layer's
+    pub resend_after: Option<Duration>,
+    /// [`resend_after`](Self::resend_after) as a wall-clock time (the layer's
     /// [`wall_clock`](crate::RetryLayerBuilder::wall_clock) plus the duration), for a durable
     /// queue that stores when to redeliver.
-    pub retry_at: Option<SystemTime>,
+    pub resend_at: Option<SystemTime>,
     /// The last error of this request that no rule of the classifier recognised, named by the
     /// classifier ([`Classify::unknown_error`](crate::Classify::unknown_error);
     /// [`HttpClassifier`](crate::HttpClassifier) joins the `Display` of each link of its
@@ -312,8 +312,8 @@ impl RetryReport {
         slept: Duration::ZERO,
         delays: Vec::new(),
         stop: StopReason::Success,
-        retry_after: None,
-        retry_at: None,
+        resend_after: None,
+        resend_at: None,
         unknown_error: None,
     };
 

@@ -38,7 +38,7 @@ use tower_service::Service;
 ///     .build();
 ///
 /// // Any configuration of the retry layer, e.g. for a caller that waits for the answer:
-/// let layer = RetryLayer::interactive().build().unwrap();
+/// let layer = RetryLayer::interactive();
 /// let stats = layer.clone(); // counters shared with every clone
 /// let client = ClientBuilder::new(reqwest::Client::new())
 ///     .with(RetryMiddleware::new(layer))

@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::{parse_retry_after, RetryAfterHint, MAX_DELAY};
+use tower_http_retry::{parse_retry_after, InvalidConfig, RetryAfterHint};
 use tower_http_retry::{
-    Backoff, DelaySource, Jitter, RandomSource, RetryAfter, RetryLayer, RetryReport, StopReason,
+    Backoff, DelaySource, HintPolicy, Jitter, RandomSource, RetryLayer, RetryReport, StopReason,
     WhenLonger,
 };
 
@@ -456,11 +456,11 @@ struct Policy {
 
 impl Policy {
     /// The policy, or `None` when hints are ignored.
-    fn retry_after(&self) -> Option<RetryAfter> {
+    fn retry_after(&self) -> Option<HintPolicy> {
         if !self.honored {
             return None;
         }
-        let policy = RetryAfter::honored()
+        let policy = HintPolicy::honored()
             .jitter(self.jitter)
             .when_longer(self.when_longer);
         Some(match self.max_delay {
@@ -480,9 +480,9 @@ struct DecisionCase {
     seed: u64,
 }
 
-/// A duration from 1 ms to [`MAX_DELAY`], spread evenly over the orders of magnitude.
+/// A duration from 1 ms to [`InvalidConfig::MAX_DURATION`], spread evenly over the orders of magnitude.
 fn log_duration() -> impl Strategy<Value = Duration> {
-    let max_ms = MAX_DELAY.as_millis() as f64;
+    let max_ms = InvalidConfig::MAX_DURATION.as_millis() as f64;
     (0.0f64..=1.0).prop_map(move |x| Duration::from_millis(max_ms.powf(x).round().max(1.0) as u64))
 }
 
@@ -550,8 +550,8 @@ fn run_layer(case: &DecisionCase, scripted: Vec<(u16, HeaderMap)>) -> Run {
         .max_attempts(case.responses.len() as u32)
         .backoff(case.backoff);
     let builder = match case.policy.retry_after() {
-        Some(policy) => builder.retry_after(policy),
-        None => builder.without_retry_after(),
+        Some(policy) => builder.hint_policy(policy),
+        None => builder.without_hint_delays(),
     };
     let layer = builder
         .without_budget()

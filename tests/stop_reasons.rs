@@ -11,9 +11,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_http_retry::{
-    classify_fn, AbortSignal, Backoff, CircuitBreakerLayer, CircuitOpen, HttpClassifier, Jitter,
-    NestedLayers, NotSent, Outcome, Pacing, RandomSource, ReplayBody, ReportSlot, RetryAfter,
-    RetryLayer, RetryLayerBuilder, RetryReport, StopReason, TokenBucket, WhenLonger,
+    classify_fn, AbortSignal, Backoff, CircuitBreakerLayer, CircuitOpen, HintPolicy,
+    HttpClassifier, Jitter, NestedLayers, NotSent, Outcome, Pacing, RandomSource, ReplayBody,
+    ReportSlot, RetryLayer, RetryLayerBuilder, RetryReport, StopReason, TokenBucket, WhenLonger,
 };
 
 type Req = http::Request<String>;
@@ -86,7 +86,7 @@ async fn permanent_a_404_is_returned_at_once() {
     let (result, report) = run(layer(), answering(&[404]), get()).await;
     assert_eq!(result.unwrap().status(), 404);
     assert_eq!((report.attempts, report.stop), (1, StopReason::Permanent));
-    assert_eq!(report.retry_after, None, "final: no time to send again");
+    assert_eq!(report.resend_after, None, "final: no time to send again");
 }
 
 #[tokio::test(start_paused = true)]
@@ -94,7 +94,7 @@ async fn attempts_exhausted_every_attempt_failed_transiently() {
     let (result, report) = run(layer(), answering(&[503]), get()).await;
     assert_eq!(result.unwrap().status(), 503);
     assert_eq!(
-        (report.attempts, report.stop, report.retry_after),
+        (report.attempts, report.stop, report.resend_after),
         (3, StopReason::AttemptsExhausted, Some(100 * MS)),
         "not final: the next backoff delay says when to send again"
     );
@@ -113,7 +113,7 @@ async fn budget_empty_the_budget_refused_a_retry() {
     let (result, report) = run(layer().budget(budget), answering(&[503]), get()).await;
     assert_eq!(result.unwrap().status(), 503);
     assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetEmpty));
-    assert!(report.retry_after.is_some());
+    assert!(report.resend_after.is_some());
     assert!(report.asks_callers_to_stand_down());
 }
 
@@ -122,7 +122,7 @@ async fn deadline_the_next_sleep_would_end_past_the_deadline() {
     let (result, report) = run(layer().deadline(50 * MS), answering(&[503]), get()).await;
     assert_eq!(result.unwrap().status(), 503);
     assert_eq!(
-        (report.attempts, report.stop, report.retry_after),
+        (report.attempts, report.stop, report.resend_after),
         (1, StopReason::Deadline, Some(100 * MS))
     );
 }
@@ -163,15 +163,15 @@ async fn not_replayable_a_body_past_the_replay_bound_is_sent_once() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_too_long_a_hint_past_the_clamp_is_given_up_on() {
-    let policy = RetryAfter::honored()
+    let policy = HintPolicy::honored()
         .max_delay(SEC)
         .when_longer(WhenLonger::GiveUp);
     let endpoint =
         service_fn(|_: Req| async { Ok::<_, io::Error>(response(503, &[("retry-after", "10")])) });
-    let (result, report) = run(layer().retry_after(policy), endpoint, get()).await;
+    let (result, report) = run(layer().hint_policy(policy), endpoint, get()).await;
     assert_eq!(result.unwrap().status(), 503);
     assert_eq!(
-        (report.attempts, report.stop, report.retry_after),
+        (report.attempts, report.stop, report.resend_after),
         (1, StopReason::RetryAfterTooLong, Some(10 * SEC))
     );
 }
@@ -250,7 +250,7 @@ async fn deferred_pacing_cannot_serve_the_request_before_its_deadline() {
     let (result, report) = run(builder, answering(&[503]), get()).await;
     assert_eq!(result.unwrap().status(), 503);
     assert_eq!(report.stop, StopReason::Deferred);
-    assert!(report.retry_after.is_some(), "{report:?}");
+    assert!(report.resend_after.is_some(), "{report:?}");
     assert!(report.asks_callers_to_stand_down());
 }
 
@@ -282,7 +282,7 @@ async fn circuit_open_a_breaker_refused_the_attempt() {
     assert!(error.downcast_ref::<CircuitOpen>().is_some());
     assert_eq!((report.attempts, report.stop), (2, StopReason::CircuitOpen));
     // Not final: the time until the breaker lets a probe through.
-    assert_eq!(report.retry_after, Some(10 * SEC - 100 * MS));
+    assert_eq!(report.resend_after, Some(10 * SEC - 100 * MS));
     assert!(report.asks_callers_to_stand_down());
 }
 
@@ -293,7 +293,7 @@ async fn held_an_opening_breaker_holds_the_abort_signal() {
     let (result, report) = RetryReport::capture(client.oneshot(get())).await;
     assert_eq!(result.unwrap().status(), 503, "the last real response");
     assert_eq!(
-        (report.attempts, report.stop, report.retry_after),
+        (report.attempts, report.stop, report.resend_after),
         (1, StopReason::Held, Some(10 * SEC))
     );
     assert!(!report.stop.is_final(), "a hold is not a shutdown");

@@ -45,7 +45,7 @@ use tower::timeout::{Timeout, TimeoutLayer};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http_retry::{
     Backoff, HttpClassifier, Jitter, Pacing, PacingStats, RandomSource, ReportSlot, Retry,
-    RetryLayer, RetryReport, RetryStats,
+    RetryLayerBuilder, RetryReport, RetryStats,
 };
 
 pub const DELIVERIES: u32 = 300;
@@ -149,7 +149,7 @@ pub async fn run(seed: u64) -> Run {
         books: Mutex::default(),
     });
     let uri = start_receiver(Arc::clone(&receiver)).await;
-    let layer = RetryLayer::bulk()
+    let layer = RetryLayerBuilder::bulk()
         .backoff(Backoff::new(Jitter::Full, BACKOFF.start, BACKOFF.end))
         .pacing(
             Pacing::builder()

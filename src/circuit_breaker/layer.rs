@@ -87,7 +87,7 @@ use tower_layer::Layer;
 /// attempt ends the request rather than being retried into the open circuit; the request stops
 /// with [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen), which is **not final**
 /// ([`is_final`](crate::StopReason::is_final) is `false`): the endpoint is failing, not the
-/// request, and [`RetryReport::retry_after`](crate::RetryReport::retry_after) says when the
+/// request, and [`RetryReport::resend_after`](crate::RetryReport::resend_after) says when the
 /// breaker lets a probe through. Neither `Held` nor `CircuitOpen` is final: a sender
 /// redelivers both. [`CircuitBreakerLayer::check_retry`] checks that a single request's retry
 /// sequence is long enough to trip the breaker, and that the circuit half-opens within the retry
@@ -253,9 +253,10 @@ impl CircuitBreakerLayer {
         CircuitBreakerLayerBuilder::default()
     }
 
-    /// A builder for callers that wait for the answer, to go under
+    /// The preset for callers that wait for the answer, to go under
     /// [`RetryLayer::interactive`](crate::RetryLayer::interactive): a short open duration that
-    /// grows while the outage lasts.
+    /// grows while the outage lasts. [`CircuitBreakerLayerBuilder::interactive`] starts a
+    /// builder from it, to change a setting (an abort signal, say).
     ///
     /// The **open duration** is the shortest outage every caller sees once the breaker trips:
     /// for that long each call fails at once, whatever the endpoint does meanwhile. The
@@ -278,20 +279,15 @@ impl CircuitBreakerLayer {
     /// 4.5 s once the growth reaches its cap.
     ///
     /// ```
-    /// use tower_http_retry::{AbortSignal, CircuitBreakerLayer, RetryLayer};
+    /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer};
     ///
-    /// let wake = AbortSignal::new();
-    /// let retry = RetryLayer::interactive().abort_signal(wake.clone()).build().unwrap();
-    /// let breaker = CircuitBreakerLayer::interactive().abort_signal(wake).build().unwrap();
-    /// breaker.check_retry(&retry).unwrap();
+    /// let breaker = CircuitBreakerLayer::interactive();
+    /// breaker.check_retry(&RetryLayer::interactive()).unwrap();
     /// ```
-    pub fn interactive() -> CircuitBreakerLayerBuilder {
-        Self::builder()
-            .consecutive_failures(3)
-            .open_duration(Duration::from_millis(250))
-            .open_jitter(0.5)
-            .open_multiplier(1.25)
-            .max_open_duration(Duration::from_secs(3))
+    pub fn interactive() -> Self {
+        CircuitBreakerLayerBuilder::interactive()
+            .build()
+            .expect("the interactive preset is valid")
     }
 }
 
@@ -344,11 +340,11 @@ impl<C> CircuitBreakerLayer<C> {
     /// assert!(fast.check_retry(&retry).is_ok());
     ///
     /// // A caller that waits at most 5 s, a circuit open 5 to 7.5 s (the defaults).
-    /// let interactive = RetryLayer::interactive().build().unwrap();
+    /// let interactive = RetryLayer::interactive();
     /// let long = CircuitBreakerLayer::builder().consecutive_failures(3).build().unwrap();
     /// assert!(matches!(long.check_retry(&interactive), Err(RetryMismatch::OpenPastDeadline(_))));
     /// // The preset for interactive callers fits it.
-    /// let short = CircuitBreakerLayer::interactive().build().unwrap();
+    /// let short = CircuitBreakerLayer::interactive();
     /// assert!(short.check_retry(&interactive).is_ok());
     /// ```
     pub fn check_retry<R>(&self, retry: &RetryLayer<R>) -> Result<(), RetryMismatch> {
@@ -420,6 +416,29 @@ impl Default for CircuitBreakerLayerBuilder {
             classifier: HttpClassifier::new(),
             settings: Settings::default(),
         }
+    }
+}
+
+impl CircuitBreakerLayerBuilder {
+    /// A builder starting from the preset
+    /// [`CircuitBreakerLayer::interactive`] (trips after 3 failures in a row, open 250 ms and
+    /// longer while the outage lasts, up to 3 s), to change a setting.
+    ///
+    /// ```
+    /// use tower_http_retry::{AbortSignal, CircuitBreakerLayerBuilder, RetryLayerBuilder};
+    ///
+    /// let wake = AbortSignal::new();
+    /// let retry = RetryLayerBuilder::interactive().abort_signal(wake.clone()).build().unwrap();
+    /// let breaker = CircuitBreakerLayerBuilder::interactive().abort_signal(wake).build().unwrap();
+    /// breaker.check_retry(&retry).unwrap();
+    /// ```
+    pub fn interactive() -> Self {
+        Self::default()
+            .consecutive_failures(3)
+            .open_duration(Duration::from_millis(250))
+            .open_jitter(0.5)
+            .open_multiplier(1.25)
+            .max_open_duration(Duration::from_secs(3))
     }
 }
 
@@ -535,7 +554,7 @@ impl<C> CircuitBreakerLayerBuilder<C> {
     ///
     /// Fails, naming the field, when a count is zero, the ratio is outside `(0, 1]`, the jitter
     /// outside `[0, 1]`, the multiplier below 1 or not finite, a duration zero or above
-    /// [`MAX_DELAY`](crate::MAX_DELAY), the maximum open duration below the open duration, the
+    /// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION), the maximum open duration below the open duration, the
     /// window shorter than 10 ns, or both trips are turned off.
     pub fn build(self) -> Result<CircuitBreakerLayer<C>, InvalidConfig> {
         let template = Template::new(self.classifier, self.settings, false)?;

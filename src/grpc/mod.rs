@@ -32,21 +32,38 @@ pub use throttle::GrpcThrottle;
 
 use crate::retry::{Idempotency, RetryLayer, RetryLayerBuilder};
 
-impl RetryLayer {
-    /// A builder for gRPC calls: the [`GrpcClassifier`] (UNAVAILABLE retried, RESOURCE_EXHAUSTED
-    /// with pushback too), every call retryable whatever its method (gRPC calls are all POSTs;
-    /// as in A6, which codes are retryable is what says a retry is safe), and
-    /// [`grpc_metadata`](RetryLayerBuilder::grpc_metadata) on. The rest are the builder's
-    /// defaults (3 attempts, full jitter from 100 ms to 10 s, the default budget), or a service
-    /// config's ([`GrpcServiceConfig::retry_layer`]).
+impl RetryLayer<GrpcClassifier> {
+    /// The preset for gRPC calls: the [`GrpcClassifier`] (UNAVAILABLE retried,
+    /// RESOURCE_EXHAUSTED with pushback too), every call retryable whatever its method (gRPC
+    /// calls are all POSTs; as in A6, which codes are retryable is what says a retry is safe),
+    /// and [`grpc_metadata`](RetryLayerBuilder::grpc_metadata) on. The rest are the builder's
+    /// defaults (3 attempts, full jitter from 100 ms to 10 s, the default budget).
+    /// [`RetryLayerBuilder::grpc`] starts a builder from it, to change a setting; a service
+    /// config's policy gives one too ([`GrpcServiceConfig::retry_layer_builder`]).
     ///
     /// ```
     /// use tower_http_retry::RetryLayer;
     ///
-    /// let layer = RetryLayer::grpc().max_attempts(4).build().unwrap();
+    /// let layer = RetryLayer::grpc();
+    /// assert_eq!(layer.max_attempts(), 3);
+    /// ```
+    pub fn grpc() -> Self {
+        RetryLayerBuilder::grpc()
+            .build()
+            .expect("the gRPC preset is valid")
+    }
+}
+
+impl RetryLayerBuilder<GrpcClassifier> {
+    /// A builder starting from the preset [`RetryLayer::grpc`], to change a setting.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayerBuilder;
+    ///
+    /// let layer = RetryLayerBuilder::grpc().max_attempts(4).build().unwrap();
     /// assert_eq!(layer.max_attempts(), 4);
     /// ```
-    pub fn grpc() -> RetryLayerBuilder<GrpcClassifier> {
+    pub fn grpc() -> Self {
         RetryLayer::builder()
             .idempotency(Idempotency::Any)
             .grpc_metadata(true)

@@ -5,7 +5,7 @@ use super::classify::GrpcClassifier;
 use super::code::GrpcCode;
 use super::throttle::GrpcThrottle;
 use crate::error::InvalidConfig;
-use crate::retry::{Backoff, Jitter, RetryLayer, RetryLayerBuilder};
+use crate::retry::{Backoff, Jitter, RetryLayerBuilder};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ const MAX_ATTEMPTS_CAP: u32 = 5;
 /// The retry parts of a gRPC service config (the JSON form grpc-go and grpc-java read):
 /// each `methodConfig`'s `name` and `retryPolicy`, and the channel's `retryThrottling`.
 ///
-/// One [`RetryLayer`] carries one policy; [`retry_layer`](Self::retry_layer) builds the layer
+/// One [`RetryLayer`](crate::RetryLayer) carries one policy; [`retry_layer_builder`](Self::retry_layer_builder) sets up the layer
 /// for one method (or for all methods that share a policy) by the service config's lookup
 /// rules: the entry naming the method, else the one naming its service, else the default entry
 /// (an empty name). Everything else in the config (`timeout`, `waitForReady`, load balancing)
@@ -41,7 +41,7 @@ const MAX_ATTEMPTS_CAP: u32 = 5;
 /// let policy = config.retry_policy("/grpc.health.v1.Health/Check").unwrap();
 /// assert_eq!(policy.max_attempts(), 4);
 /// assert!(config.retry_policy("/other.Service/Call").is_none());
-/// let layer = config.retry_layer("/grpc.health.v1.Health/Check").build().unwrap();
+/// let layer = config.retry_layer_builder("/grpc.health.v1.Health/Check").build().unwrap();
 /// assert_eq!(layer.max_attempts(), 4);
 /// ```
 ///
@@ -178,12 +178,12 @@ impl GrpcServiceConfig {
         self.throttle.as_ref()
     }
 
-    /// A [`RetryLayer::grpc`] builder set up for the method at `path`: its policy's attempts,
+    /// A builder from the preset [`RetryLayer::grpc`](crate::RetryLayer::grpc) set up for the method at `path`: its policy's attempts,
     /// backoff and retryable codes, and the throttle as the budget (no budget without one, as
     /// in A6). Without a policy for the method, retries are off (`max_attempts(1)`), as in
     /// gRPC; a refused stream or an unconnected attempt may still be sent again.
-    pub fn retry_layer(&self, path: &str) -> RetryLayerBuilder<GrpcClassifier> {
-        let builder = RetryLayer::grpc();
+    pub fn retry_layer_builder(&self, path: &str) -> RetryLayerBuilder<GrpcClassifier> {
+        let builder = RetryLayerBuilder::grpc();
         let builder = match self.throttle() {
             Some(throttle) => builder.budget(Arc::clone(throttle)),
             None => builder.without_budget(),
@@ -360,7 +360,7 @@ fn retry_policy(policy: &Map<String, Value>) -> Result<GrpcRetryPolicy, InvalidC
 }
 
 /// A protobuf JSON `Duration`: seconds with up to nine decimals and an `s` (`"1.5s"`); `None`
-/// for anything else, a negative one included. Past [`MAX_DELAY`](crate::MAX_DELAY) the
+/// for anything else, a negative one included. Past [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION) the
 /// backoff's own check refuses it.
 fn parse_duration(text: &str) -> Option<Duration> {
     let number = text.strip_suffix('s')?;
@@ -432,12 +432,12 @@ mod tests {
     fn layers_built_from_one_config_share_its_throttle() {
         let config = GrpcServiceConfig::from_json(HEALTH).unwrap();
         let check = config
-            .retry_layer("/grpc.health.v1.Health/Check")
+            .retry_layer_builder("/grpc.health.v1.Health/Check")
             .build()
             .unwrap();
         let other = config
             .clone()
-            .retry_layer("/other.Service/Call")
+            .retry_layer_builder("/other.Service/Call")
             .build()
             .unwrap();
         let full = config.throttle().unwrap().available();
@@ -464,7 +464,7 @@ mod tests {
     fn the_layer_follows_the_policy_or_does_not_retry() {
         let config = GrpcServiceConfig::from_json(HEALTH).unwrap();
         let check = config
-            .retry_layer("/grpc.health.v1.Health/Check")
+            .retry_layer_builder("/grpc.health.v1.Health/Check")
             .build()
             .unwrap();
         assert_eq!(check.max_attempts(), 3);
@@ -477,13 +477,13 @@ mod tests {
         );
         assert!(check.budget().is_some());
         let watch = config
-            .retry_layer("/grpc.health.v1.Health/Watch")
+            .retry_layer_builder("/grpc.health.v1.Health/Watch")
             .build()
             .unwrap();
         assert_eq!(watch.max_attempts(), 1);
         let unthrottled = GrpcServiceConfig::from_json(r#"{"methodConfig": []}"#).unwrap();
         assert!(unthrottled
-            .retry_layer("/a.B/C")
+            .retry_layer_builder("/a.B/C")
             .build()
             .unwrap()
             .budget()

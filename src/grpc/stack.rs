@@ -110,7 +110,7 @@ impl<F> fmt::Debug for IntoBodyFuture<F> {
 
 impl RetryLayer<GrpcClassifier> {
     /// Wraps `channel` (tonic's `Channel`) in the whole client stack: bodies buffered up to
-    /// [`DEFAULT_REPLAY_LIMIT`](crate::DEFAULT_REPLAY_LIMIT) so a call can be sent again, this layer, and the conversion back
+    /// [`ReplayBody::DEFAULT_LIMIT`](crate::ReplayBody::DEFAULT_LIMIT) so a call can be sent again, this layer, and the conversion back
     /// to the channel's body type. `into_body` is that conversion: `tonic::body::Body::new`
     /// (the crate does not depend on tonic, so it cannot name it). The result goes straight
     /// into a generated client: `MyServiceClient::new(layer.grpc_stack(channel, Body::new))`.
@@ -127,7 +127,7 @@ impl RetryLayer<GrpcClassifier> {
     /// });
     /// let into_body = |_: tower_http_retry::ReplayBody<String>| String::new();
     ///
-    /// let mut client = RetryLayer::grpc().build().unwrap().grpc_stack(channel, into_body);
+    /// let mut client = RetryLayer::grpc().grpc_stack(channel, into_body);
     /// let response = client.ready().await.unwrap().call(http::Request::new(String::new())).await;
     /// assert_eq!(RetryReport::of(&response.unwrap()).attempts, 1);
     /// # }
@@ -143,7 +143,7 @@ impl RetryLayer<GrpcClassifier> {
 
 impl GrpcServiceConfig {
     /// The whole client stack for the method at `path`, in one call: the layer of
-    /// [`retry_layer(path)`](Self::retry_layer) (its policy, the config's throttle) around
+    /// [`retry_layer_builder(path)`](Self::retry_layer_builder) (its policy, the config's throttle) around
     /// `channel`, as [`RetryLayer::grpc_stack`] builds it. `into_body` is
     /// `tonic::body::Body::new`.
     ///
@@ -156,7 +156,7 @@ impl GrpcServiceConfig {
     /// ```
     ///
     /// To set more (an abort signal, a deadline), build the layer with
-    /// [`retry_layer`](Self::retry_layer) and call [`RetryLayer::grpc_stack`] on it. Fails as
+    /// [`retry_layer_builder`](Self::retry_layer_builder) and call [`RetryLayer::grpc_stack`] on it. Fails as
     /// [`RetryLayerBuilder::build`](crate::RetryLayerBuilder::build) does.
     pub fn stack<S, B>(
         &self,
@@ -165,7 +165,7 @@ impl GrpcServiceConfig {
         into_body: fn(ReplayBody<B>) -> B,
     ) -> Result<GrpcStack<S, B>, InvalidConfig> {
         Ok(self
-            .retry_layer(path)
+            .retry_layer_builder(path)
             .build()?
             .grpc_stack(channel, into_body))
     }

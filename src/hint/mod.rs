@@ -1,7 +1,7 @@
 //! What a response says about retrying it: when to come back (`Retry-After` and the rate-limit
 //! headers APIs send instead) and whether to retry at all (stand-down markers, a protocol's
 //! pushback). Reading only: how a hint is clamped and spread is the retry layer's
-//! [`RetryAfter`](crate::RetryAfter).
+//! [`HintPolicy`](crate::HintPolicy).
 
 mod rate_limit;
 mod retry_after;

@@ -32,7 +32,7 @@ pub enum ResetHeader {
 /// **When.** On a 4xx or 5xx response, a valid `Retry-After` always wins. Otherwise the
 /// [`ResetHeader`]s are tried in order and the first that gives a reset time is the hint. Every
 /// hint goes through the same clamp, counters and report as `Retry-After`
-/// ([`RetryAfter`](crate::RetryAfter)). A malformed header is ignored and counted
+/// ([`HintPolicy`](crate::HintPolicy)). A malformed header is ignored and counted
 /// ([`RetryStats::retry_after_malformed`](crate::RetryStats::retry_after_malformed)).
 ///
 /// The dialects read by default, in this order, and how exactly each wait matches what the

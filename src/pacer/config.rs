@@ -37,7 +37,7 @@ use std::time::Duration;
 /// request whose predicted wait is beyond its [deadline](crate::RetryLayerBuilder::deadline),
 /// or that finds the queue full, returns at once with
 /// [`StopReason::Deferred`](crate::StopReason::Deferred) and its last outcome, and its
-/// [`RetryReport::retry_after`](crate::RetryReport::retry_after) says when an outer durable
+/// [`RetryReport::resend_after`](crate::RetryReport::resend_after) says when an outer durable
 /// queue should try again. A shutdown of the [`AbortSignal`](crate::AbortSignal) releases every
 /// waiter at once with its last outcome; a breaker's hold of the signal (or its refusal,
 /// [`CircuitOpen`](crate::CircuitOpen)) does not: it pauses the endpoint until the breaker lets a

@@ -8,10 +8,6 @@ use std::fmt;
 use std::sync::Arc;
 use tower_layer::Layer;
 
-/// The most bytes of a transient response body [`ReleaseBody`] keeps unless told otherwise:
-/// 64 KiB.
-pub const DEFAULT_RELEASE_LIMIT: usize = 64 * 1024;
-
 /// Wraps a service in [`ReleaseBody`], which reads the body of each transient response before
 /// returning it, so that its connection is free while the retry layer sleeps. Cloning is cheap
 /// (one `Arc`).
@@ -32,7 +28,7 @@ pub const DEFAULT_RELEASE_LIMIT: usize = 64 * 1024;
 /// It reads the body of every response its classifier calls transient before returning the
 /// response, and drops the inner body, so that nothing is held while the retry layer sleeps:
 ///
-/// * a body within the limit ([`DEFAULT_RELEASE_LIMIT`], 64 KiB, unless told otherwise) is read
+/// * a body within the limit ([`ReleaseBodyLayer::DEFAULT_LIMIT`], 64 KiB, unless told otherwise) is read
 ///   to its end, trailers included, and its connection goes back to the pool for the retry;
 /// * a longer body keeps its first `limit` bytes, and the rest is dropped unread, which closes
 ///   its connection before the sleep rather than after it
@@ -103,7 +99,11 @@ pub struct ReleaseBodyLayer<C = HttpClassifier> {
 }
 
 impl ReleaseBodyLayer {
-    /// Keeps up to [`DEFAULT_RELEASE_LIMIT`] bytes of each body [`HttpClassifier::new`] calls
+    /// The most bytes of a transient response body [`ReleaseBody`] keeps unless told otherwise:
+    /// 64 KiB.
+    pub const DEFAULT_LIMIT: usize = 64 * 1024;
+
+    /// Keeps up to [`ReleaseBodyLayer::DEFAULT_LIMIT`] bytes of each body [`HttpClassifier::new`] calls
     /// transient.
     pub fn new() -> Self {
         ReleaseBodyLayerBuilder::default()
@@ -158,7 +158,7 @@ impl<C: fmt::Debug> fmt::Debug for ReleaseBodyLayer<C> {
 ///
 /// | setter | default |
 /// |---|---|
-/// | [`limit`](Self::limit) | [`DEFAULT_RELEASE_LIMIT`] (64 KiB) |
+/// | [`limit`](Self::limit) | [`ReleaseBodyLayer::DEFAULT_LIMIT`] (64 KiB) |
 /// | [`classifier`](Self::classifier) | [`HttpClassifier::new`] |
 ///
 /// ```
@@ -179,7 +179,7 @@ impl Default for ReleaseBodyLayerBuilder {
     fn default() -> Self {
         Self {
             classifier: HttpClassifier::new(),
-            limit: DEFAULT_RELEASE_LIMIT,
+            limit: ReleaseBodyLayer::DEFAULT_LIMIT,
         }
     }
 }

@@ -12,5 +12,5 @@ mod service;
 
 pub use body::ReleasedBody;
 pub use future::ReleaseBodyFuture;
-pub use layer::{ReleaseBodyLayer, ReleaseBodyLayerBuilder, DEFAULT_RELEASE_LIMIT};
+pub use layer::{ReleaseBodyLayer, ReleaseBodyLayerBuilder};
 pub use service::ReleaseBody;

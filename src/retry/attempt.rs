@@ -4,7 +4,7 @@
 //! protocol: the dependency goes from the protocol to the core.
 
 use super::config::Settings;
-use super::idempotency::{is_idempotent, IDEMPOTENCY_KEY};
+use super::idempotency::{is_idempotent, Idempotency};
 use http::{HeaderMap, HeaderValue, Method};
 use rand::rngs::SmallRng;
 use rand::RngExt;
@@ -37,7 +37,7 @@ pub(crate) fn stamp_key(
 ) -> Option<SmallRng> {
     if !settings.stamp_idempotency_key
         || is_idempotent(method)
-        || headers.contains_key(&IDEMPOTENCY_KEY)
+        || headers.contains_key(&Idempotency::KEY_HEADER)
     {
         return None;
     }
@@ -45,7 +45,7 @@ pub(crate) fn stamp_key(
     let key: u128 = stream.random();
     let value =
         HeaderValue::try_from(format!("{key:032x}")).expect("hex digits are a valid header value");
-    headers.insert(IDEMPOTENCY_KEY.clone(), value);
+    headers.insert(Idempotency::KEY_HEADER.clone(), value);
     Some(stream)
 }
 
@@ -128,10 +128,10 @@ mod tests {
         settings.stamp_idempotency_key = true;
         assert!(stamp_key(&settings, &Method::GET, &mut headers).is_none());
         assert!(stamp_key(&settings, &Method::POST, &mut headers).is_some());
-        let key = headers[&IDEMPOTENCY_KEY].clone();
+        let key = headers[&Idempotency::KEY_HEADER].clone();
         assert_eq!(key.len(), 32);
         // A request with its own key keeps it.
         assert!(stamp_key(&settings, &Method::POST, &mut headers).is_none());
-        assert_eq!(headers[&IDEMPOTENCY_KEY], key);
+        assert_eq!(headers[&Idempotency::KEY_HEADER], key);
     }
 }

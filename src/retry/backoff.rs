@@ -93,7 +93,7 @@ impl Backoff {
         self.cap
     }
 
-    /// Checks the bounds: `0 < base <= cap <= MAX_DELAY` and `1 <= multiplier < inf`.
+    /// Checks the bounds: `0 < base <= cap <= InvalidConfig::MAX_DURATION` and `1 <= multiplier < inf`.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         non_zero("backoff.base", self.base)?;
         not_below("backoff.cap", self.cap, "backoff.base", self.base)?;

@@ -1,7 +1,7 @@
 //! [`BufferRequestLayer`]: makes a streaming client's requests (tonic's, or any whose body is
 //! not `Clone`) replayable in front of the retry layer. Protocol-neutral.
 
-use super::replay_body::{ReplayBody, DEFAULT_REPLAY_LIMIT};
+use super::replay_body::ReplayBody;
 use http_body::Body;
 use std::future::Future;
 use std::pin::Pin;
@@ -14,7 +14,7 @@ use tower_service::Service;
 ///
 /// A streaming request body, such as a gRPC client's stream of messages (tonic's
 /// `tonic::body::Body`), is never `Clone`. This layer reads the frames that are *ready*, up to `limit` bytes
-/// ([`DEFAULT_REPLAY_LIMIT`] by default): a unary call's single message, or a client stream
+/// ([`ReplayBody::DEFAULT_LIMIT`] by default): a unary call's single message, or a client stream
 /// whose messages are all at hand, ends there and becomes replayable. A larger body, or a
 /// stream whose next message is not ready yet (a bidirectional call that answers as it goes),
 /// is not waited for: it is passed on once, and a transient failure returns it with
@@ -42,9 +42,9 @@ pub struct BufferRequestLayer {
 }
 
 impl BufferRequestLayer {
-    /// Buffers up to [`DEFAULT_REPLAY_LIMIT`] (64 KiB) per request.
+    /// Buffers up to [`ReplayBody::DEFAULT_LIMIT`] (64 KiB) per request.
     pub const fn new() -> Self {
-        Self::with_limit(DEFAULT_REPLAY_LIMIT)
+        Self::with_limit(ReplayBody::DEFAULT_LIMIT)
     }
 
     /// Buffers up to `limit` bytes per request.

@@ -9,7 +9,7 @@ use super::backoff::Backoff;
 use super::budget::{RetryBudget, TokenBucket};
 use super::idempotency::Idempotency;
 use super::nested::NestedLayers;
-use super::retry_after::RetryAfter;
+use super::retry_after::HintPolicy;
 use super::stats::Counters;
 use crate::abort::AbortSignal;
 use crate::error::{at_least_one, duration_at_most_max, non_zero, InvalidConfig};
@@ -33,7 +33,7 @@ pub(crate) struct Settings {
     pub(crate) max_refused_retries: u32,
     pub(crate) first_attempt_jitter: Duration,
     /// `None`: `Retry-After` is ignored.
-    pub(crate) retry_after: Option<RetryAfter>,
+    pub(crate) hint_policy: Option<HintPolicy>,
     pub(crate) idempotency: Idempotency,
     pub(crate) stamp_idempotency_key: bool,
     pub(crate) attempt_header: Option<HeaderName>,
@@ -56,7 +56,7 @@ impl Default for Settings {
             max_attempts: 3,
             max_refused_retries: 200,
             first_attempt_jitter: Duration::ZERO,
-            retry_after: Some(RetryAfter::honored()),
+            hint_policy: Some(HintPolicy::honored()),
             idempotency: Idempotency::default(),
             stamp_idempotency_key: false,
             attempt_header: None,
@@ -76,8 +76,8 @@ impl Settings {
     /// Checks every value (see [`RetryLayerBuilder::build`](crate::RetryLayerBuilder::build)).
     pub(crate) fn validate(&self) -> Result<(), InvalidConfig> {
         self.backoff.validate()?;
-        if let Some(retry_after) = &self.retry_after {
-            retry_after.validate()?;
+        if let Some(policy) = &self.hint_policy {
+            policy.validate()?;
         }
         at_least_one("max_attempts", self.max_attempts.into())?;
         duration_at_most_max("first_attempt_jitter", self.first_attempt_jitter)?;
@@ -105,7 +105,7 @@ impl fmt::Debug for Settings {
             .field("max_attempts", &self.max_attempts)
             .field("max_refused_retries", &self.max_refused_retries)
             .field("first_attempt_jitter", &self.first_attempt_jitter)
-            .field("retry_after", &self.retry_after)
+            .field("hint_policy", &self.hint_policy)
             .field("idempotency", &self.idempotency)
             .field("stamp_idempotency_key", &self.stamp_idempotency_key)
             .field("attempt_header", &self.attempt_header)
@@ -142,8 +142,8 @@ impl<C> Config<C> {
                 .clone()
                 .map(|pacing| Pacer::new(pacing, settings.random.clone())),
             retry_after_clamp: settings
-                .retry_after
-                .map_or(cap, |retry_after| retry_after.clamp_or(cap)),
+                .hint_policy
+                .map_or(cap, |policy| policy.clamp_or(cap)),
             classifier,
             settings,
             counters: Counters::default(),

@@ -3,9 +3,6 @@
 use http::header::HeaderName;
 use http::{HeaderMap, Method};
 
-/// The `Idempotency-Key` header (IETF draft "The Idempotency-Key HTTP Header Field").
-pub static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
-
 /// Which requests may be retried.
 ///
 /// A request that timed out may still have been applied: the server committed the write and the
@@ -39,13 +36,16 @@ pub enum Idempotency {
 }
 
 impl Idempotency {
+    /// The `Idempotency-Key` header (IETF draft "The Idempotency-Key HTTP Header Field").
+    pub const KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
+
     /// Whether a request with this method and these headers may be sent again.
     pub fn allows(&self, method: &Method, headers: &HeaderMap) -> bool {
         match self {
             Idempotency::MethodOrKey => {
-                is_idempotent(method) || headers.contains_key(&IDEMPOTENCY_KEY)
+                is_idempotent(method) || headers.contains_key(&Idempotency::KEY_HEADER)
             }
-            Idempotency::RequireKey => headers.contains_key(&IDEMPOTENCY_KEY),
+            Idempotency::RequireKey => headers.contains_key(&Idempotency::KEY_HEADER),
             Idempotency::Any => true,
         }
     }

@@ -5,7 +5,7 @@ use super::budget::RetryBudget;
 use super::config::{Config, Settings};
 use super::idempotency::Idempotency;
 use super::nested::NestedLayers;
-use super::retry_after::{RetryAfter, WhenLonger};
+use super::retry_after::{HintPolicy, WhenLonger};
 use super::service::Retry;
 use super::stats::RetryStats;
 use crate::abort::AbortSignal;
@@ -50,7 +50,7 @@ use tower_layer::Layer;
 /// [classified](HttpClassifier) as success, transient, permanent or not sent. Only a transient outcome of a
 /// repeatable request (see [`Idempotency`]) with attempts left is retried, or a request of any
 /// method that provably never reached the server ([`NotSent`](crate::NotSent)); the delay is the
-/// server's `Retry-After` if valid ([`RetryAfter`], clamped) or else a draw from the
+/// server's `Retry-After` if valid ([`HintPolicy`], clamped) or else a draw from the
 /// [`Backoff`] policy; the delay must fit the optional deadline; and the [`RetryBudget`] must grant
 /// a token. Then, and only then, the request sleeps on tokio's clock, and an [`AbortSignal`] can
 /// end the sleep early. When it stops, the layer returns the last real response or error,
@@ -167,8 +167,9 @@ impl RetryLayer {
         RetryLayerBuilder::default()
     }
 
-    /// A builder for a caller that waits for the answer (an API call behind a user's click, an
+    /// The preset for a caller that waits for the answer (an API call behind a user's click, an
     /// RPC): few attempts, short waits, a deadline, fail fast.
+    /// [`RetryLayerBuilder::interactive`] starts a builder from it, to change a setting.
     ///
     /// 3 attempts, full jitter from 50 ms capped at 1 s, the default budget, a 5 s deadline.
     /// A server's hint (`Retry-After`, a rate-limit reset) is **waited for when it fits the
@@ -178,7 +179,7 @@ impl RetryLayer {
     /// [`StopReason::Deadline`](crate::StopReason::Deadline) when the hint fits the deadline but
     /// not the time left, [`StopReason::RetryAfterTooLong`](crate::StopReason::RetryAfterTooLong)
     /// when it is longer than the deadline itself; either way
-    /// [`RetryReport::retry_after`](crate::RetryReport::retry_after) is the server's hint, to the
+    /// [`RetryReport::resend_after`](crate::RetryReport::resend_after) is the server's hint, to the
     /// millisecond it gave it. In an outage of a few seconds, each request tries 3 times within
     /// about a second and then returns the endpoint's last answer; once the budget is spent,
     /// failures return at once ([`StopReason::BudgetEmpty`](crate::StopReason::BudgetEmpty)).
@@ -188,32 +189,20 @@ impl RetryLayer {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let retry = tower_http_retry::RetryLayer::interactive().build().unwrap();
+    /// let retry = tower_http_retry::RetryLayer::interactive();
     /// assert_eq!(retry.max_attempts(), 3);
     /// assert_eq!(retry.deadline(), Some(Duration::from_secs(5)));
     /// ```
-    pub fn interactive() -> RetryLayerBuilder {
-        const DEADLINE: Duration = Duration::from_secs(5);
-        RetryLayerBuilder::default()
-            .max_attempts(3)
-            .backoff(Backoff::new(
-                crate::Jitter::Full,
-                Duration::from_millis(50),
-                Duration::from_secs(1),
-            ))
-            .deadline(DEADLINE)
-            // A hint that fits the deadline is worth one wait; a longer one is given up on at
-            // once, never retried early into a certain refusal.
-            .retry_after(
-                RetryAfter::honored()
-                    .max_delay(DEADLINE)
-                    .when_longer(WhenLonger::GiveUp),
-            )
+    pub fn interactive() -> Self {
+        RetryLayerBuilder::interactive()
+            .build()
+            .expect("the interactive preset is valid")
     }
 
-    /// A builder for a sender that would rather wait than fail (webhooks, fan-out, batch jobs,
+    /// The preset for a sender that would rather wait than fail (webhooks, fan-out, batch jobs,
     /// queue consumers): waits that span a short outage, and [pacing](Pacing) instead of a
-    /// budget that refuses.
+    /// budget that refuses. [`RetryLayerBuilder::bulk`] starts a builder from it, to change a
+    /// setting.
     ///
     /// 10 attempts, full jitter from 1 s capped at 30 s, [`Pacing::new`] (requests to an
     /// endpoint that is down wait in its queue and are let through by probes, about 2 per
@@ -222,21 +211,16 @@ impl RetryLayer {
     /// requests per second while it is down, and the burst is delivered within a few seconds of
     /// its return. A request the layer still gives up on returns its last answer with a
     /// [`RetryReport`](crate::RetryReport) that says why and, where it knows,
-    /// [when](crate::RetryReport::retry_after) to send it again.
+    /// [when](crate::RetryReport::resend_after) to send it again.
     ///
     /// ```
-    /// let retry = tower_http_retry::RetryLayer::bulk().build().unwrap();
+    /// let retry = tower_http_retry::RetryLayer::bulk();
     /// assert_eq!(retry.max_attempts(), 10);
     /// ```
-    pub fn bulk() -> RetryLayerBuilder {
-        RetryLayerBuilder::default()
-            .max_attempts(10)
-            .backoff(Backoff::new(
-                crate::Jitter::Full,
-                Duration::from_secs(1),
-                Duration::from_secs(30),
-            ))
-            .pacing(Pacing::new())
+    pub fn bulk() -> Self {
+        RetryLayerBuilder::bulk()
+            .build()
+            .expect("the bulk preset is valid")
     }
 }
 
@@ -310,7 +294,7 @@ impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
 /// | [`max_refused_retries`](Self::max_refused_retries) | 200 |
 /// | [`backoff`](Self::backoff) | [`Jitter::Full`](crate::Jitter::Full), base 100 ms, cap 10 s, multiplier 2 |
 /// | [`first_attempt_jitter`](Self::first_attempt_jitter) | none |
-/// | [`retry_after`](Self::retry_after) (off: [`without_retry_after`](Self::without_retry_after)) | honoured, clamped to the backoff cap, +0–10 % jitter |
+/// | [`hint_policy`](Self::hint_policy) (off: [`without_hint_delays`](Self::without_hint_delays)) | honoured, clamped to the backoff cap, +0–10 % jitter |
 /// | [`budget`](Self::budget) (off: [`without_budget`](Self::without_budget)) | [`TokenBucket::default`](crate::TokenBucket::default): 20 % extra load + 10/s, burst 100 |
 /// | [`idempotency`](Self::idempotency) | [`Idempotency::MethodOrKey`] |
 /// | [`stamp_idempotency_key`](Self::stamp_idempotency_key) | off |
@@ -333,6 +317,58 @@ impl Default for RetryLayerBuilder {
             classifier: HttpClassifier::new(),
             settings: Settings::default(),
         }
+    }
+}
+
+impl RetryLayerBuilder {
+    /// A builder starting from the preset [`RetryLayer::interactive`] (3 attempts, 50 ms to
+    /// 1 s, a 5 s deadline, hints that do not fit it given up on at once), to change a setting.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_http_retry::RetryLayerBuilder;
+    ///
+    /// let retry = RetryLayerBuilder::interactive().deadline(Duration::from_secs(2)).build().unwrap();
+    /// assert_eq!(retry.max_attempts(), 3);
+    /// assert_eq!(retry.deadline(), Some(Duration::from_secs(2)));
+    /// ```
+    pub fn interactive() -> Self {
+        const DEADLINE: Duration = Duration::from_secs(5);
+        RetryLayerBuilder::default()
+            .max_attempts(3)
+            .backoff(Backoff::new(
+                crate::Jitter::Full,
+                Duration::from_millis(50),
+                Duration::from_secs(1),
+            ))
+            .deadline(DEADLINE)
+            // A hint that fits the deadline is worth one wait; a longer one is given up on at
+            // once, never retried early into a certain refusal.
+            .hint_policy(
+                HintPolicy::honored()
+                    .max_delay(DEADLINE)
+                    .when_longer(WhenLonger::GiveUp),
+            )
+    }
+
+    /// A builder starting from the preset [`RetryLayer::bulk`] (10 attempts, 1 s to 30 s,
+    /// pacing), to change a setting.
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayerBuilder;
+    ///
+    /// let retry = RetryLayerBuilder::bulk().max_attempts(5).build().unwrap();
+    /// assert_eq!(retry.max_attempts(), 5);
+    /// ```
+    pub fn bulk() -> Self {
+        RetryLayerBuilder::default()
+            .max_attempts(10)
+            .backoff(Backoff::new(
+                crate::Jitter::Full,
+                Duration::from_secs(1),
+                Duration::from_secs(30),
+            ))
+            .pacing(Pacing::new())
     }
 }
 
@@ -372,9 +408,10 @@ impl<C> RetryLayerBuilder<C> {
         self
     }
 
-    /// Sets how `Retry-After` is used.
-    pub fn retry_after(mut self, retry_after: RetryAfter) -> Self {
-        self.settings.retry_after = Some(retry_after);
+    /// Sets how a server's hint of when to come back (`Retry-After`, a rate-limit reset) is
+    /// used: its clamp, its spread, and what happens to one longer than the clamp.
+    pub fn hint_policy(mut self, policy: HintPolicy) -> Self {
+        self.settings.hint_policy = Some(policy);
         self
     }
 
@@ -432,9 +469,10 @@ impl<C> RetryLayerBuilder<C> {
         self
     }
 
-    /// Ignores `Retry-After`: the backoff policy alone decides every delay.
-    pub fn without_retry_after(mut self) -> Self {
-        self.settings.retry_after = None;
+    /// Ignores the delays servers hint at (`Retry-After`, rate-limit resets): the backoff policy
+    /// alone decides every delay. Hints that stop retrying (`x-should-retry: false`) still do.
+    pub fn without_hint_delays(mut self) -> Self {
+        self.settings.hint_policy = None;
         self
     }
 
@@ -483,7 +521,7 @@ impl<C> RetryLayerBuilder<C> {
     ///
     /// Fails, naming the field, on a backoff that cannot work (see [`Backoff::validate`]), zero
     /// `max_attempts`, a zero deadline, a first-attempt jitter or `Retry-After` clamp above
-    /// [`MAX_DELAY`](crate::MAX_DELAY), a first-attempt jitter not below the deadline, a zero
+    /// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION), a first-attempt jitter not below the deadline, a zero
     /// `Retry-After` clamp, or a `Retry-After` jitter outside `[0, 1]`.
     pub fn build(self) -> Result<RetryLayer<C>, InvalidConfig> {
         Ok(RetryLayer {
@@ -524,9 +562,9 @@ mod tests {
         );
         assert_eq!(
             field(
-                RetryLayer::builder().retry_after(RetryAfter::honored().max_delay(Duration::ZERO))
+                RetryLayer::builder().hint_policy(HintPolicy::honored().max_delay(Duration::ZERO))
             ),
-            "retry_after.max_delay"
+            "hint_policy.max_delay"
         );
         let inverted = Backoff::new(Jitter::Full, Duration::from_secs(2), Duration::from_secs(1));
         assert_eq!(

@@ -12,9 +12,6 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// The bound [`ReplayBody`] reads up to unless told otherwise: 64 KiB.
-pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
-
 pin_project! {
     /// A request body that is either buffered whole (and can be sent again) or streamed once.
     ///
@@ -27,7 +24,7 @@ pin_project! {
     /// The retry layer repeats a request by copying it, and `http::Request<B>` can be copied only when
     /// `B: Clone`. A streaming body (hyper's `Incoming`, a file, a channel) cannot be. Wrapping it with
     /// [`ReplayBody::buffer`] (or a whole request with [`ReplayBody::buffer_request`]) reads it up to
-    /// a bound, [`DEFAULT_REPLAY_LIMIT`] (64 KiB) unless told otherwise:
+    /// a bound, [`ReplayBody::DEFAULT_LIMIT`] (64 KiB) unless told otherwise:
     ///
     /// * a body that ends within the bound is kept as [`Bytes`] and sent again on every attempt;
     ///   copying it for another attempt only increments a reference count. Its trailers are kept and
@@ -49,7 +46,7 @@ pin_project! {
     /// use std::sync::atomic::{AtomicU32, Ordering};
     /// use std::sync::Arc;
     /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-    /// use tower_http_retry::{ReplayBody, DEFAULT_REPLAY_LIMIT};
+    /// use tower_http_retry::ReplayBody;
     /// use tower_http_retry::RetryLayer;
     ///
     /// // An endpoint that answers 503 once, then echoes the body back.
@@ -66,7 +63,7 @@ pin_project! {
     /// let mut client = ServiceBuilder::new().layer(RetryLayer::new()).service(endpoint);
     ///
     /// let request = http::Request::put("/doc/7").body(Full::new(Bytes::from("hello"))).unwrap();
-    /// let request = ReplayBody::buffer_request(request, DEFAULT_REPLAY_LIMIT).await.unwrap();
+    /// let request = ReplayBody::buffer_request(request, ReplayBody::DEFAULT_LIMIT).await.unwrap();
     /// assert!(request.body().is_replayable());
     /// let response = client.ready().await.unwrap().call(request).await.unwrap();
     /// assert_eq!((response.status().as_u16(), response.body().as_ref()), (200, &b"hello"[..]));
@@ -94,6 +91,13 @@ pin_project! {
             rest: B,
         },
     }
+}
+
+// On `ReplayBody<()>` alone, so that the constant is named without a body type.
+impl ReplayBody<()> {
+    /// The bound [`buffer_request`](Self::buffer_request) and
+    /// [`BufferRequestLayer`](crate::BufferRequestLayer) read up to unless told otherwise: 64 KiB.
+    pub const DEFAULT_LIMIT: usize = 64 * 1024;
 }
 
 impl<B> ReplayBody<B> {

@@ -34,29 +34,29 @@ pub enum WhenLonger {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_http_retry::{RetryAfter, WhenLonger};
+/// use tower_http_retry::{HintPolicy, WhenLonger};
 ///
-/// let policy = RetryAfter::honored()
+/// let policy = HintPolicy::honored()
 ///     .max_delay(Duration::from_secs(60))
 ///     .when_longer(WhenLonger::GiveUp)
 ///     .jitter(0.2);
 /// assert_eq!(policy.clamp_or(Duration::from_secs(10)), Duration::from_secs(60));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RetryAfter {
+pub struct HintPolicy {
     max_delay: Option<Duration>,
     when_longer: WhenLonger,
     jitter: f64,
 }
 
-/// The outcome of applying a [`RetryAfter`] policy to a valid hint.
+/// The outcome of applying a [`HintPolicy`] to a valid hint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Resolved {
     Delay { delay: Duration, clamped: bool },
     GiveUp,
 }
 
-impl RetryAfter {
+impl HintPolicy {
     /// Honour hints, clamped to the backoff cap, with up to 10 % upward jitter (the default).
     pub const fn honored() -> Self {
         Self {
@@ -96,9 +96,9 @@ impl RetryAfter {
 
     pub(crate) fn validate(&self) -> Result<(), InvalidConfig> {
         if let Some(max) = self.max_delay {
-            positive_duration("retry_after.max_delay", max)?;
+            positive_duration("hint_policy.max_delay", max)?;
         }
-        in_range("retry_after.jitter", self.jitter, 0.0, 1.0)
+        in_range("hint_policy.jitter", self.jitter, 0.0, 1.0)
     }
 
     /// Turns a valid hint into the delay to sleep, always within `clamp`.
@@ -119,7 +119,7 @@ impl RetryAfter {
         rng: &mut R,
     ) -> Resolved {
         if hint <= clamp {
-            // `hint <= clamp <= MAX_DELAY`, so the spread cannot overflow.
+            // `hint <= clamp <= InvalidConfig::MAX_DURATION`, so the spread cannot overflow.
             let spread = hint.mul_f64(self.jitter);
             let fits = hint + spread <= clamp;
             if fits || self.when_longer == WhenLonger::GiveUp {
@@ -145,7 +145,7 @@ impl RetryAfter {
     }
 }
 
-impl Default for RetryAfter {
+impl Default for HintPolicy {
     fn default() -> Self {
         Self::honored()
     }
@@ -157,7 +157,7 @@ mod tests {
     use proptest::prelude::*;
     use rand::{rngs::SmallRng, SeedableRng};
 
-    fn delays(policy: RetryAfter, hint: Duration, clamp: Duration) -> Vec<(Duration, bool)> {
+    fn delays(policy: HintPolicy, hint: Duration, clamp: Duration) -> Vec<(Duration, bool)> {
         let mut rng = SmallRng::seed_from_u64(1);
         (0..1000)
             .map(
@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn hint_longer_than_clamp_is_spread_just_below_the_clamp() {
         let clamp = Duration::from_secs(10);
-        let drawn = delays(RetryAfter::honored(), Duration::from_secs(3600), clamp);
+        let drawn = delays(HintPolicy::honored(), Duration::from_secs(3600), clamp);
         assert!(drawn
             .iter()
             .all(|(d, clamped)| *clamped && *d >= clamp * 9 / 10 && *d <= clamp));
@@ -187,14 +187,14 @@ mod tests {
     fn full_jitter_below_a_large_clamp_does_not_underflow() {
         // 10^7 s as f64 times 1.0 rounds above the clamp; the spread must still fit under it.
         let clamp = Duration::new(10_000_000, 110_866);
-        let drawn = delays(RetryAfter::honored().jitter(1.0), clamp * 2, clamp);
+        let drawn = delays(HintPolicy::honored().jitter(1.0), clamp * 2, clamp);
         assert!(drawn.iter().all(|(d, _)| *d <= clamp));
     }
 
     #[test]
     fn hint_equal_to_the_clamp_is_spread_too() {
         let clamp = Duration::from_secs(10);
-        let drawn = delays(RetryAfter::honored(), clamp, clamp);
+        let drawn = delays(HintPolicy::honored(), clamp, clamp);
         let distinct: std::collections::HashSet<_> = drawn.iter().map(|(d, _)| d).collect();
         assert!(distinct.len() > 900);
         assert!(drawn.iter().all(|(d, clamped)| *clamped == (*d < clamp)));
@@ -203,7 +203,7 @@ mod tests {
     #[test]
     fn hint_longer_than_clamp_gives_up_when_configured() {
         let mut rng = SmallRng::seed_from_u64(1);
-        let give_up = RetryAfter::honored().when_longer(WhenLonger::GiveUp);
+        let give_up = HintPolicy::honored().when_longer(WhenLonger::GiveUp);
         let long = Duration::from_secs(3600);
         let clamp = Duration::from_secs(10);
         assert_eq!(
@@ -215,7 +215,7 @@ mod tests {
     #[test]
     fn jitter_spreads_upward_only() {
         let mut rng = SmallRng::seed_from_u64(1);
-        let policy = RetryAfter::honored().jitter(0.1);
+        let policy = HintPolicy::honored().jitter(0.1);
         let five = Duration::from_secs(5);
         let delays: Vec<_> = (0..1000)
             .map(
@@ -238,14 +238,14 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
-        let zero = RetryAfter::honored().max_delay(Duration::ZERO);
+        let zero = HintPolicy::honored().max_delay(Duration::ZERO);
         assert_eq!(
             zero.validate().unwrap_err().field(),
-            "retry_after.max_delay"
+            "hint_policy.max_delay"
         );
         for bad in [-0.1, 1.5, f64::NAN] {
-            let err = RetryAfter::honored().jitter(bad).validate().unwrap_err();
-            assert_eq!(err.field(), "retry_after.jitter");
+            let err = HintPolicy::honored().jitter(bad).validate().unwrap_err();
+            assert_eq!(err.field(), "hint_policy.jitter");
         }
     }
 
@@ -259,7 +259,7 @@ mod tests {
         ) {
             let clamp = Duration::from_nanos(clamp_ns);
             let hint = Duration::from_nanos(hint_ns);
-            let policy = RetryAfter::honored().jitter(jitter);
+            let policy = HintPolicy::honored().jitter(jitter);
             let mut rng = SmallRng::seed_from_u64(seed);
             match policy.resolve(hint, clamp, Duration::MAX, &mut rng) {
                 Resolved::Delay { delay, clamped } => {

@@ -8,35 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Upper bounds (inclusive) of the delay histogram's buckets; the last bucket is open.
-pub const DELAY_BUCKETS: [Duration; 16] = {
-    const fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-    [
-        ms(1),
-        ms(2),
-        ms(5),
-        ms(10),
-        ms(20),
-        ms(50),
-        ms(100),
-        ms(200),
-        ms(500),
-        ms(1_000),
-        ms(2_000),
-        ms(5_000),
-        ms(10_000),
-        ms(20_000),
-        ms(30_000),
-        ms(60_000),
-    ]
-};
-
-/// Rows of the histogram: retries 1 to 8, and one row for retry 9 and later.
-pub const DELAY_ROWS: usize = 9;
-
-const COLUMNS: usize = DELAY_BUCKETS.len() + 1;
+const COLUMNS: usize = DelayHistogram::BUCKETS.len() + 1;
 
 /// The live counters of a [`RetryLayer`](crate::RetryLayer), shared by all its clones. Updating
 /// them costs a relaxed atomic increment; [`RetryLayer::stats`](crate::RetryLayer::stats) reads
@@ -60,7 +32,7 @@ struct Cells {
     rotation_resends: AtomicU64,
     unknown_errors: AtomicU64,
     stops: [AtomicU64; StopReason::ALL.len()],
-    delays: [[AtomicU64; COLUMNS]; DELAY_ROWS],
+    delays: [[AtomicU64; COLUMNS]; DelayHistogram::ROWS],
 }
 
 /// The counters of a [`RetryLayer`](crate::RetryLayer) and every clone of it, copied at one
@@ -97,7 +69,7 @@ pub struct RetryStats {
     /// Responses with a hint header that could not be parsed, counted where a hint would have
     /// been used (a retry was going to follow; the backoff policy decided instead). Not counted
     /// with hints turned off
-    /// ([`without_retry_after`](crate::RetryLayerBuilder::without_retry_after)).
+    /// ([`without_hint_delays`](crate::RetryLayerBuilder::without_hint_delays)).
     pub retry_after_malformed: u64,
     /// Successful responses that said their quota was used up (a rate-limit header with nothing
     /// remaining) and paused their endpoint until its reset; with [pacing](crate::Pacing) only.
@@ -135,14 +107,42 @@ impl RetryStats {
 }
 
 /// Counts of realised delays: one row per retry number (1 to 8, then 9 and later), one column per
-/// bucket of [`DELAY_BUCKETS`] plus a last, open-ended one. `Debug` labels each row and bucket
+/// bucket of [`DelayHistogram::BUCKETS`] plus a last, open-ended one. `Debug` labels each row and bucket
 /// and leaves the empty ones out; `Display` prints a table.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct DelayHistogram {
-    rows: [[u64; COLUMNS]; DELAY_ROWS],
+    rows: [[u64; COLUMNS]; DelayHistogram::ROWS],
 }
 
 impl DelayHistogram {
+    /// Upper bounds (inclusive) of the delay histogram's buckets; the last bucket is open.
+    pub const BUCKETS: [Duration; 16] = {
+        const fn ms(n: u64) -> Duration {
+            Duration::from_millis(n)
+        }
+        [
+            ms(1),
+            ms(2),
+            ms(5),
+            ms(10),
+            ms(20),
+            ms(50),
+            ms(100),
+            ms(200),
+            ms(500),
+            ms(1_000),
+            ms(2_000),
+            ms(5_000),
+            ms(10_000),
+            ms(20_000),
+            ms(30_000),
+            ms(60_000),
+        ]
+    };
+
+    /// Rows of the histogram: retries 1 to 8, and one row for retry 9 and later.
+    pub const ROWS: usize = 9;
+
     /// The counts for retry number `retry` (1-based; 9 and later share a row).
     pub fn row(&self, retry: u32) -> &[u64] {
         &self.rows[row_of(retry)]
@@ -210,15 +210,15 @@ impl fmt::Debug for RetryStats {
 
 /// The label of bucket `column`: `<=` its bound, or `>` the last bound for the open one.
 fn bucket_label(column: usize) -> String {
-    match DELAY_BUCKETS.get(column) {
+    match DelayHistogram::BUCKETS.get(column) {
         Some(bound) => format!("<={bound:?}"),
-        None => format!(">{:?}", DELAY_BUCKETS[COLUMNS - 2]),
+        None => format!(">{:?}", DelayHistogram::BUCKETS[COLUMNS - 2]),
     }
 }
 
 /// The label of row `row`: its retry number, `9+` for the last.
 fn row_label(row: usize) -> String {
-    if row + 1 == DELAY_ROWS {
+    if row + 1 == DelayHistogram::ROWS {
         format!("{}+", row + 1)
     } else {
         (row + 1).to_string()
@@ -249,11 +249,11 @@ impl fmt::Debug for DelayHistogram {
 }
 
 fn row_of(retry: u32) -> usize {
-    (retry.max(1) as usize - 1).min(DELAY_ROWS - 1)
+    (retry.max(1) as usize - 1).min(DelayHistogram::ROWS - 1)
 }
 
 fn column_of(delay: Duration) -> usize {
-    DELAY_BUCKETS.partition_point(|bound| *bound < delay)
+    DelayHistogram::BUCKETS.partition_point(|bound| *bound < delay)
 }
 
 impl Counters {

@@ -43,9 +43,9 @@ use tokio::time::Instant;
 use tower::timeout::TimeoutLayer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_http_retry::CircuitBreakerLayer;
-use tower_http_retry::IDEMPOTENCY_KEY;
+use tower_http_retry::Idempotency;
 use tower_http_retry::{
-    AbortSignal, Backoff, Jitter, RandomSource, ReportSlot, RetryAfter, RetryLayer, RetryReport,
+    AbortSignal, Backoff, HintPolicy, Jitter, RandomSource, ReportSlot, RetryLayer, RetryReport,
     StopReason, TokenBucket,
 };
 
@@ -92,7 +92,9 @@ fn request(uri: &http::Uri, number: u64) -> Request<Body> {
         Kind::KeyedPost => {
             let mut request = support::request(Method::POST, uri, &id, "{\"order\":1}");
             let key = http::HeaderValue::from_str(&format!("key-{number}")).unwrap();
-            request.headers_mut().insert(IDEMPOTENCY_KEY.clone(), key);
+            request
+                .headers_mut()
+                .insert(Idempotency::KEY_HEADER.clone(), key);
             request
         }
         Kind::Post => support::request(Method::POST, uri, &id, "{\"order\":2}"),
@@ -138,7 +140,7 @@ async fn chaos_run_accounts_for_every_request_attempt_and_token() {
             Duration::from_millis(5),
             Duration::from_millis(40),
         ))
-        .retry_after(RetryAfter::honored().max_delay(Duration::from_millis(30)))
+        .hint_policy(HintPolicy::honored().max_delay(Duration::from_millis(30)))
         .budget(Arc::clone(&budget))
         .abort_signal(wake.clone())
         .attempt_header(HeaderName::from_static("x-attempt"))

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_http_retry::{
-    AbortSignal, CircuitBreakerLayer, CircuitBreakerLayerBuilder, RandomSource, RetryLayer,
+    AbortSignal, CircuitBreakerLayer, CircuitBreakerLayerBuilder, RandomSource, RetryLayerBuilder,
     RetryReport, StopReason,
 };
 
@@ -43,7 +43,7 @@ struct Clicks {
 /// the first 2 s, through the interactive retry layer over `breaker`, both seeded with `seed`.
 async fn clicks(breaker: CircuitBreakerLayerBuilder, seed: u64) -> Clicks {
     let wake = AbortSignal::new();
-    let retry = RetryLayer::interactive()
+    let retry = RetryLayerBuilder::interactive()
         .abort_signal(wake.clone())
         .random_source(RandomSource::seeded(seed))
         .build()
@@ -91,7 +91,7 @@ async fn clicks(breaker: CircuitBreakerLayerBuilder, seed: u64) -> Clicks {
 #[tokio::test(start_paused = true)]
 async fn a_two_second_blip_locks_users_out_for_about_the_blip_with_the_interactive_breaker() {
     for seed in 0..10 {
-        let interactive = clicks(CircuitBreakerLayer::interactive(), seed).await;
+        let interactive = clicks(CircuitBreakerLayerBuilder::interactive(), seed).await;
         let default = clicks(CircuitBreakerLayer::builder().consecutive_failures(3), seed).await;
         println!("seed {seed}: interactive {interactive:?}, default {default:?}");
         assert_eq!((interactive.total, default.total), (52, 52));
@@ -111,7 +111,7 @@ async fn rate_limited(
     down: Duration,
     headers: &'static [(&'static str, &'static str)],
 ) -> (u16, RetryReport, Duration) {
-    let retry = RetryLayer::interactive()
+    let retry = RetryLayerBuilder::interactive()
         .random_source(RandomSource::seeded(3))
         .build()
         .unwrap();
@@ -152,7 +152,7 @@ async fn interactive_gives_up_at_once_on_a_hint_past_its_deadline_with_the_exact
     assert_eq!(status, 429);
     assert_eq!(took, Duration::ZERO, "no wait");
     assert_eq!(
-        (report.attempts, report.stop, report.retry_after),
+        (report.attempts, report.stop, report.resend_after),
         (1, StopReason::RetryAfterTooLong, Some(8 * SEC))
     );
 }
@@ -164,7 +164,7 @@ async fn interactive_gives_up_on_a_hint_past_the_time_left_with_the_exact_time()
     assert_eq!(status, 429);
     assert_eq!(report.attempts, 2);
     assert_eq!(
-        (report.stop, report.retry_after),
+        (report.stop, report.resend_after),
         (StopReason::Deadline, Some(3 * SEC))
     );
     assert!(

@@ -67,7 +67,7 @@ async fn opening_wakes_a_request_sleeping_in_a_30s_backoff() {
     assert_eq!(response.status(), 503, "the last real outcome");
     let report = RetryReport::of(&response);
     assert_eq!((report.attempts, report.stop), (1, StopReason::Held));
-    assert!(report.retry_after.is_some(), "until the hold ends");
+    assert!(report.resend_after.is_some(), "until the hold ends");
     assert_eq!(stack.endpoint.calls(), 2);
 }
 
@@ -126,10 +126,10 @@ async fn an_open_circuit_ends_the_request_without_a_retry() {
     let report = slot.take().unwrap();
     assert_eq!((report.attempts, report.stop), (1, StopReason::CircuitOpen));
     let wait = report
-        .retry_after
+        .resend_after
         .expect("when the breaker lets a probe through");
     assert!(wait > std::time::Duration::ZERO);
-    assert!(report.retry_at.is_some());
+    assert!(report.resend_at.is_some());
     assert_eq!(Instant::now(), started, "no sleep");
     assert_eq!(endpoint.calls(), 2);
 }

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_http_retry::TokenBucketBuilder;
 use tower_http_retry::{
-    Backoff, DelaySource, InvalidConfig, Jitter, RandomSource, RetryAfter, RetryLayer,
+    Backoff, DelaySource, HintPolicy, InvalidConfig, Jitter, RandomSource, RetryLayer,
     RetryLayerBuilder, RetryReport, StopReason, TokenBucket, WhenLonger,
 };
-use tower_http_retry::{TokenBucketBuilder, MAX_DELAY};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -39,7 +39,7 @@ fn invalid_backoff_values_name_their_field() {
         (backoff(MS, Duration::MAX), "backoff.cap"),
         (backoff(Duration::MAX, Duration::MAX), "backoff.cap"),
         (
-            backoff(MS, MAX_DELAY + Duration::from_nanos(1)),
+            backoff(MS, InvalidConfig::MAX_DURATION + Duration::from_nanos(1)),
             "backoff.cap",
         ),
         (ok.multiplier(0.5), "backoff.multiplier"),
@@ -63,7 +63,7 @@ fn invalid_layer_values_name_their_field() {
             "first_attempt_jitter",
         ),
         (
-            RetryLayer::builder().first_attempt_jitter(MAX_DELAY + MS),
+            RetryLayer::builder().first_attempt_jitter(InvalidConfig::MAX_DURATION + MS),
             "first_attempt_jitter",
         ),
     ];
@@ -74,10 +74,15 @@ fn invalid_layer_values_name_their_field() {
 
 #[test]
 fn invalid_retry_after_values_name_their_field() {
-    let clamps = [Duration::ZERO, MAX_DELAY + MS, Duration::MAX].map(|clamp| {
+    let clamps = [
+        Duration::ZERO,
+        InvalidConfig::MAX_DURATION + MS,
+        Duration::MAX,
+    ]
+    .map(|clamp| {
         (
-            RetryAfter::honored().max_delay(clamp),
-            "retry_after.max_delay",
+            HintPolicy::honored().max_delay(clamp),
+            "hint_policy.max_delay",
         )
     });
     let jitters = [
@@ -87,9 +92,9 @@ fn invalid_retry_after_values_name_their_field() {
         1.0 + f64::EPSILON,
         -f64::MIN_POSITIVE,
     ]
-    .map(|jitter| (RetryAfter::honored().jitter(jitter), "retry_after.jitter"));
+    .map(|jitter| (HintPolicy::honored().jitter(jitter), "hint_policy.jitter"));
     for (policy, field) in clamps.into_iter().chain(jitters) {
-        let error = layer_error(RetryLayer::builder().retry_after(policy));
+        let error = layer_error(RetryLayer::builder().hint_policy(policy));
         assert_eq!(error.field(), field, "{policy:?}");
     }
 }
@@ -130,14 +135,20 @@ fn error_messages_name_the_field() {
 fn zero_and_boundary_values_that_can_work_are_accepted() {
     let valid = [
         RetryLayer::builder().first_attempt_jitter(Duration::ZERO), // off
-        RetryLayer::builder().first_attempt_jitter(MAX_DELAY),
+        RetryLayer::builder().first_attempt_jitter(InvalidConfig::MAX_DURATION),
         RetryLayer::builder().deadline(Duration::MAX), // saturating arithmetic, never reached
         RetryLayer::builder().max_attempts(1),         // retries off
         RetryLayer::builder().max_attempts(u32::MAX),
         RetryLayer::builder().backoff(backoff(Duration::from_nanos(1), Duration::from_nanos(1))),
-        RetryLayer::builder().backoff(backoff(MAX_DELAY, MAX_DELAY).multiplier(f64::MAX)),
-        RetryLayer::builder().retry_after(RetryAfter::honored().max_delay(MAX_DELAY).jitter(1.0)),
-        RetryLayer::builder().retry_after(RetryAfter::honored().jitter(0.0)),
+        RetryLayer::builder().backoff(
+            backoff(InvalidConfig::MAX_DURATION, InvalidConfig::MAX_DURATION).multiplier(f64::MAX),
+        ),
+        RetryLayer::builder().hint_policy(
+            HintPolicy::honored()
+                .max_delay(InvalidConfig::MAX_DURATION)
+                .jitter(1.0),
+        ),
+        RetryLayer::builder().hint_policy(HintPolicy::honored().jitter(0.0)),
     ];
     for builder in valid {
         let debug = format!("{builder:?}");
@@ -194,18 +205,29 @@ async fn extreme_but_valid_values_saturate_at_request_time() {
         Jitter::Decorrelated,
     ] {
         for retry_after in [
-            Some(RetryAfter::honored().max_delay(MAX_DELAY).jitter(1.0)),
+            Some(
+                HintPolicy::honored()
+                    .max_delay(InvalidConfig::MAX_DURATION)
+                    .jitter(1.0),
+            ),
             None,
         ] {
             let builder = RetryLayer::builder();
             let builder = match retry_after {
-                Some(policy) => builder.retry_after(policy),
-                None => builder.without_retry_after(),
+                Some(policy) => builder.hint_policy(policy),
+                None => builder.without_hint_delays(),
             };
             let layer = builder
                 .max_attempts(u32::MAX)
-                .backoff(Backoff::new(jitter, MAX_DELAY, MAX_DELAY).multiplier(f64::MAX))
-                .first_attempt_jitter(MAX_DELAY)
+                .backoff(
+                    Backoff::new(
+                        jitter,
+                        InvalidConfig::MAX_DURATION,
+                        InvalidConfig::MAX_DURATION,
+                    )
+                    .multiplier(f64::MAX),
+                )
+                .first_attempt_jitter(InvalidConfig::MAX_DURATION)
                 .deadline(Duration::MAX)
                 .budget(
                     TokenBucket::builder()
@@ -220,7 +242,10 @@ async fn extreme_but_valid_values_saturate_at_request_time() {
                 .unwrap();
             let report = send(&layer, 30).await;
             assert_eq!((report.attempts, report.stop), (31, StopReason::Success));
-            assert!(report.delays.iter().all(|d| d.duration <= MAX_DELAY));
+            assert!(report
+                .delays
+                .iter()
+                .all(|d| d.duration <= InvalidConfig::MAX_DURATION));
         }
     }
 }
@@ -230,9 +255,9 @@ fn float_in(range: std::ops::RangeInclusive<f64>) -> impl Strategy<Value = f64> 
     prop_oneof![9 => range, 1 => float()]
 }
 
-/// Mostly a duration in `[1 ms, MAX_DELAY]`, sometimes any duration at all.
+/// Mostly a duration in `[1 ms, InvalidConfig::MAX_DURATION]`, sometimes any duration at all.
 fn usable_duration() -> impl Strategy<Value = Duration> {
-    let max = MAX_DELAY.as_millis() as u64;
+    let max = InvalidConfig::MAX_DURATION.as_millis() as u64;
     prop_oneof![9 => (1u64..=max).prop_map(Duration::from_millis), 1 => duration()]
 }
 
@@ -255,8 +280,8 @@ fn duration() -> impl Strategy<Value = Duration> {
     prop_oneof![
         Just(Duration::ZERO),
         Just(Duration::MAX),
-        Just(MAX_DELAY),
-        Just(MAX_DELAY + Duration::from_nanos(1)),
+        Just(InvalidConfig::MAX_DURATION),
+        Just(InvalidConfig::MAX_DURATION + Duration::from_nanos(1)),
         any::<u64>().prop_map(Duration::from_nanos),
         (0u64..1_000_000).prop_map(Duration::from_millis),
         (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
@@ -280,8 +305,8 @@ const FIELDS: [&str; 12] = [
     "max_attempts",
     "deadline",
     "first_attempt_jitter",
-    "retry_after.max_delay",
-    "retry_after.jitter",
+    "hint_policy.max_delay",
+    "hint_policy.jitter",
     "budget.capacity",
     "budget.retry_cost",
     "budget.deposit_per_success",
@@ -367,7 +392,7 @@ impl AnyConfig {
             .deposit_per_success(deposit)
             .refill_per_second(refill)
             .build()?;
-        let mut retry_after = RetryAfter::honored().jitter(self.retry_after_jitter);
+        let mut retry_after = HintPolicy::honored().jitter(self.retry_after_jitter);
         if let Some(clamp) = self.clamp {
             retry_after = retry_after.max_delay(clamp);
         }
@@ -378,7 +403,7 @@ impl AnyConfig {
             .backoff(Backoff::new(self.jitter, self.base, self.cap).multiplier(self.multiplier))
             .max_attempts(self.attempts)
             .first_attempt_jitter(self.first_attempt_jitter)
-            .retry_after(retry_after)
+            .hint_policy(retry_after)
             .budget(budget)
             .random_source(RandomSource::seeded(5));
         if let Some(deadline) = self.deadline {
@@ -454,7 +479,7 @@ fn the_same_bound_has_the_same_wording_in_every_builder() {
         "{retry_long} / {breaker_long}"
     );
     let retry_jitter = RetryLayer::builder()
-        .retry_after(RetryAfter::honored().jitter(2.0))
+        .hint_policy(HintPolicy::honored().jitter(2.0))
         .build()
         .unwrap_err();
     let breaker_jitter = CircuitBreakerLayer::builder()

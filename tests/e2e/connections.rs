@@ -16,7 +16,6 @@ use tokio::task::JoinSet;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_http_retry::{
     Backoff, Jitter, ReleaseBodyLayer, RetryLayer, RetryLayerBuilder, StopReason,
-    DEFAULT_RELEASE_LIMIT,
 };
 
 const REQUESTS: u32 = 50;
@@ -32,7 +31,7 @@ fn retry() -> RetryLayerBuilder {
         .max_attempts(3)
         .backoff(Backoff::new(Jitter::None, SLEEP, SLEEP))
         .without_budget()
-        .without_retry_after()
+        .without_hint_delays()
 }
 
 /// The byte at offset `i` of every page: a pattern, so that a wrong slice shows.
@@ -174,8 +173,12 @@ async fn the_last_transient_response_is_returned_with_the_part_of_its_body_read(
     assert_eq!(response.headers()["content-length"], PAGE.to_string());
     assert!(response.body().is_truncated());
     let body = response.into_body().collect().await.unwrap().to_bytes();
-    let expected: Vec<u8> = (0..DEFAULT_RELEASE_LIMIT).map(byte_at).collect();
-    assert!(body == expected, "the first {DEFAULT_RELEASE_LIMIT} bytes");
+    let expected: Vec<u8> = (0..ReleaseBodyLayer::DEFAULT_LIMIT).map(byte_at).collect();
+    assert!(
+        body == expected,
+        "the first {} bytes",
+        ReleaseBodyLayer::DEFAULT_LIMIT
+    );
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tower::timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
 use tower_http_retry::{
-    DelaySource, NestedLayers, Pacing, RetryAfter, RetryLayer, RetryLayerBuilder, RetryReport,
+    DelaySource, HintPolicy, NestedLayers, Pacing, RetryLayer, RetryLayerBuilder, RetryReport,
     StopReason,
 };
 
@@ -81,7 +81,7 @@ async fn a_github_style_403_with_no_quota_left_is_retried_at_the_reset() {
         ),
     ] {
         let layer = retry()
-            .retry_after(RetryAfter::honored().max_delay(5 * SECOND))
+            .hint_policy(HintPolicy::honored().max_delay(5 * SECOND))
             .build()
             .unwrap();
         let mut client = stack(&layer, client);

@@ -22,7 +22,7 @@ use support::{Body, HttpClient};
 use tower::timeout::{Timeout, TimeoutLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_http_retry::{
-    Backoff, HttpClassifier, Jitter, RandomSource, ReportSlot, Retry, RetryAfter, RetryLayer,
+    Backoff, HintPolicy, HttpClassifier, Jitter, RandomSource, ReportSlot, Retry, RetryLayer,
     RetryLayerBuilder, RetryReport,
 };
 
@@ -39,7 +39,7 @@ fn retry() -> RetryLayerBuilder {
             Duration::from_millis(5),
             Duration::from_millis(50),
         ))
-        .retry_after(RetryAfter::honored().max_delay(Duration::from_secs(2)))
+        .hint_policy(HintPolicy::honored().max_delay(Duration::from_secs(2)))
         .random_source(RandomSource::seeded(7))
 }
 

@@ -19,7 +19,7 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tower::{BoxError, ServiceBuilder};
 use tower_http_retry::{
     Backoff, BufferRequestLayer, Classify, GrpcClassifier, GrpcServiceConfig, Jitter, NotSent,
-    Outcome, ReplayBody, RetryLayer, RetryLayerBuilder, StopReason,
+    Outcome, ReplayBody, RetryLayerBuilder, StopReason,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -129,7 +129,7 @@ fn channel(addr: SocketAddr) -> Channel {
 
 /// Fast, predictable delays: no jitter, 20 ms, 40 ms, ...; no budget.
 fn builder() -> RetryLayerBuilder<GrpcClassifier> {
-    RetryLayer::grpc()
+    RetryLayerBuilder::grpc()
         .max_attempts(4)
         .backoff(Backoff::new(Jitter::None, 20 * MS, Duration::from_secs(10)))
         .without_budget()
@@ -224,7 +224,7 @@ async fn resource_exhausted_with_pushback_is_retried_after_the_pushback() {
     let calls = handler.calls();
     assert_eq!(calls.len(), 2);
     let waited = calls[1].at - calls[0].at;
-    // The pushback, not the 20 ms backoff; at most +10 % jitter (the default `RetryAfter`)
+    // The pushback, not the 20 ms backoff; at most +10 % jitter (the default `HintPolicy`)
     // and some scheduling.
     assert!(waited >= 300 * MS, "{waited:?}");
     assert!(waited < 600 * MS, "{waited:?}");
@@ -348,7 +348,7 @@ async fn a_service_config_drives_the_layer() {
     )
     .unwrap();
     let layer = config
-        .retry_layer("/grpc.health.v1.Health/Check")
+        .retry_layer_builder("/grpc.health.v1.Health/Check")
         .build()
         .unwrap();
     // ABORTED is retryable here, UNAVAILABLE is not.

@@ -38,7 +38,7 @@ async fn after_an_outage_every_delivery_is_made_with_few_overload_rejections() {
     let outage = server.dir.join("outage");
     std::fs::write(&outage, b"down").unwrap();
 
-    let layer = RetryLayer::bulk().build().unwrap();
+    let layer = RetryLayer::bulk();
     let errors = AttemptErrors::default();
     let service = retried(&layer, h1_client(Duration::from_secs(30)), &errors);
     let started = Instant::now();

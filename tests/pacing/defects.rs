@@ -355,7 +355,7 @@ async fn a_post_refused_by_an_open_breaker_stops_as_circuit_open_with_or_without
         let report = slot.take().unwrap();
         assert_eq!(report.stop, StopReason::CircuitOpen, "pacing {pacing}");
         assert!(!report.stop.is_final());
-        assert!(report.retry_after.is_some(), "pacing {pacing}: {report:?}");
+        assert!(report.resend_after.is_some(), "pacing {pacing}: {report:?}");
     }
 }
 
@@ -436,7 +436,7 @@ async fn a_retry_that_finds_the_queue_full_after_its_sleep_is_deferred_not_sent(
     assert_eq!(s.status(), 503, "its last answer");
     let s_report = report(&s);
     assert_eq!(s_report.stop, StopReason::Deferred, "{s_report:?}");
-    assert!(s_report.retry_after.is_some(), "{s_report:?}");
+    assert!(s_report.resend_after.is_some(), "{s_report:?}");
     assert_eq!(s_report.attempts, 1);
     let early = next_call(&mut calls, 40 * MS).await;
     assert!(
@@ -456,7 +456,7 @@ async fn a_retry_that_finds_the_queue_full_after_its_sleep_is_deferred_not_sent(
 async fn grpc_unavailable_and_resource_exhausted_count_as_congestion() {
     for (code, pushback) in [("14", None), ("8", Some("100"))] {
         let (inner, mut calls) = scripted();
-        let layer = RetryLayer::grpc()
+        let layer = RetryLayerBuilder::grpc()
             .max_attempts(1)
             .without_budget()
             .pacing(Pacing::builder().outage_after(2).build().unwrap())

@@ -16,8 +16,8 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::{Layer, ServiceExt};
 use tower_http_retry::{
-    DelaySource, Pacing, PacingMode, PacingStats, RandomSource, RetryLayer, RetryReport,
-    StopReason, IDEMPOTENCY_KEY,
+    DelaySource, Idempotency, Pacing, PacingMode, PacingStats, RandomSource, RetryLayer,
+    RetryReport, StopReason,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -222,7 +222,9 @@ async fn a_burst_through_an_outage_and_a_capacity_limit_reaches_the_server_at_th
             let id = i.to_string();
             let mut request = support::request(Method::POST, &uri, &id, format!("delivery {i}"));
             let key = HeaderValue::from_str(&id).unwrap();
-            request.headers_mut().insert(IDEMPOTENCY_KEY.clone(), key);
+            request
+                .headers_mut()
+                .insert(Idempotency::KEY_HEADER.clone(), key);
             let response = service
                 .oneshot(request)
                 .await

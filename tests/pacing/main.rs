@@ -150,7 +150,7 @@ async fn a_request_whose_deadline_is_too_short_for_the_queue_is_deferred_with_a_
     assert!(!deferred.is_empty());
     for (status, report) in deferred {
         assert_eq!(*status, 503, "the last real response is returned");
-        assert!(report.retry_after.is_some(), "{report:?}");
+        assert!(report.resend_after.is_some(), "{report:?}");
     }
     let stats = layer.stats();
     assert_eq!(stats.requests, 50);
@@ -230,14 +230,14 @@ async fn through_a_short_outage(builder: RetryLayerBuilder) -> (Vec<u16>, Durati
 
 #[tokio::test(start_paused = true)]
 async fn the_bulk_preset_delivers_a_burst_through_a_short_outage() {
-    let (statuses, took) = through_a_short_outage(RetryLayer::bulk()).await;
+    let (statuses, took) = through_a_short_outage(RetryLayerBuilder::bulk()).await;
     assert!(statuses.iter().all(|status| *status == 200));
     assert!(took < 7 * SEC, "{took:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_interactive_preset_answers_within_about_a_second_in_the_same_outage() {
-    let (statuses, took) = through_a_short_outage(RetryLayer::interactive()).await;
+    let (statuses, took) = through_a_short_outage(RetryLayerBuilder::interactive()).await;
     assert!(took < 2 * SEC, "{took:?}");
     assert!(statuses.iter().all(|status| *status == 503));
 }

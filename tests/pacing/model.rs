@@ -29,8 +29,8 @@ use tokio::time::Instant;
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::{
-    AbortSignal, Backoff, CircuitBreakerLayer, Jitter, Pacing, PacingMode, RandomSource,
-    ReportSlot, RetryAfter, RetryLayer, RetryReport, StopReason,
+    AbortSignal, Backoff, CircuitBreakerLayer, HintPolicy, Jitter, Pacing, PacingMode,
+    RandomSource, ReportSlot, RetryLayer, RetryReport, StopReason,
 };
 
 type Req = http::Request<String>;
@@ -422,7 +422,7 @@ async fn run_case(case: &Case) -> Result<(), String> {
     let mut builder = RetryLayer::builder()
         .max_attempts(case.max_attempts)
         .backoff(Backoff::new(Jitter::Full, 10 * MS, SEC))
-        .retry_after(RetryAfter::honored().max_delay(WAIT_MAX))
+        .hint_policy(HintPolicy::honored().max_delay(WAIT_MAX))
         .random_source(RandomSource::seeded(case.seed))
         .abort_signal(signal.clone())
         .pacing(
@@ -592,7 +592,7 @@ async fn run_case(case: &Case) -> Result<(), String> {
                 record.id, record.status
             ));
         }
-        if report.stop == StopReason::Deferred && report.retry_after.is_none() {
+        if report.stop == StopReason::Deferred && report.resend_after.is_none() {
             return Err(format!(
                 "request {} deferred with no time: {report:?}",
                 record.id

@@ -1,4 +1,4 @@
-//! The resend time a report gives (`RetryReport::retry_after`) uses what the layer knows of the
+//! The resend time a report gives (`RetryReport::resend_after`) uses what the layer knows of the
 //! endpoint, not only the next backoff draw: a durable queue that honours it must not redeliver
 //! into a wall it was told about.
 
@@ -36,7 +36,7 @@ async fn report_of(layer: RetryLayer, answer: fn() -> Res) -> RetryReport {
 }
 
 fn within(report: &RetryReport, low: Duration, high: Duration) {
-    let after = report.retry_after.expect("a time to send again");
+    let after = report.resend_after.expect("a time to send again");
     assert!(
         after >= low && after <= high,
         "{after:?} not in {low:?}..={high:?}: {report:?}"

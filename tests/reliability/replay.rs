@@ -21,8 +21,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tower::{Layer, Service, ServiceExt};
+use tower_http_retry::ReplayBody;
 use tower_http_retry::{Backoff, Jitter, RandomSource, ReportSlot, RetryLayer, StopReason};
-use tower_http_retry::{ReplayBody, DEFAULT_REPLAY_LIMIT};
 
 /// The byte at offset `i` of every generated body.
 fn pattern(i: usize) -> u8 {
@@ -156,9 +156,10 @@ fn put<B>(server: &TestServer, id: &str, body: B) -> Request<B> {
 async fn a_streamed_body_within_the_bound_is_resent_identically() {
     let (server, bodies) = sink(&[503, 503, 200]).await;
     let (source, live) = Source::new(40 * 1024, 4096);
-    let request = ReplayBody::buffer_request(put(&server, "small", source), DEFAULT_REPLAY_LIMIT)
-        .await
-        .unwrap();
+    let request =
+        ReplayBody::buffer_request(put(&server, "small", source), ReplayBody::DEFAULT_LIMIT)
+            .await
+            .unwrap();
     assert!(request.body().is_replayable());
     assert_eq!(
         live.load(Ordering::SeqCst),
@@ -192,14 +193,15 @@ async fn a_streamed_body_beyond_the_bound_is_sent_once_and_not_buffered() {
     const CHUNK: usize = 8 * 1024;
     let (server, bodies) = sink(&[503]).await;
     let (source, live) = Source::new(TOTAL, CHUNK);
-    let request = ReplayBody::buffer_request(put(&server, "large", source), DEFAULT_REPLAY_LIMIT)
-        .await
-        .unwrap();
+    let request =
+        ReplayBody::buffer_request(put(&server, "large", source), ReplayBody::DEFAULT_LIMIT)
+            .await
+            .unwrap();
     assert!(!request.body().is_replayable());
     // Reading stopped at the frame that crossed the bound: 64 KiB plus one frame at most.
     let held = live.load(Ordering::SeqCst);
     assert!(
-        held > DEFAULT_REPLAY_LIMIT && held <= DEFAULT_REPLAY_LIMIT + CHUNK,
+        held > ReplayBody::DEFAULT_LIMIT && held <= ReplayBody::DEFAULT_LIMIT + CHUNK,
         "{held}"
     );
 
@@ -240,7 +242,7 @@ async fn a_hyper_incoming_body_is_replayed_from_its_buffer() {
     let incoming: Incoming = download.into_body();
 
     let request =
-        ReplayBody::buffer_request(put(&server, "forward", incoming), DEFAULT_REPLAY_LIMIT)
+        ReplayBody::buffer_request(put(&server, "forward", incoming), ReplayBody::DEFAULT_LIMIT)
             .await
             .unwrap();
     let layer = retry_layer();

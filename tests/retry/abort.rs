@@ -174,7 +174,7 @@ async fn hold_until_wakes_sleepers_and_forbids_sleeping_until_then() {
         (503, StopReason::Held, 1)
     );
     assert_eq!(
-        report.retry_after,
+        report.resend_after,
         Some(Duration::from_secs(10)),
         "until the hold ends"
     );

@@ -3,12 +3,12 @@
 use crate::mock_client::*;
 use http::header::HeaderName;
 use tower_http_retry::{Idempotency, RetryLayerBuilder, StopReason};
-use tower_http_retry::{RequestHead, RetryRequest, IDEMPOTENCY_KEY};
+use tower_http_retry::{RequestHead, RetryRequest};
 
 fn keyed(mut request: Req, key: &'static str) -> Req {
     request
         .headers_mut()
-        .insert(IDEMPOTENCY_KEY.clone(), key.parse().unwrap());
+        .insert(Idempotency::KEY_HEADER.clone(), key.parse().unwrap());
     request
 }
 
@@ -44,7 +44,7 @@ async fn post_with_idempotency_key_is_retried() {
     let (attempts, stop) = attempts_of(builder(), keyed(post(), "order-17")).await;
     assert_eq!((attempts.len(), stop), (3, StopReason::AttemptsExhausted));
     for attempt in &attempts {
-        assert_eq!(header(attempt, &IDEMPOTENCY_KEY), Some("order-17"));
+        assert_eq!(header(attempt, &Idempotency::KEY_HEADER), Some("order-17"));
     }
 }
 
@@ -52,14 +52,18 @@ async fn post_with_idempotency_key_is_retried() {
 async fn stamped_idempotency_key_is_identical_on_every_attempt() {
     let (attempts, stop) = attempts_of(builder().stamp_idempotency_key(true), post()).await;
     assert_eq!((attempts.len(), stop), (3, StopReason::AttemptsExhausted));
-    let key = header(&attempts[0], &IDEMPOTENCY_KEY).expect("a key is stamped");
+    let key = header(&attempts[0], &Idempotency::KEY_HEADER).expect("a key is stamped");
     assert!(!key.is_empty());
     for attempt in &attempts {
         assert_eq!(
-            attempt.headers().get_all(&IDEMPOTENCY_KEY).iter().count(),
+            attempt
+                .headers()
+                .get_all(&Idempotency::KEY_HEADER)
+                .iter()
+                .count(),
             1
         );
-        assert_eq!(header(attempt, &IDEMPOTENCY_KEY), Some(key));
+        assert_eq!(header(attempt, &Idempotency::KEY_HEADER), Some(key));
     }
 }
 
@@ -67,14 +71,14 @@ async fn stamped_idempotency_key_is_identical_on_every_attempt() {
 async fn stamping_keeps_a_callers_key() {
     let builder = builder().stamp_idempotency_key(true);
     let (attempts, _) = attempts_of(builder, keyed(post(), "mine")).await;
-    assert_eq!(header(&attempts[0], &IDEMPOTENCY_KEY), Some("mine"));
+    assert_eq!(header(&attempts[0], &Idempotency::KEY_HEADER), Some("mine"));
 }
 
 #[tokio::test(start_paused = true)]
 async fn stamping_leaves_idempotent_methods_alone() {
     let builder = builder().stamp_idempotency_key(true);
     let (attempts, _) = attempts_of(builder, get()).await;
-    assert_eq!(header(&attempts[0], &IDEMPOTENCY_KEY), None);
+    assert_eq!(header(&attempts[0], &Idempotency::KEY_HEADER), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -96,7 +100,7 @@ async fn any_retries_a_post_without_key() {
     let builder = builder().idempotency(Idempotency::Any);
     let (attempts, stop) = attempts_of(builder, post()).await;
     assert_eq!((attempts.len(), stop), (3, StopReason::AttemptsExhausted));
-    assert_eq!(header(&attempts[2], &IDEMPOTENCY_KEY), None);
+    assert_eq!(header(&attempts[2], &Idempotency::KEY_HEADER), None);
 }
 
 #[tokio::test(start_paused = true)]

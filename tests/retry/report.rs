@@ -5,14 +5,14 @@ use std::io::ErrorKind;
 use std::time::Duration;
 use tokio_test::{assert_pending, assert_ready_err, assert_ready_ok};
 use tower_http_retry::{AbortSignal, Backoff, Jitter, RetryReport, StopReason};
-use tower_http_retry::{DelaySource, DELAY_BUCKETS};
+use tower_http_retry::{DelayHistogram, DelaySource};
 
 /// The column of the delay histogram `delay` falls in.
 fn bucket(delay: Duration) -> usize {
-    DELAY_BUCKETS
+    DelayHistogram::BUCKETS
         .iter()
         .position(|bound| delay <= *bound)
-        .unwrap_or(DELAY_BUCKETS.len())
+        .unwrap_or(DelayHistogram::BUCKETS.len())
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use tokio_test::assert_pending;
 use tower_http_retry::DelaySource;
 use tower_http_retry::{
-    Backoff, Jitter, RetryAfter, RetryLayerBuilder, RetryReport, StopReason, WhenLonger,
+    Backoff, HintPolicy, Jitter, RetryLayerBuilder, RetryReport, StopReason, WhenLonger,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -89,9 +89,9 @@ async fn retry_after_above_the_clamp_is_clamped() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_max_delay_may_exceed_the_backoff_cap() {
-    let policy = RetryAfter::honored().max_delay(30 * SECOND);
+    let policy = HintPolicy::honored().max_delay(30 * SECOND);
     let (arrived, report, _) = retry_arrival(
-        short_backoff(2 * SECOND).retry_after(policy),
+        short_backoff(2 * SECOND).hint_policy(policy),
         with_retry_after(503, "20"),
         19_990 * MS,
         2100 * MS,
@@ -104,9 +104,9 @@ async fn retry_after_max_delay_may_exceed_the_backoff_cap() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_too_long_gives_up_when_configured() {
-    let policy = RetryAfter::honored().when_longer(WhenLonger::GiveUp);
+    let policy = HintPolicy::honored().when_longer(WhenLonger::GiveUp);
     let layer = short_backoff(2 * SECOND)
-        .retry_after(policy)
+        .hint_policy(policy)
         .build()
         .unwrap();
     let mut client = Client::new(layer);
@@ -172,7 +172,7 @@ async fn malformed_retry_after_falls_back_to_the_backoff() {
 
 #[tokio::test(start_paused = true)]
 async fn ignored_retry_after_leaves_the_backoff_in_charge() {
-    let builder = short_backoff(10 * SECOND).without_retry_after();
+    let builder = short_backoff(10 * SECOND).without_hint_delays();
     let (arrived, report, client) =
         retry_arrival(builder, with_retry_after(503, "5"), 9 * MS, 5 * MS).await;
     assert_eq!(
@@ -184,13 +184,13 @@ async fn ignored_retry_after_leaves_the_backoff_in_charge() {
 
 #[tokio::test(start_paused = true)]
 async fn give_up_never_retries_sooner_than_a_hint_just_under_the_clamp() {
-    let policy = RetryAfter::honored()
+    let policy = HintPolicy::honored()
         .max_delay(10 * SECOND)
         .when_longer(WhenLonger::GiveUp);
     for seed in 0..20 {
         let layer = builder()
             .random_source(tower_http_retry::RandomSource::seeded(seed))
-            .retry_after(policy)
+            .hint_policy(policy)
             .build()
             .unwrap();
         let mut client = Client::new(layer);

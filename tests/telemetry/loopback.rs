@@ -7,7 +7,7 @@ use http::Method;
 use std::time::Duration;
 use tower::{Layer, ServiceExt};
 use tower_http_retry::{
-    describe_metrics, Backoff, Jitter, RandomSource, RetryAfter, RetryLayer, RetryLayerBuilder,
+    describe_metrics, Backoff, HintPolicy, Jitter, RandomSource, RetryLayer, RetryLayerBuilder,
     TokenBucket,
 };
 
@@ -19,7 +19,7 @@ fn layer() -> RetryLayerBuilder {
     RetryLayer::builder()
         .max_attempts(3)
         .backoff(Backoff::new(Jitter::None, 5 * MS, 50 * MS))
-        .retry_after(RetryAfter::honored().max_delay(10 * MS).jitter(0.0))
+        .hint_policy(HintPolicy::honored().max_delay(10 * MS).jitter(0.0))
         .random_source(RandomSource::seeded(1))
         .without_budget()
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_http_retry::{
-    Backoff, Jitter, Pacing, PacingMode, RandomSource, RetryAfter, RetryLayer, RetryReport,
+    Backoff, HintPolicy, Jitter, Pacing, PacingMode, RandomSource, RetryLayer, RetryReport,
     StopReason,
 };
 
@@ -43,7 +43,7 @@ fn layer() -> RetryLayer {
     RetryLayer::builder()
         .backoff(Backoff::new(Jitter::None, 100 * MS, SEC))
         // The pause is the hint itself, 1 s, not spread.
-        .retry_after(RetryAfter::honored().max_delay(2 * SEC).jitter(0.0))
+        .hint_policy(HintPolicy::honored().max_delay(2 * SEC).jitter(0.0))
         .random_source(RandomSource::seeded(3))
         .pacing(Pacing::new())
         .build()

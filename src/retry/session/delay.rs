@@ -41,9 +41,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// The server's "come back in", unless hints are turned off
-    /// ([`without_retry_after`](crate::RetryLayerBuilder::without_retry_after)).
+    /// ([`without_hint_delays`](crate::RetryLayerBuilder::without_hint_delays)).
     pub(super) fn hint_delay(&self, hint: &ServerHint) -> Option<Duration> {
-        self.config.settings.retry_after.and(hint.retry_after())
+        self.config.settings.hint_policy.and(hint.retry_after())
     }
 
     /// The delay before the next attempt: the server's hint when it gave a valid one, else the
@@ -55,7 +55,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     ) -> Result<(Duration, DelaySource), StopReason> {
         let config = Arc::clone(&self.config);
         let counters = &config.counters;
-        let Some(retry_after) = &config.settings.retry_after else {
+        let Some(retry_after) = &config.settings.hint_policy else {
             return Ok(self.backoff_delay());
         };
         // Counted here, where a valid hint would have been used: not for a last attempt.

@@ -88,7 +88,7 @@ struct Waits {
     /// When the request joined an endpoint's queue, while it waits there.
     queued_at: Option<Instant>,
     /// When sending again makes sense, for the report of a deferred request.
-    retry_after: Option<Duration>,
+    resend_after: Option<Duration>,
     /// The last error no classification rule recognised, named for the report.
     unknown_error: Option<String>,
     /// The last hint the server gave (when, and how long it asked for), which the report's

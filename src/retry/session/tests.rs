@@ -127,7 +127,7 @@ fn a_shut_down_signal_stops_before_a_delay_is_drawn() {
 
 #[test]
 fn a_valid_retry_after_replaces_the_backoff_delay() {
-    let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
+    let config = config(builder().hint_policy(crate::HintPolicy::honored().jitter(0.0)));
     let mut session = sent(&config, Method::GET);
     let mut hinted = response(503);
     if let Ok(response) = &mut hinted {
@@ -450,8 +450,8 @@ fn a_stop_that_is_not_final_says_when_to_try_again() {
     let next = session.decide(&response(503), Instant::now);
     assert_eq!(stop(next), StopReason::AttemptsExhausted);
     let report = session.report(StopReason::AttemptsExhausted);
-    assert_eq!(report.retry_after, Some(100 * MS), "the next backoff draw");
-    assert!(report.retry_at.is_some());
+    assert_eq!(report.resend_after, Some(100 * MS), "the next backoff draw");
+    assert!(report.resend_at.is_some());
 
     let config = self::config(builder().deadline(MS));
     let mut session = sent(&config, Method::GET);
@@ -461,7 +461,7 @@ fn a_stop_that_is_not_final_says_when_to_try_again() {
         StopReason::Deadline
     );
     assert_eq!(
-        session.report(StopReason::Deadline).retry_after,
+        session.report(StopReason::Deadline).resend_after,
         Some(100 * MS)
     );
 }
@@ -475,7 +475,7 @@ fn a_final_stop_says_nothing_of_trying_again() {
         StopReason::Permanent
     );
     let report = session.report(StopReason::Permanent);
-    assert_eq!((report.retry_after, report.retry_at), (None, None));
+    assert_eq!((report.resend_after, report.resend_at), (None, None));
 }
 
 fn with_headers(code: u16, pairs: &[(&'static str, &'static str)]) -> Result<Res, Infallible> {
@@ -491,7 +491,7 @@ fn with_headers(code: u16, pairs: &[(&'static str, &'static str)]) -> Result<Res
 
 #[test]
 fn a_rate_limit_reset_replaces_the_backoff_delay_like_retry_after() {
-    let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
+    let config = config(builder().hint_policy(crate::HintPolicy::honored().jitter(0.0)));
     let mut session = sent(&config, Method::GET);
     let limited = with_headers(429, &[("retry-after-ms", "1500")]);
     assert_eq!(sleep(session.decide(&limited, Instant::now)), 1500 * MS);
@@ -502,8 +502,8 @@ fn a_rate_limit_reset_replaces_the_backoff_delay_like_retry_after() {
 #[test]
 fn a_reset_longer_than_the_clamp_is_clamped_like_retry_after() {
     let config = config(
-        builder().retry_after(
-            crate::RetryAfter::honored()
+        builder().hint_policy(
+            crate::HintPolicy::honored()
                 .max_delay(Duration::from_secs(1))
                 .jitter(0.0),
         ),
@@ -516,7 +516,7 @@ fn a_reset_longer_than_the_clamp_is_clamped_like_retry_after() {
 
 #[test]
 fn a_used_up_quota_makes_a_403_transient() {
-    let config = config(builder().retry_after(crate::RetryAfter::honored().jitter(0.0)));
+    let config = config(builder().hint_policy(crate::HintPolicy::honored().jitter(0.0)));
     let mut session = sent(&config, Method::GET);
     let forbidden = response(403);
     assert_eq!(
@@ -558,7 +558,7 @@ fn a_stand_down_with_a_reset_says_when_to_try_again() {
         StopReason::StandDown
     );
     let report = session.report(StopReason::StandDown);
-    assert_eq!(report.retry_after, Some(Duration::from_secs(30)));
+    assert_eq!(report.resend_after, Some(Duration::from_secs(30)));
 }
 
 #[test]
@@ -596,8 +596,8 @@ fn markers_can_be_ignored() {
 }
 
 #[test]
-fn without_retry_after_ignores_the_reset_but_not_the_markers() {
-    let config = config(builder().without_retry_after());
+fn without_hint_delays_ignores_the_reset_but_not_the_markers() {
+    let config = config(builder().without_hint_delays());
     let mut session = sent(&config, Method::GET);
     let limited = with_headers(429, &[("retry-after-ms", "5000")]);
     assert_eq!(sleep(session.decide(&limited, Instant::now)), 100 * MS);

@@ -39,15 +39,15 @@ impl<Req, C> Session<Req, C> {
     pub(super) fn report(&mut self, stop: StopReason) -> RetryReport {
         self.config.counters.stop(stop);
         decision!(attempts = self.attempts, %stop, "finished");
-        let retry_after = self
+        let resend_after = self
             .waits
             .as_mut()
-            .and_then(|waits| waits.retry_after.take());
+            .and_then(|waits| waits.resend_after.take());
         let report = RetryReport {
-            // Checked: a delay near `MAX_DELAY` must not panic at request time.
-            retry_at: retry_after
+            // Checked: a delay near `InvalidConfig::MAX_DURATION` must not panic at request time.
+            resend_at: resend_after
                 .and_then(|after| (self.config.settings.wall_clock)().checked_add(after)),
-            retry_after,
+            resend_after,
             attempts: self.attempts,
             slept: self.slept(),
             delays: self
@@ -106,9 +106,9 @@ impl<Req, C> Session<Req, C> {
         }
     }
 
-    /// Sending the request again makes sense in `retry_after`: the report says so.
-    pub(crate) fn retry_in(&mut self, retry_after: Duration) {
-        self.waits().retry_after = Some(retry_after);
+    /// Sending the request again makes sense in `resend_after`: the report says so.
+    pub(crate) fn retry_in(&mut self, resend_after: Duration) {
+        self.waits().resend_after = Some(resend_after);
     }
 
     pub(super) fn record_delay(&mut self, duration: Duration, source: DelaySource) {
@@ -135,7 +135,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             .waits
             .as_ref()
             .and_then(|waits| waits.last_hint)
-            .filter(|_| config.settings.retry_after.is_some())
+            .filter(|_| config.settings.hint_policy.is_some())
             .map(|(at, after)| after.saturating_sub(now.saturating_duration_since(at)));
         let hold = config
             .settings
@@ -152,7 +152,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             Some(shared) if shared > own => {
                 let fraction = config
                     .settings
-                    .retry_after
+                    .hint_policy
                     .map_or(0.1, |policy| policy.jitter_fraction());
                 let spread = Duration::try_from_secs_f64(shared.as_secs_f64() * fraction)
                     .unwrap_or(Duration::ZERO);
@@ -177,9 +177,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             return result;
         }
         if !stop.is_final() {
-            if let Some(own) = self.waits.as_ref().and_then(|waits| waits.retry_after) {
+            if let Some(own) = self.waits.as_ref().and_then(|waits| waits.resend_after) {
                 let resend = self.resend_after(own, Instant::now());
-                self.waits().retry_after = Some(resend);
+                self.waits().resend_after = Some(resend);
             }
         }
         let report = self.report(stop);
