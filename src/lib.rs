@@ -72,28 +72,32 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod abort;
-mod circuit_breaker;
-mod classify;
+pub mod body;
+pub mod circuit_breaker;
+pub mod classify;
 mod error;
 #[cfg(feature = "grpc")]
-mod grpc;
-mod hint;
+pub mod grpc;
+pub mod hint;
 mod message;
-mod pacer;
+pub mod pacing;
 mod random;
-mod release;
-mod report;
+pub mod report;
 #[cfg(feature = "reqwest")]
 mod reqwest;
 #[cfg(feature = "reqwest-middleware")]
-mod reqwest_middleware;
-mod retry;
+pub mod reqwest_middleware;
+pub mod retry;
 mod sync;
-mod telemetry;
+pub mod telemetry;
 
 #[cfg(feature = "reqwest-middleware")]
 pub use self::reqwest_middleware::RetryMiddleware;
 pub use abort::AbortSignal;
+pub use body::{
+    BufferRequest, BufferRequestFuture, BufferRequestLayer, ReleaseBody, ReleaseBodyFuture,
+    ReleaseBodyLayer, ReleaseBodyLayerBuilder, ReleasedBody, ReplayBody,
+};
 pub use circuit_breaker::{
     CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayer, CircuitBreakerLayerBuilder,
     CircuitState, CircuitStats, KeyedCircuitBreaker, KeyedCircuitBreakerLayer, OpenPastDeadline,
@@ -109,20 +113,16 @@ pub use grpc::{
     IntoBody, IntoBodyFuture, Pushback,
 };
 pub use hint::{
-    parse_retry_after, ResetFormat, ResetHeader, RetryAfterHint, ServerHint, ServerHints,
-    XRateLimit,
+    parse_retry_after, HintPolicy, ResetFormat, ResetHeader, RetryAfterHint, ServerHint,
+    ServerHints, WhenLonger, XRateLimit,
 };
 pub use message::{RequestHead, RetryRequest, RetryResponse};
-pub use pacer::{Pacing, PacingBuilder, PacingMode, PacingStats};
+pub use pacing::{Pacing, PacingBuilder, PacingMode, PacingStats};
 pub use random::RandomSource;
-pub use release::{
-    ReleaseBody, ReleaseBodyFuture, ReleaseBodyLayer, ReleaseBodyLayerBuilder, ReleasedBody,
-};
 pub use report::{Captured, Delay, DelaySource, ReportSlot, RetryReport, StopReason};
 pub use retry::{
-    Backoff, BufferRequest, BufferRequestFuture, BufferRequestLayer, DelayHistogram, HintPolicy,
-    Idempotency, Jitter, NestedLayers, ReplayBody, Retry, RetryBudget, RetryFuture, RetryLayer,
-    RetryLayerBuilder, RetryStats, TokenBucket, TokenBucketBuilder, WhenLonger,
+    Backoff, DelayHistogram, Idempotency, Jitter, NestedLayers, Retry, RetryBudget, RetryFuture,
+    RetryLayer, RetryLayerBuilder, RetryStats, TokenBucket, TokenBucketBuilder,
 };
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;

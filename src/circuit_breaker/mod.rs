@@ -16,6 +16,7 @@ mod state;
 mod template;
 mod window;
 
+pub use crate::error::CircuitOpen;
 pub use check::{OpenPastDeadline, RetryMismatch, SlowTrip};
 pub use future::CircuitBreakerFuture;
 pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer};

@@ -3,9 +3,9 @@
 
 use super::classify::GrpcClassifier;
 use super::service_config::GrpcServiceConfig;
+use crate::body::{BufferRequest, BufferRequestLayer, ReplayBody};
 use crate::error::InvalidConfig;
-use crate::retry::{BufferRequest, BufferRequestLayer};
-use crate::retry::{ReplayBody, Retry, RetryLayer};
+use crate::retry::{Retry, RetryLayer};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;

@@ -3,14 +3,18 @@
 //! pushback). Reading only: how a hint is clamped and spread is the retry layer's
 //! [`HintPolicy`](crate::HintPolicy).
 
+mod policy;
 mod rate_limit;
 mod retry_after;
 mod server_hints;
 mod structured;
 
+pub use policy::{HintPolicy, WhenLonger};
 pub use rate_limit::{ResetFormat, XRateLimit};
 pub use retry_after::{parse_retry_after, RetryAfterHint};
 pub use server_hints::{ResetHeader, ServerHints};
+
+pub(crate) use policy::Resolved;
 
 use http::header::{HeaderMap, DATE};
 use std::time::{Duration, SystemTime};

@@ -8,7 +8,7 @@ use super::session::{AfterSleep, Session};
 use super::watch::AbortWatch;
 use crate::abort::Listener;
 use crate::message::RetryRequest;
-use crate::pacer::QueueWait;
+use crate::pacing::QueueWait;
 use crate::report::StopReason;
 use pin_project_lite::pin_project;
 use std::future::Future;

@@ -3,7 +3,7 @@
 //! Every key is a `static` (one per label value), so recording one costs the recorder's lookup
 //! and nothing else: no allocation, and no work at all while no recorder is installed.
 
-use crate::pacer::PacingMode;
+use crate::pacing::PacingMode;
 use crate::report::{DelaySource, StopReason};
 use metrics::{Key, KeyName, Label, Level, Metadata, SharedString, Unit};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Without the `metrics` feature: every recording point is an empty inline function.
 
-use crate::pacer::PacingMode;
+use crate::pacing::PacingMode;
 use crate::report::{DelaySource, StopReason};
 use std::time::Duration;
 

@@ -3,11 +3,11 @@
 
 use super::{Next, Session};
 use crate::abort::Listener;
+use crate::hint::Resolved;
 use crate::hint::ServerHint;
 use crate::message::RetryRequest;
 use crate::random::uniform;
 use crate::report::{DelaySource, StopReason};
-use crate::retry::retry_after::Resolved;
 use crate::telemetry::decision;
 use rand::rngs::SmallRng;
 use std::sync::Arc;

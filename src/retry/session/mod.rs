@@ -33,7 +33,7 @@ use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, NotSent, Outcome};
 use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacer::{PassGuard, QueueWait};
+use crate::pacing::{PassGuard, QueueWait};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, ReportSlot, StopReason};
 use crate::telemetry::{self, decision, Attempt};

@@ -5,7 +5,7 @@ use super::{Next, Session};
 use crate::abort::Listener;
 use crate::classify::{NotSent, Outcome};
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacer::{Deferred, Endpoint, QueueWait, Signal};
+use crate::pacing::{Deferred, Endpoint, QueueWait, Signal};
 use crate::report::{DelaySource, StopReason};
 use crate::telemetry::decision;
 use std::sync::Arc;

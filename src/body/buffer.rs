@@ -1,7 +1,7 @@
 //! [`BufferRequestLayer`]: makes a streaming client's requests (tonic's, or any whose body is
 //! not `Clone`) replayable in front of the retry layer. Protocol-neutral.
 
-use super::replay_body::ReplayBody;
+use super::replay::ReplayBody;
 use http_body::Body;
 use std::future::Future;
 use std::pin::Pin;

@@ -481,7 +481,7 @@ fn trace(mode: PacingMode) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacer::Pacing;
+    use crate::pacing::Pacing;
     use rand::SeedableRng;
 
     const MS: Duration = Duration::from_millis(1);
