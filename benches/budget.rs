@@ -13,7 +13,7 @@ use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use tower::retry::budget::TpsBudget;
-use tower_http_retry::{RetryBudget, TokenBucket};
+use tower_http_retry::retry::{RetryBudget, TokenBucket};
 
 const THREADS: [u64; 3] = [1, 2, 8];
 

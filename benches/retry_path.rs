@@ -24,7 +24,8 @@ use support::{bench_calls, Body, Endpoint, TowerPolicy};
 use tokio::runtime::Runtime;
 use tower::retry::budget::TpsBudget;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{RetryLayer, TokenBucket};
+use tower_http_retry::retry::TokenBucket;
+use tower_http_retry::RetryLayer;
 
 const DELAY: Duration = Duration::from_millis(100);
 

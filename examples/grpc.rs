@@ -24,7 +24,8 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tower::BoxError;
-use tower_http_retry::{GrpcServiceConfig, RetryReport, StopReason};
+use tower_http_retry::grpc::GrpcServiceConfig;
+use tower_http_retry::{RetryReport, StopReason};
 
 /// The config a grpc-go or grpc-java client of this service would read.
 const SERVICE_CONFIG: &str = r#"{

@@ -27,11 +27,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::timeout::error::Elapsed;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::CircuitState;
-use tower_http_retry::{
-    AbortSignal, Backoff, CircuitBreakerLayer, CircuitOpen, Jitter, RandomSource, RetryLayer,
-    StopReason,
-};
+use tower_http_retry::circuit_breaker::CircuitOpen;
+use tower_http_retry::circuit_breaker::CircuitState;
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::{AbortSignal, Backoff, CircuitBreakerLayer, Jitter, RetryLayer, StopReason};
 
 const OUTAGE: (Duration, Duration) = (Duration::from_millis(500), Duration::from_millis(1600));
 const RUN: Duration = Duration::from_millis(3500);

@@ -1,6 +1,6 @@
 //! The errors both middlewares share, and the one set of checks every builder validates with.
 //!
-//! They sit at the crate level, beside [`classify`](crate::Classify) and the
+//! They sit at the crate level, beside [`classify`](crate::classify::Classify) and the
 //! [`AbortSignal`](crate::AbortSignal), so that the retry layer and the circuit breaker can both
 //! use them without one importing the other.
 
@@ -167,7 +167,8 @@ pub(crate) fn ratio(field: &'static str, value: f64) -> Result<(), InvalidConfig
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// use tower::{service_fn, Service, ServiceExt};
-/// use tower_http_retry::{CircuitBreakerLayer, CircuitOpen};
+/// use tower_http_retry::CircuitBreakerLayer;
+/// use tower_http_retry::circuit_breaker::CircuitOpen;
 ///
 /// let breaker = CircuitBreakerLayer::builder().consecutive_failures(1).build().unwrap();
 /// let mut svc = tower::ServiceBuilder::new().layer(breaker).service(service_fn(|_: http::Request<()>| async {
@@ -231,7 +232,7 @@ impl CircuitOpen {
     }
 
     /// The authority (`host:port` as the request URI wrote it) whose breaker refused the call,
-    /// when it came from a [`KeyedCircuitBreakerLayer`](crate::KeyedCircuitBreakerLayer) and the
+    /// when it came from a [`KeyedCircuitBreakerLayer`](crate::circuit_breaker::KeyedCircuitBreakerLayer) and the
     /// request had one; `None` from a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), or
     /// from the keyed layer's breaker shared by requests without an authority.
     pub fn authority(&self) -> Option<&Authority> {

@@ -40,7 +40,26 @@
 //! A [`CircuitBreakerLayer`] goes between the retry layer and the per-attempt timeout; give both
 //! the same [`AbortSignal`] so that an opening circuit ends the sleeps of the requests behind it.
 //!
-//! Every public item is at the crate root; the modules are private.
+//! # Where things are
+//!
+//! The root is the front door, what a first stack needs: [`RetryLayer`], [`Backoff`],
+//! [`Jitter`], [`AbortSignal`], [`CircuitBreakerLayer`], [`Pacing`], [`HttpClassifier`],
+//! [`Outcome`], [`RetryReport`], [`StopReason`] and [`InvalidConfig`]. Every other item is in
+//! the module of its concern, and only there (each front-door item is documented in its module
+//! too):
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`retry`] | the retry layer, its builder, service and future; backoff, budgets, idempotency, nested layers, the abort signal, the random source, the counters; the traits a request and a response implement to be retried |
+//! | [`circuit_breaker`] | the circuit breaker, one per authority with the keyed layer; its state, its counters, its refusal ([`CircuitOpen`](circuit_breaker::CircuitOpen)), how it fits the retry layer |
+//! | [`pacing`] | endpoint pacing: its configuration, an endpoint's mode and state |
+//! | [`hint`] | what a response says about retrying (`Retry-After`, rate-limit headers, stand-down markers) and the policy that clamps and spreads it |
+//! | [`classify`] | outcomes, the classifier trait, the default HTTP table, classifiers from closures, errors' `source()` chains |
+//! | [`body`] | request bodies that can be sent again; transient response bodies read before a sleep |
+//! | [`report`] | what happened to each request: attempts, delays, why it stopped, when to send it again |
+//! | [`grpc`] | retrying gRPC calls by the gRPC rules (feature `grpc`) |
+//! | [`reqwest_middleware`] | the retry layer as a reqwest-middleware `Middleware` (feature `reqwest-middleware`) |
+//! | [`telemetry`] | what the `tracing` and `metrics` features emit |
 //!
 //! # Features
 //!
@@ -50,15 +69,19 @@
 //!   `tracing` event per decision (attempt sent, delay chosen, stop).
 //! * `metrics`: counters (attempts, retries by delay source, requests by stop reason, budget
 //!   grants, denials and refunds, pacing mode changes), a histogram of the delays and a gauge of
-//!   the pacer's queues through the `metrics` facade; [`describe_metrics`] lists them.
-//! * `reqwest`: [`RequestHead`], [`RetryRequest`], [`RetryResponse`] and [`AsStdError`] for
+//!   the pacer's queues through the `metrics` facade;
+//!   [`describe_metrics`](telemetry::describe_metrics) lists them.
+//! * `reqwest`: [`RequestHead`](retry::RequestHead), [`RetryRequest`](retry::RetryRequest),
+//!   [`RetryResponse`](retry::RetryResponse) and [`AsStdError`](classify::AsStdError) for
 //!   `reqwest::Request`, `reqwest::Response` and `reqwest::Error`, so the layers wrap reqwest's
 //!   `Client` (a tower `Service`). See [Retrying reqwest](RetryLayer#retrying-reqwest).
-//! * `reqwest-middleware` (implies `reqwest`): [`RetryMiddleware`], the retry layer as a
+//! * `reqwest-middleware` (implies `reqwest`):
+//!   [`RetryMiddleware`](reqwest_middleware::RetryMiddleware), the retry layer as a
 //!   `reqwest_middleware::Middleware`, in place of reqwest-retry's `RetryTransientMiddleware`.
 //! * `grpc`: retrying gRPC calls (tonic's `Channel`) by the gRPC rules: [`RetryLayer::grpc`],
-//!   [`GrpcClassifier`], [`GrpcServiceConfig`] ([`BufferRequestLayer`], which makes streaming
-//!   bodies replayable, needs no feature).
+//!   [`GrpcClassifier`](grpc::GrpcClassifier), [`GrpcServiceConfig`](grpc::GrpcServiceConfig)
+//!   ([`BufferRequestLayer`](body::BufferRequestLayer), which makes streaming bodies
+//!   replayable, needs no feature).
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -91,41 +114,18 @@ pub mod retry;
 mod sync;
 pub mod telemetry;
 
-#[cfg(feature = "reqwest-middleware")]
-pub use self::reqwest_middleware::RetryMiddleware;
-pub use abort::AbortSignal;
-pub use body::{
-    BufferRequest, BufferRequestFuture, BufferRequestLayer, ReleaseBody, ReleaseBodyFuture,
-    ReleaseBodyLayer, ReleaseBodyLayerBuilder, ReleasedBody, ReplayBody,
-};
-pub use circuit_breaker::{
-    CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayer, CircuitBreakerLayerBuilder,
-    CircuitState, CircuitStats, KeyedCircuitBreaker, KeyedCircuitBreakerLayer, OpenPastDeadline,
-    RetryMismatch, SlowTrip,
-};
-pub use classify::{
-    classify_fn, AsStdError, Classify, ClassifyFn, HttpClassifier, NotSent, Outcome,
-};
-pub use error::{CircuitOpen, InvalidConfig};
-#[cfg(feature = "grpc")]
-pub use grpc::{
-    GrpcClassifier, GrpcCode, GrpcRetryPolicy, GrpcServiceConfig, GrpcStack, GrpcThrottle,
-    IntoBody, IntoBodyFuture, Pushback,
-};
-pub use hint::{
-    parse_retry_after, HintPolicy, ResetFormat, ResetHeader, RetryAfterHint, ServerHint,
-    ServerHints, WhenLonger, XRateLimit,
-};
-pub use message::{RequestHead, RetryRequest, RetryResponse};
-pub use pacing::{Pacing, PacingBuilder, PacingMode, PacingStats};
-pub use random::RandomSource;
-pub use report::{Captured, Delay, DelaySource, ReportSlot, RetryReport, StopReason};
-pub use retry::{
-    Backoff, DelayHistogram, Idempotency, Jitter, NestedLayers, Retry, RetryBudget, RetryFuture,
-    RetryLayer, RetryLayerBuilder, RetryStats, TokenBucket, TokenBucketBuilder,
-};
-#[cfg(feature = "metrics")]
-pub use telemetry::describe_metrics;
+// The front door: what a first user reaches for, each also in its room.
+#[doc(no_inline)]
+pub use circuit_breaker::CircuitBreakerLayer;
+#[doc(no_inline)]
+pub use classify::{HttpClassifier, Outcome};
+pub use error::InvalidConfig;
+#[doc(no_inline)]
+pub use pacing::Pacing;
+#[doc(no_inline)]
+pub use report::{RetryReport, StopReason};
+#[doc(no_inline)]
+pub use retry::{AbortSignal, Backoff, Jitter, RetryLayer};
 
 // The README's code blocks are compiled and run as doctests, so the README stays true.
 #[cfg(doctest)]

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// runs reproducible: the n-th stream handed out is always the same.
 ///
 /// ```
-/// use tower_http_retry::RandomSource;
+/// use tower_http_retry::retry::RandomSource;
 ///
 /// let reproducible = RandomSource::seeded(42);
 /// let production = RandomSource::default();

@@ -1,4 +1,28 @@
-//! What happened to one logical request: attempts, sleeps and why retrying stopped.
+//! What happened to one logical request: the [`RetryReport`] (its attempts, each [`Delay`] and
+//! where it came from, [`DelaySource`], why retrying stopped, [`StopReason`], and when to send
+//! it again), read from a response ([`RetryReport::of`]), from any outcome, errors included
+//! ([`RetryReport::capture`], [`Captured`]), or through a [`ReportSlot`] in the request's
+//! extensions.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_http_retry::report::DelaySource;
+//! use tower_http_retry::{RetryLayer, RetryReport, StopReason};
+//!
+//! let busy = service_fn(|_: http::Request<String>| async {
+//!     let limited = http::Response::builder().status(429).header("retry-after", "1");
+//!     Ok::<_, std::io::Error>(limited.body(String::new()).unwrap())
+//! });
+//! let client = ServiceBuilder::new().layer(RetryLayer::new()).service(busy);
+//! let response = client.oneshot(http::Request::new(String::new())).await.unwrap();
+//! let report = RetryReport::of(&response);
+//! assert_eq!((report.attempts, report.stop), (3, StopReason::AttemptsExhausted));
+//! assert!(report.delays.iter().all(|delay| delay.source == DelaySource::RetryAfter));
+//! assert!(report.resend_after.is_some()); // not final: when to send it again
+//! # }
+//! ```
 
 use pin_project_lite::pin_project;
 use std::cell::RefCell;
@@ -64,7 +88,7 @@ pub enum StopReason {
     /// The outcome was transient but the request could not be copied for another attempt.
     NotReplayable,
     /// The server's `Retry-After` was longer than the clamp and the policy is
-    /// [`WhenLonger::GiveUp`](crate::WhenLonger::GiveUp).
+    /// [`WhenLonger::GiveUp`](crate::hint::WhenLonger::GiveUp).
     RetryAfterTooLong,
     /// The [`AbortSignal`](crate::AbortSignal) was shut down, or woke every sleeping request
     /// ([`wake_sleepers`](crate::AbortSignal::wake_sleepers)): the process is stopping. A
@@ -80,7 +104,7 @@ pub enum StopReason {
     /// full, or the predicted wait (or the wait itself) went past the request's deadline. Not
     /// final: [`RetryReport::resend_after`] says when trying again makes sense.
     Deferred,
-    /// A circuit breaker refused the attempt ([`CircuitOpen`](crate::CircuitOpen)): the
+    /// A circuit breaker refused the attempt ([`CircuitOpen`](crate::circuit_breaker::CircuitOpen)): the
     /// endpoint is failing, not the request. Not final, though the request was not retried into
     /// the open circuit: [`RetryReport::resend_after`] is the time until the breaker lets a probe
     /// through.
@@ -92,15 +116,15 @@ pub enum StopReason {
     /// ends.
     Held,
     /// The server turned the request away unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`,
-    /// see [`NotSent::Refused`](crate::NotSent::Refused)) once more after
-    /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries) free resends.
+    /// see [`NotSent::Refused`](crate::classify::NotSent::Refused)) once more after
+    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries) free resends.
     RefusedTooOften,
     /// The server asked not to retry this request: `x-should-retry: false`,
-    /// `x-envoy-overloaded`, a negative gRPC pushback (see [`ServerHint`](crate::ServerHint)).
+    /// `x-envoy-overloaded`, a negative gRPC pushback (see [`ServerHint`](crate::hint::ServerHint)).
     /// Its last outcome is returned. Not final: the server is shedding load *now*.
     StandDown,
     /// An outer retry layer retries this request (it marked it, see
-    /// [`NestedLayers`](crate::NestedLayers)), so this layer sent it once and left the retrying
+    /// [`NestedLayers`](crate::retry::NestedLayers)), so this layer sent it once and left the retrying
     /// to the outer one: retries do not multiply across layers.
     Delegated,
 }
@@ -151,7 +175,7 @@ impl StopReason {
     /// Whether the layer held back on purpose (the budget, the pacer, a circuit breaker) or
     /// because the server asked it to: a caller that retried on top would add the very load the
     /// layer held back. A proxy passes this on to its own callers as `x-should-retry: false`,
-    /// which this crate's [`ServerHints`](crate::ServerHints) (and the SDKs that share the
+    /// which this crate's [`ServerHints`](crate::hint::ServerHints) (and the SDKs that share the
     /// convention) honour, so that retries do not multiply across hops.
     ///
     /// ```
@@ -220,7 +244,7 @@ pub enum DelaySource {
     /// A wait in the endpoint's queue while [pacing](crate::Pacing) held it.
     Paced,
     /// A short jittered pause: the server turned the last attempt away unprocessed
-    /// ([`NotSent::Refused`](crate::NotSent::Refused): connection rotation), and the request
+    /// ([`NotSent::Refused`](crate::classify::NotSent::Refused): connection rotation), and the request
     /// went again on the next connection.
     Refused,
 }
@@ -229,7 +253,7 @@ impl DelaySource {
     /// A short `snake_case` name, for logs and metrics labels.
     ///
     /// ```
-    /// use tower_http_retry::DelaySource;
+    /// use tower_http_retry::report::DelaySource;
     ///
     /// assert_eq!(DelaySource::RetryAfterClamped.as_str(), "retry_after_clamped");
     /// ```
@@ -294,14 +318,14 @@ pub struct RetryReport {
     /// those is spread upward by the `Retry-After` jitter. `None` for a final stop.
     pub resend_after: Option<Duration>,
     /// [`resend_after`](Self::resend_after) as a wall-clock time (the layer's
-    /// [`wall_clock`](crate::RetryLayerBuilder::wall_clock) plus the duration), for a durable
+    /// [`wall_clock`](crate::retry::RetryLayerBuilder::wall_clock) plus the duration), for a durable
     /// queue that stores when to redeliver.
     pub resend_at: Option<SystemTime>,
     /// The last error of this request that no rule of the classifier recognised, named by the
-    /// classifier ([`Classify::unknown_error`](crate::Classify::unknown_error);
+    /// classifier ([`Classify::unknown_error`](crate::classify::Classify::unknown_error);
     /// [`HttpClassifier`](crate::HttpClassifier) joins the `Display` of each link of its
     /// `source()` chain), so that a new error kind can be given a rule. `None` when there was
-    /// none; [`RetryStats::unknown_errors`](crate::RetryStats::unknown_errors) counts them.
+    /// none; [`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors) counts them.
     pub unknown_error: Option<String>,
 }
 
@@ -414,7 +438,8 @@ impl Default for RetryReport {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use tower::{service_fn, Service, ServiceExt};
-/// use tower_http_retry::{ReportSlot, RetryLayer, StopReason};
+/// use tower_http_retry::{RetryLayer, StopReason};
+/// use tower_http_retry::report::ReportSlot;
 ///
 /// let failing = service_fn(|_req: http::Request<String>| async {
 ///     Err::<http::Response<String>, _>(std::io::Error::other("boom"))

@@ -2,7 +2,7 @@
 //! `reqwest-middleware`), in place of reqwest-retry's `RetryTransientMiddleware`.
 //!
 //! No second retry engine: the rest of the middleware chain (`Next`) is wrapped in a tower
-//! `Service` and run through [`Retry`](crate::Retry), as reqwest's `Client` is with the
+//! `Service` and run through [`Retry`](crate::retry::Retry), as reqwest's `Client` is with the
 //! `reqwest` feature.
 
 use crate::classify::{AsStdError, Classify, HttpClassifier};
@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// The retry layer as a [`reqwest_middleware::Middleware`](::reqwest_middleware::Middleware):
+/// The retry layer as a [`reqwest_middleware::Middleware`]:
 /// the same budget, backoff, `Retry-After` and rate-limit hints, pacing and reports as
 /// [`RetryLayer`] has around any other client.
 ///
@@ -30,7 +30,8 @@ use tower_service::Service;
 ///
 /// ```
 /// use reqwest_middleware::ClientBuilder;
-/// use tower_http_retry::{RetryLayer, RetryMiddleware};
+/// use tower_http_retry::RetryLayer;
+/// use tower_http_retry::reqwest_middleware::RetryMiddleware;
 ///
 /// let client = ClientBuilder::new(reqwest::Client::new())
 ///     // was: .with(RetryTransientMiddleware::new_with_policy(ExponentialBackoff::builder().build_with_max_retries(3)))

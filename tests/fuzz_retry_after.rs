@@ -23,11 +23,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::{parse_retry_after, InvalidConfig, RetryAfterHint};
-use tower_http_retry::{
-    Backoff, DelaySource, HintPolicy, Jitter, RandomSource, RetryLayer, RetryReport, StopReason,
-    WhenLonger,
-};
+use tower_http_retry::hint::{parse_retry_after, RetryAfterHint};
+use tower_http_retry::hint::{HintPolicy, WhenLonger};
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::InvalidConfig;
+use tower_http_retry::{Backoff, Jitter, RetryLayer, RetryReport, StopReason};
 
 /// The last second an HTTP-date can name: 9999-12-31 23:59:59 UTC.
 const LAST_DATE: u64 = 253_402_300_799;

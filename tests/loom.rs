@@ -39,8 +39,8 @@ use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::Duration;
-use tower_http_retry::RetryBudget;
-use tower_http_retry::TokenBucket;
+use tower_http_retry::retry::RetryBudget;
+use tower_http_retry::retry::TokenBucket;
 
 const MICROS: u64 = 1_000_000;
 /// A retry costs one token.

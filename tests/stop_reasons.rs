@@ -10,10 +10,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
+use tower_http_retry::body::ReplayBody;
+use tower_http_retry::circuit_breaker::CircuitOpen;
+use tower_http_retry::classify::{classify_fn, NotSent};
+use tower_http_retry::hint::{HintPolicy, WhenLonger};
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::retry::{NestedLayers, RandomSource, RetryLayerBuilder, TokenBucket};
 use tower_http_retry::{
-    classify_fn, AbortSignal, Backoff, CircuitBreakerLayer, CircuitOpen, HintPolicy,
-    HttpClassifier, Jitter, NestedLayers, NotSent, Outcome, Pacing, RandomSource, ReplayBody,
-    ReportSlot, RetryLayer, RetryLayerBuilder, RetryReport, StopReason, TokenBucket, WhenLonger,
+    AbortSignal, Backoff, CircuitBreakerLayer, HttpClassifier, Jitter, Outcome, Pacing, RetryLayer,
+    RetryReport, StopReason,
 };
 
 type Req = http::Request<String>;
@@ -67,7 +72,7 @@ where
     S: Service<Req, Response = Res> + Clone + Send + 'static,
     S::Future: Send,
     S::Error: Send,
-    HttpClassifier: tower_http_retry::Classify<Res, S::Error>,
+    HttpClassifier: tower_http_retry::classify::Classify<Res, S::Error>,
 {
     let client = layer.build().unwrap().layer(endpoint);
     RetryReport::capture(client.oneshot(request)).await

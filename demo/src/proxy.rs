@@ -36,10 +36,10 @@ use std::time::Duration;
 use tower::timeout::error::Elapsed;
 use tower::timeout::Timeout;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
-use tower_http_retry::CircuitBreaker;
-use tower_http_retry::{
-    CircuitBreakerLayer, CircuitOpen, HttpClassifier, Retry, RetryLayer, RetryReport,
-};
+use tower_http_retry::circuit_breaker::CircuitBreaker;
+use tower_http_retry::circuit_breaker::CircuitOpen;
+use tower_http_retry::retry::Retry;
+use tower_http_retry::{CircuitBreakerLayer, HttpClassifier, RetryLayer, RetryReport};
 
 /// The largest request body the proxy forwards. Bodies are buffered whole so that a retry can
 /// send them again; the bound keeps that memory in check.

@@ -43,10 +43,10 @@ use tokio::time::Instant;
 use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
 use tower::timeout::{Timeout, TimeoutLayer};
 use tower::{ServiceBuilder, ServiceExt};
-use tower_http_retry::{
-    Backoff, HttpClassifier, Jitter, Pacing, PacingStats, RandomSource, ReportSlot, Retry,
-    RetryLayerBuilder, RetryReport, RetryStats,
-};
+use tower_http_retry::pacing::PacingStats;
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::retry::{RandomSource, Retry, RetryLayerBuilder, RetryStats};
+use tower_http_retry::{Backoff, HttpClassifier, Jitter, Pacing, RetryReport};
 
 pub const DELIVERIES: u32 = 300;
 /// A new webhook is due every `ARRIVAL`: 300 over 4.5 s.

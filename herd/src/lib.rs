@@ -34,10 +34,8 @@ use tower::retry::backoff::{
 use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::Policy;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::{
-    Backoff, Jitter, Pacing, RandomSource, RetryLayer, RetryLayerBuilder, RetryReport, RetryStats,
-    StopReason, TokenBucket,
-};
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder, RetryStats, TokenBucket};
+use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer, RetryReport, StopReason};
 
 /// The header both clients stamp with the attempt number (1 for the first attempt).
 pub const ATTEMPT: HeaderName = HeaderName::from_static("x-attempt");

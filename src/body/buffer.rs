@@ -24,8 +24,9 @@ use tower_service::Service;
 ///
 /// ```
 /// use tower::ServiceBuilder;
-/// use tower_http_retry::{BufferRequestLayer, RetryLayer};
-/// # fn channel() -> impl tower::Service<http::Request<tower_http_retry::ReplayBody<String>>, Response = http::Response<String>, Error = tower::BoxError> + Clone + Send + 'static {
+/// use tower_http_retry::RetryLayer;
+/// use tower_http_retry::body::BufferRequestLayer;
+/// # fn channel() -> impl tower::Service<http::Request<tower_http_retry::body::ReplayBody<String>>, Response = http::Response<String>, Error = tower::BoxError> + Clone + Send + 'static {
 /// #     tower::service_fn(|_| async { Ok(http::Response::new(String::new())) })
 /// # }
 ///

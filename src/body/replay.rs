@@ -17,7 +17,7 @@ pin_project! {
     ///
     /// Built by [`buffer`](Self::buffer) or [`buffer_request`](Self::buffer_request).
     /// `http::Request<ReplayBody<B>>` implements
-    /// [`RetryRequest`](crate::RetryRequest) whatever `B` is. `ReplayBody` deliberately
+    /// [`RetryRequest`](crate::retry::RetryRequest) whatever `B` is. `ReplayBody` deliberately
     /// does not implement `Clone`: [`try_clone`](Self::try_clone) says whether a copy exists.
     ///
     ///
@@ -46,7 +46,7 @@ pin_project! {
     /// use std::sync::atomic::{AtomicU32, Ordering};
     /// use std::sync::Arc;
     /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-    /// use tower_http_retry::ReplayBody;
+    /// use tower_http_retry::body::ReplayBody;
     /// use tower_http_retry::RetryLayer;
     ///
     /// // An endpoint that answers 503 once, then echoes the body back.
@@ -96,7 +96,7 @@ pin_project! {
 // On `ReplayBody<()>` alone, so that the constant is named without a body type.
 impl ReplayBody<()> {
     /// The bound [`buffer_request`](Self::buffer_request) and
-    /// [`BufferRequestLayer`](crate::BufferRequestLayer) read up to unless told otherwise: 64 KiB.
+    /// [`BufferRequestLayer`](crate::body::BufferRequestLayer) read up to unless told otherwise: 64 KiB.
     pub const DEFAULT_LIMIT: usize = 64 * 1024;
 }
 

@@ -10,7 +10,7 @@ use crate::retry::{Backoff, Jitter};
 use std::time::Duration;
 
 /// Everything but the classifier, as the builder collects it: a type-changing
-/// [`classifier`](crate::CircuitBreakerLayerBuilder::classifier) setter moves it whole.
+/// [`classifier`](crate::circuit_breaker::CircuitBreakerLayerBuilder::classifier) setter moves it whole.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub(crate) consecutive_failures: Option<u32>,
@@ -62,7 +62,7 @@ pub(crate) struct Config {
 
 impl Settings {
     /// Checks every value (see
-    /// [`CircuitBreakerLayerBuilder::build`](crate::CircuitBreakerLayerBuilder::build)).
+    /// [`CircuitBreakerLayerBuilder::build`](crate::circuit_breaker::CircuitBreakerLayerBuilder::build)).
     pub(crate) fn check(&self) -> Result<Config, InvalidConfig> {
         if self.consecutive_failures.is_none() && self.failure_ratio.is_none() {
             return Err(InvalidConfig::new(

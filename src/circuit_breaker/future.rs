@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use tower::BoxError;
 
 pin_project! {
-    /// The future of [`CircuitBreaker`](crate::CircuitBreaker) and
-    /// [`KeyedCircuitBreaker`](crate::KeyedCircuitBreaker): the inner service's outcome, or
+    /// The future of [`CircuitBreaker`](crate::circuit_breaker::CircuitBreaker) and
+    /// [`KeyedCircuitBreaker`](crate::circuit_breaker::KeyedCircuitBreaker): the inner service's outcome, or
     /// [`CircuitOpen`] at once when the call was refused.
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct CircuitBreakerFuture<F, C> {

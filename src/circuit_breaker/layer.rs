@@ -48,7 +48,7 @@ use tower_layer::Layer;
 /// Backoff handles transient failure: the endpoint is back shortly, so wait. A breaker handles
 /// sustained failure: it is not coming back shortly, so stop trying and free the concurrency.
 /// With backoff and no breaker, a dead endpoint keeps every request busy for its whole retry
-/// sequence; with a breaker, the calls fail fast with [`CircuitOpen`](crate::CircuitOpen) until a probe shows the
+/// sequence; with a breaker, the calls fail fast with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen) until a probe shows the
 /// endpoint is back.
 ///
 /// * **Closed**: calls go through. The circuit opens after
@@ -56,12 +56,12 @@ use tower_layer::Layer;
 ///   the [`failure_ratio`](CircuitBreakerLayerBuilder::failure_ratio) over a sliding
 ///   [`window`](CircuitBreakerLayerBuilder::window) is reached with at least
 ///   [`minimum_calls`](CircuitBreakerLayerBuilder::minimum_calls). A failure is what the
-///   [`Classify`](crate::Classify) implementation calls [`Transient`](crate::Outcome::Transient)
+///   [`Classify`](crate::classify::Classify) implementation calls [`Transient`](crate::Outcome::Transient)
 ///   (a 503, a timeout, a refused connection) - the same classifier as the retry layer's, so what
 ///   is retried is what trips. A permanent outcome (a 404, the caller's fault) is not counted; a
 ///   success ends a run of failures.
-/// * **Open**: calls fail at once with [`CircuitOpen`](crate::CircuitOpen), without reaching the inner service, for
-///   the open duration plus jitter (drawn from a [`RandomSource`](crate::RandomSource), so a fleet
+/// * **Open**: calls fail at once with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen), without reaching the inner service, for
+///   the open duration plus jitter (drawn from a [`RandomSource`](crate::retry::RandomSource), so a fleet
 ///   that tripped together does not probe together), growing each time a probe fails or the
 ///   circuit trips again within a window of closing.
 ///   `poll_ready` stays `Ready(Ok(()))`: a `poll_ready` error is final under tower's contract.
@@ -82,7 +82,7 @@ use tower_layer::Layer;
 /// [`AbortSignal::shutdown`](crate::AbortSignal::shutdown) and
 /// [`wake_sleepers`](crate::AbortSignal::wake_sleepers).
 ///
-/// [`HttpClassifier`](crate::HttpClassifier) classifies [`CircuitOpen`](crate::CircuitOpen) as
+/// [`HttpClassifier`](crate::HttpClassifier) classifies [`CircuitOpen`](crate::circuit_breaker::CircuitOpen) as
 /// permanent *for this request*, even with `unknown_errors(Outcome::Transient)`, so a refused
 /// attempt ends the request rather than being retried into the open circuit; the request stops
 /// with [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen), which is **not final**
@@ -98,7 +98,8 @@ use tower_layer::Layer;
 /// # async fn main() {
 /// use std::time::Duration;
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_http_retry::{CircuitBreakerLayer, CircuitOpen};
+/// use tower_http_retry::CircuitBreakerLayer;
+/// use tower_http_retry::circuit_breaker::CircuitOpen;
 /// use tower_http_retry::{AbortSignal, Backoff, Jitter, RetryLayer};
 ///
 /// let wake = AbortSignal::new();
@@ -143,14 +144,15 @@ use tower_layer::Layer;
 /// the request URI (`host:port` as the URI writes it, compared without regard to case:
 /// `example.test` and `example.test:80` are two authorities). Requests without an authority
 /// (`/path`) share one breaker of their own. A refusal names its authority
-/// ([`CircuitOpen::authority`](crate::CircuitOpen::authority)).
+/// ([`CircuitOpen::authority`](crate::circuit_breaker::CircuitOpen::authority)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_http_retry::{CircuitBreakerLayer, CircuitOpen};
-/// use tower_http_retry::KeyedCircuitBreakerLayer;
+/// use tower_http_retry::CircuitBreakerLayer;
+/// use tower_http_retry::circuit_breaker::CircuitOpen;
+/// use tower_http_retry::circuit_breaker::KeyedCircuitBreakerLayer;
 ///
 /// let breakers = CircuitBreakerLayer::builder()
 ///     .consecutive_failures(3)
@@ -201,7 +203,7 @@ use tower_layer::Layer;
 /// authorities, linear in `max_authorities`.
 ///
 /// `poll_ready` cannot know which authority the next call is for, so it waits for the inner
-/// service even when some circuit is open (see [`KeyedCircuitBreaker`](crate::KeyedCircuitBreaker)).
+/// service even when some circuit is open (see [`KeyedCircuitBreaker`](crate::circuit_breaker::KeyedCircuitBreaker)).
 ///
 /// ## Waking the retry layer
 ///
@@ -217,7 +219,7 @@ use tower_layer::Layer;
 ///   is shared), sees that the hold is not for its authority and goes back to sleep.
 ///
 /// Without a signal nothing is woken: the sleepers of a dead upstream wait out their backoff and
-/// are then refused with [`CircuitOpen`](crate::CircuitOpen), which ends the request with
+/// are then refused with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen), which ends the request with
 /// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen): not retried into the open
 /// circuit, but not final either (the report's `retry_after` says when a probe goes through).
 ///
@@ -322,12 +324,13 @@ impl<C> CircuitBreakerLayer<C> {
     ///   when it needs no more failures than `max_attempts`; the ratio trip when
     ///   `minimum_calls` attempts fit in `max_attempts` and their sleeps (taken at the
     ///   backoff's ceiling) fit in the window;
-    /// * when the retry layer has a [deadline](crate::RetryLayerBuilder::deadline), the circuit
+    /// * when the retry layer has a [deadline](crate::retry::RetryLayerBuilder::deadline), the circuit
     ///   half-opens within it after its first trip, jitter included
     ///   ([`RetryMismatch::OpenPastDeadline`]).
     ///
     /// ```
-    /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer, RetryMismatch};
+    /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer};
+    /// use tower_http_retry::circuit_breaker::RetryMismatch;
     ///
     /// let retry = RetryLayer::builder().max_attempts(3).build().unwrap();
     /// let slow = CircuitBreakerLayer::builder().consecutive_failures(10).build().unwrap();
@@ -425,7 +428,9 @@ impl CircuitBreakerLayerBuilder {
     /// longer while the outage lasts, up to 3 s), to change a setting.
     ///
     /// ```
-    /// use tower_http_retry::{AbortSignal, CircuitBreakerLayerBuilder, RetryLayerBuilder};
+    /// use tower_http_retry::AbortSignal;
+    /// use tower_http_retry::circuit_breaker::CircuitBreakerLayerBuilder;
+    /// use tower_http_retry::retry::RetryLayerBuilder;
     ///
     /// let wake = AbortSignal::new();
     /// let retry = RetryLayerBuilder::interactive().abort_signal(wake.clone()).build().unwrap();
@@ -528,7 +533,7 @@ impl<C> CircuitBreakerLayerBuilder<C> {
     }
 
     /// The signal to wake each time the circuit opens; give the same one to
-    /// [`RetryLayerBuilder::abort_signal`](crate::RetryLayerBuilder::abort_signal) so that
+    /// [`RetryLayerBuilder::abort_signal`](crate::retry::RetryLayerBuilder::abort_signal) so that
     /// requests sleeping before a retry return their last outcome at once.
     pub fn abort_signal(mut self, signal: AbortSignal) -> Self {
         self.settings.abort = Some(signal);

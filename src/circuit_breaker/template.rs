@@ -1,6 +1,6 @@
 //! The [`Template`] that makes breakers from a checked [`Config`] (one for a
 //! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), one per authority for a
-//! [`KeyedCircuitBreakerLayer`](crate::KeyedCircuitBreakerLayer)), and the [`Shared`] breaker
+//! [`KeyedCircuitBreakerLayer`](crate::circuit_breaker::KeyedCircuitBreakerLayer)), and the [`Shared`] breaker
 //! with its classifier.
 //!
 //! Apart from `config.rs` because it names the breaker, whose state reads the configuration.

@@ -37,7 +37,7 @@ pub enum NotSent {
     /// failure. The request is sent again
     /// after a short jittered pause (so that it lands on the next connection, not on the one
     /// closing), bounded by the deadline and by
-    /// [`max_refused_retries`](crate::RetryLayerBuilder::max_refused_retries), without spending
+    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries), without spending
     /// an attempt or a budget token; the circuit breaker counts it neither as a success nor as a
     /// failure, and pacing not as congestion.
     Refused,
@@ -59,7 +59,8 @@ pub enum NotSent {
 ///
 /// ```
 /// use http::{Method, StatusCode};
-/// use tower_http_retry::{Classify, HttpClassifier, Outcome};
+/// use tower_http_retry::{HttpClassifier, Outcome};
+/// use tower_http_retry::classify::Classify;
 ///
 /// /// The default table, and a 409 is worth another attempt for a PUT (and only for a PUT).
 /// #[derive(Clone, Debug)]
@@ -95,7 +96,7 @@ pub trait Classify<Res, E> {
     /// Classifies an error of the inner service.
     fn classify_error(&self, error: &E) -> Outcome;
 
-    /// When `error` is a circuit breaker's refusal ([`CircuitOpen`](crate::CircuitOpen)), how long until the breaker
+    /// When `error` is a circuit breaker's refusal ([`CircuitOpen`](crate::circuit_breaker::CircuitOpen)), how long until the breaker
     /// lets a probe through. The retry layer stops such a request with
     /// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen) (or, with
     /// [pacing](crate::Pacing), pauses the endpoint until then and keeps the request waiting).
@@ -107,7 +108,7 @@ pub trait Classify<Res, E> {
 
     /// When no rule of the classifier recognised `error` (its outcome is the fallback for
     /// unknown errors), a name for it, for people: the retry layer counts such errors
-    /// ([`RetryStats::unknown_errors`](crate::RetryStats::unknown_errors)) and puts the name in
+    /// ([`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors)) and puts the name in
     /// the request's report ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)),
     /// so that a new error kind gets a rule instead of going unnoticed. The name is never
     /// classified. The default recognises every error; [`HttpClassifier`](super::HttpClassifier) names an unknown one
@@ -128,7 +129,7 @@ pub trait Classify<Res, E> {
     /// 202) or to follow a redirect later (a 3xx).
     ///
     /// The default reads `Retry-After` on a 4xx or 5xx response alone; [`HttpClassifier`](super::HttpClassifier) also
-    /// reads the rate-limit and stand-down headers its [`ServerHints`](crate::ServerHints) name.
+    /// reads the rate-limit and stand-down headers its [`ServerHints`](crate::hint::ServerHints) name.
     fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint
     where
         Res: RetryResponse,
@@ -143,11 +144,11 @@ pub trait Classify<Res, E> {
     /// Whether `response`, classified as transient, says the endpoint is overloaded or
     /// unreachable: what [pacing](crate::Pacing) counts towards an outage and against a ramp.
     /// `statuses` are the HTTP statuses the pacing configuration calls congestion
-    /// ([`PacingBuilder::congestion`](crate::PacingBuilder::congestion): 429, 502, 503 and 504
+    /// ([`PacingBuilder::congestion`](crate::pacing::PacingBuilder::congestion): 429, 502, 503 and 504
     /// by default); a transient error (a timeout, a connection failure) always is congestion.
     ///
     /// The default: the response's status is one of `statuses`. A protocol that reports
-    /// overload inside a 200 says so here: [`GrpcClassifier`](crate::GrpcClassifier) counts
+    /// overload inside a 200 says so here: [`GrpcClassifier`](crate::grpc::GrpcClassifier) counts
     /// UNAVAILABLE and RESOURCE_EXHAUSTED.
     fn is_congestion(&self, response: &Res, statuses: &[http::StatusCode]) -> bool
     where
@@ -178,7 +179,8 @@ pub struct ClassifyFn<R, E> {
 ///
 /// ```
 /// use http::Response;
-/// use tower_http_retry::{classify_fn, HttpClassifier, Outcome};
+/// use tower_http_retry::{HttpClassifier, Outcome};
+/// use tower_http_retry::classify::classify_fn;
 ///
 /// // Retry 409 too; leave everything else to the default table.
 /// let table = HttpClassifier::new();

@@ -50,7 +50,7 @@ use std::sync::Arc;
 /// nothing says it was not processed. An error no rule recognises is as likely a new transport
 /// failure as a bug of the request, and a permanent default turned the first kind into silent
 /// failures; the attempts and the budget bound what the second kind costs. Each one is counted
-/// ([`RetryStats::unknown_errors`](crate::RetryStats::unknown_errors)) and named in the report
+/// ([`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors)) and named in the report
 /// ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)).
 ///
 /// ```

@@ -27,7 +27,7 @@ pub(crate) static GRPC_RETRY_PUSHBACK_MS: HeaderName =
 /// | `grpc-status` 0 (OK) | success |
 /// | any other `grpc-status` (CANCELLED, DEADLINE_EXCEEDED, INVALID_ARGUMENT, DATA_LOSS, ...; a malformed one reads as INTERNAL) | permanent |
 /// | HTTP status other than 200 without `grpc-status` | the code gRPC maps it to ([`GrpcCode::of_http_status`]: 429, 502, 503, 504 → UNAVAILABLE, so transient), then as above |
-/// | an error of the inner service (transport) | as [`HttpClassifier`] classifies it (connection refused: [not sent](crate::NotSent); reset, timeout: transient), or the table set with [`errors`](Self::errors) |
+/// | an error of the inner service (transport) | as [`HttpClassifier`] classifies it (connection refused: [not sent](crate::classify::NotSent); reset, timeout: transient), or the table set with [`errors`](Self::errors) |
 ///
 /// Its [`hint`](Classify::hint) reads `grpc-retry-pushback-ms`: a valid value replaces the
 /// backoff delay (clamped like `Retry-After`); a negative or malformed one means "do not
@@ -37,7 +37,9 @@ pub(crate) static GRPC_RETRY_PUSHBACK_MS: HeaderName =
 ///
 /// ```
 /// use http::Method;
-/// use tower_http_retry::{Classify, GrpcClassifier, GrpcCode, Outcome};
+/// use tower_http_retry::Outcome;
+/// use tower_http_retry::classify::Classify;
+/// use tower_http_retry::grpc::{GrpcClassifier, GrpcCode};
 ///
 /// let trailers_only = |code: &str| -> Result<http::Response<()>, std::io::Error> {
 ///     Ok(http::Response::builder().header("grpc-status", code).body(()).unwrap())
@@ -229,7 +231,7 @@ impl<B, E: AsStdError> Classify<http::Response<B>, E> for GrpcClassifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::NotSent;
+    use crate::classify::NotSent;
     use http::Method;
     use std::io;
 

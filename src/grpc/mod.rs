@@ -2,17 +2,20 @@
 //! rules: gRPC proposal A6 ("gRPC Retry Design") and Google AIP-194 ("Automatic retry
 //! configuration"). Feature `grpc`.
 //!
+//! * [`RetryLayer::grpc`](crate::RetryLayer::grpc) is the preset for gRPC calls
+//!   ([`RetryLayerBuilder::grpc`](crate::retry::RetryLayerBuilder::grpc) its builder), and
+//!   [`GrpcServiceConfig::retry_layer_builder`] sets one up from a service config.
 //! * [`GrpcClassifier`] reads `grpc-status` from the response *headers*: a call that failed
 //!   before sending anything (a Trailers-Only response) is classified by its code; a call whose
 //!   headers came without a status is committed and passed through.
-//! * Its [`hint`](crate::Classify::hint) reads the server's `grpc-retry-pushback-ms`.
-//! * [`RetryLayerBuilder::grpc_metadata`](crate::RetryLayerBuilder::grpc_metadata) stamps
+//! * Its [`hint`](crate::classify::Classify::hint) reads the server's `grpc-retry-pushback-ms`.
+//! * [`RetryLayerBuilder::grpc_metadata`](crate::retry::RetryLayerBuilder::grpc_metadata) stamps
 //!   `grpc-previous-rpc-attempts` and keeps `grpc-timeout` to the time left.
-//! * [`BufferRequestLayer`](crate::BufferRequestLayer) (protocol-neutral, beside
-//!   [`ReplayBody`](crate::ReplayBody)) makes request bodies replayable.
+//! * [`BufferRequestLayer`](crate::body::BufferRequestLayer) (protocol-neutral, beside
+//!   [`ReplayBody`](crate::body::ReplayBody)) makes request bodies replayable.
 //! * [`GrpcServiceConfig`] reads a service config's `retryPolicy` and `retryThrottling`
 //!   ([`GrpcThrottle`]).
-//! * [`GrpcServiceConfig::stack`] and [`RetryLayer::grpc_stack`] build the whole client stack
+//! * [`GrpcServiceConfig::stack`] and [`RetryLayer::grpc_stack`](crate::RetryLayer::grpc_stack) build the whole client stack
 //!   around a tonic `Channel` in one call ([`GrpcStack`]).
 //!
 //! The library does not depend on tonic: it reads and writes `http` headers.
@@ -58,7 +61,7 @@ impl RetryLayerBuilder<GrpcClassifier> {
     /// A builder starting from the preset [`RetryLayer::grpc`], to change a setting.
     ///
     /// ```
-    /// use tower_http_retry::RetryLayerBuilder;
+    /// use tower_http_retry::retry::RetryLayerBuilder;
     ///
     /// let layer = RetryLayerBuilder::grpc().max_attempts(4).build().unwrap();
     /// assert_eq!(layer.max_attempts(), 4);

@@ -23,7 +23,7 @@ const MAX_ATTEMPTS_CAP: u32 = 5;
 /// is ignored; a `hedgingPolicy` is refused, as hedging is not implemented.
 ///
 /// ```
-/// use tower_http_retry::GrpcServiceConfig;
+/// use tower_http_retry::grpc::GrpcServiceConfig;
 ///
 /// let config = GrpcServiceConfig::from_json(r#"{
 ///   "methodConfig": [{

@@ -110,7 +110,7 @@ impl<F> fmt::Debug for IntoBodyFuture<F> {
 
 impl RetryLayer<GrpcClassifier> {
     /// Wraps `channel` (tonic's `Channel`) in the whole client stack: bodies buffered up to
-    /// [`ReplayBody::DEFAULT_LIMIT`](crate::ReplayBody::DEFAULT_LIMIT) so a call can be sent again, this layer, and the conversion back
+    /// [`ReplayBody::DEFAULT_LIMIT`](crate::body::ReplayBody::DEFAULT_LIMIT) so a call can be sent again, this layer, and the conversion back
     /// to the channel's body type. `into_body` is that conversion: `tonic::body::Body::new`
     /// (the crate does not depend on tonic, so it cannot name it). The result goes straight
     /// into a generated client: `MyServiceClient::new(layer.grpc_stack(channel, Body::new))`.
@@ -125,7 +125,7 @@ impl RetryLayer<GrpcClassifier> {
     /// let channel = service_fn(|_: http::Request<String>| async {
     ///     Ok::<_, std::io::Error>(http::Response::new(String::new()))
     /// });
-    /// let into_body = |_: tower_http_retry::ReplayBody<String>| String::new();
+    /// let into_body = |_: tower_http_retry::body::ReplayBody<String>| String::new();
     ///
     /// let mut client = RetryLayer::grpc().grpc_stack(channel, into_body);
     /// let response = client.ready().await.unwrap().call(http::Request::new(String::new())).await;
@@ -157,7 +157,7 @@ impl GrpcServiceConfig {
     ///
     /// To set more (an abort signal, a deadline), build the layer with
     /// [`retry_layer_builder`](Self::retry_layer_builder) and call [`RetryLayer::grpc_stack`] on it. Fails as
-    /// [`RetryLayerBuilder::build`](crate::RetryLayerBuilder::build) does.
+    /// [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build) does.
     pub fn stack<S, B>(
         &self,
         path: &str,

@@ -25,11 +25,12 @@ const MILLI: u64 = 1000;
 /// * a retry that was allowed and then not sent (its sleep was aborted) gives nothing back: the
 ///   failure happened.
 ///
-/// [`TokenBucket`](crate::TokenBucket) cannot express it: it refuses a retry only when empty
+/// [`TokenBucket`](crate::retry::TokenBucket) cannot express it: it refuses a retry only when empty
 /// (not at half), and a refused retry costs it nothing, so it recovers at once.
 ///
 /// ```
-/// use tower_http_retry::{GrpcThrottle, RetryBudget};
+/// use tower_http_retry::grpc::GrpcThrottle;
+/// use tower_http_retry::retry::RetryBudget;
 ///
 /// let throttle = GrpcThrottle::new(4.0, 0.5).unwrap();
 /// assert!(throttle.withdraw()); // 4 -> 3, above 2

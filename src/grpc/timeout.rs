@@ -1,6 +1,6 @@
 //! The per-attempt metadata: `grpc-timeout` read and rewritten, `grpc-previous-rpc-attempts`
 //! stamped. The retry layer calls it through its attempt hook ([`GrpcMetadata`]): with
-//! [`grpc_metadata`](crate::RetryLayerBuilder::grpc_metadata) on, [`request_timeout`] when a
+//! [`grpc_metadata`](crate::retry::RetryLayerBuilder::grpc_metadata) on, [`request_timeout`] when a
 //! request arrives and [`stamp_attempt`] before each attempt.
 
 use crate::retry::attempt::AttemptHook;
@@ -219,7 +219,7 @@ mod tests {
         let config = config(
             builder
                 .grpc_metadata(true)
-                .idempotency(crate::Idempotency::Any),
+                .idempotency(crate::retry::Idempotency::Any),
         );
         let mut request = request(Method::POST);
         let timeout = http::HeaderValue::from_static(timeout);

@@ -1,7 +1,30 @@
-//! What a response says about retrying it: when to come back (`Retry-After` and the rate-limit
-//! headers APIs send instead) and whether to retry at all (stand-down markers, a protocol's
-//! pushback). Reading only: how a hint is clamped and spread is the retry layer's
-//! [`HintPolicy`](crate::HintPolicy).
+//! What a response says about retrying it, and how the retry layer uses what it says.
+//!
+//! * **Reading.** A classifier reads a [`ServerHint`] from each response
+//!   ([`Classify::hint`](crate::classify::Classify::hint)): when to come back, and whether to
+//!   retry at all. [`ServerHints`] lists what [`HttpClassifier`](crate::HttpClassifier) reads:
+//!   `Retry-After` ([`parse_retry_after`], [`RetryAfterHint`]), `retry-after-ms`, the IETF
+//!   `RateLimit` fields and `x-ratelimit-reset` ([`XRateLimit`], [`ResetFormat`],
+//!   [`ResetHeader`]), and the stand-down markers (`x-should-retry`, `x-envoy-overloaded`).
+//! * **Using.** A [`HintPolicy`] clamps a hint and spreads it, and says what to do with one
+//!   longer than the clamp ([`WhenLonger`]); the retry layer takes it with
+//!   [`RetryLayerBuilder::hint_policy`](crate::retry::RetryLayerBuilder::hint_policy).
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use tower_http_retry::classify::Classify;
+//! use tower_http_retry::hint::{HintPolicy, WhenLonger};
+//! use tower_http_retry::{HttpClassifier, RetryLayer};
+//!
+//! let limited = http::Response::builder().status(429).header("retry-after", "30").body(()).unwrap();
+//! let hint = Classify::<_, std::io::Error>::hint(&HttpClassifier::new(), &limited, SystemTime::now());
+//! assert_eq!(hint.retry_after(), Some(Duration::from_secs(30)));
+//!
+//! // Wait up to 10 s for a hint; give up at once on a longer one.
+//! let policy = HintPolicy::honored().max_delay(Duration::from_secs(10)).when_longer(WhenLonger::GiveUp);
+//! let layer = RetryLayer::builder().hint_policy(policy).build().unwrap();
+//! # let _ = layer;
+//! ```
 
 mod policy;
 mod rate_limit;
@@ -20,16 +43,16 @@ use http::header::{HeaderMap, DATE};
 use std::time::{Duration, SystemTime};
 
 /// What a response says about retrying it, as a classifier reads it
-/// ([`Classify::hint`](crate::Classify::hint)).
+/// ([`Classify::hint`](crate::classify::Classify::hint)).
 ///
 /// Three independent parts: the server's word on *whether* to retry, its word on *when*, and
 /// whether a hint header was present but unreadable (counted in
-/// [`RetryStats::retry_after_malformed`](crate::RetryStats::retry_after_malformed) and
+/// [`RetryStats::retry_after_malformed`](crate::retry::RetryStats::retry_after_malformed) and
 /// otherwise ignored).
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_http_retry::ServerHint;
+/// use tower_http_retry::hint::ServerHint;
 ///
 /// let hint = ServerHint::after(Duration::from_secs(5));
 /// assert_eq!(hint.retry_after(), Some(Duration::from_secs(5)));

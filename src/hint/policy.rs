@@ -34,7 +34,7 @@ pub enum WhenLonger {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_http_retry::{HintPolicy, WhenLonger};
+/// use tower_http_retry::hint::{HintPolicy, WhenLonger};
 ///
 /// let policy = HintPolicy::honored()
 ///     .max_delay(Duration::from_secs(60))

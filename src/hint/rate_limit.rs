@@ -129,7 +129,7 @@ fn declared_window(headers: &HeaderMap, name: &str) -> Option<u64> {
 }
 
 /// How an `X-RateLimit-Reset`-style header writes its reset time: APIs differ, and the header
-/// name does not say, so it is declared per header ([`XRateLimit::new`](crate::XRateLimit::new)).
+/// name does not say, so it is declared per header ([`XRateLimit::new`](crate::hint::XRateLimit::new)).
 ///
 /// Every format accepts an integer or a decimal with a fraction (`1700000000.250`). Epoch values
 /// are measured against the local clock when it agrees with the response's `Date` header (within
@@ -194,7 +194,7 @@ impl ResetFormat {
 ///
 /// ```
 /// use http::HeaderName;
-/// use tower_http_retry::{ResetFormat, XRateLimit};
+/// use tower_http_retry::hint::{ResetFormat, XRateLimit};
 ///
 /// // An API that writes its reset as seconds from now, under its own names.
 /// let acme = XRateLimit::new(HeaderName::from_static("acme-quota-reset"), ResetFormat::DeltaSeconds)

@@ -28,7 +28,7 @@ pub enum RetryAfterHint {
 /// ```
 /// use http::{HeaderMap, HeaderValue};
 /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
-/// use tower_http_retry::{parse_retry_after, RetryAfterHint};
+/// use tower_http_retry::hint::{parse_retry_after, RetryAfterHint};
 ///
 /// let now = UNIX_EPOCH + Duration::from_secs(784_111_770); // Sun, 06 Nov 1994 08:49:30 GMT
 /// let mut headers = HeaderMap::new();

@@ -32,8 +32,8 @@ pub enum ResetHeader {
 /// **When.** On a 4xx or 5xx response, a valid `Retry-After` always wins. Otherwise the
 /// [`ResetHeader`]s are tried in order and the first that gives a reset time is the hint. Every
 /// hint goes through the same clamp, counters and report as `Retry-After`
-/// ([`HintPolicy`](crate::HintPolicy)). A malformed header is ignored and counted
-/// ([`RetryStats::retry_after_malformed`](crate::RetryStats::retry_after_malformed)).
+/// ([`HintPolicy`](crate::hint::HintPolicy)). A malformed header is ignored and counted
+/// ([`RetryStats::retry_after_malformed`](crate::retry::RetryStats::retry_after_malformed)).
 ///
 /// The dialects read by default, in this order, and how exactly each wait matches what the
 /// server meant (besides the server's own rounding of the value it writes):
@@ -57,7 +57,7 @@ pub enum ResetHeader {
 /// a `RateLimit` policy with `r=0`) makes a 403 transient (GitHub answers a used-up quota with
 /// 403), and on a *successful* response it is not a retry but a pause: with
 /// [pacing](crate::Pacing), the endpoint's next requests wait for the reset
-/// ([`RetryStats::quota_paused`](crate::RetryStats::quota_paused)).
+/// ([`RetryStats::quota_paused`](crate::retry::RetryStats::quota_paused)).
 ///
 /// **Whether.** `x-should-retry: false` and the presence of `x-envoy-overloaded` stop retrying
 /// ([`StopReason::StandDown`](crate::StopReason::StandDown)); `x-should-retry: true` allows a
@@ -67,7 +67,8 @@ pub enum ResetHeader {
 /// ```
 /// use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 /// use std::time::{Duration, UNIX_EPOCH};
-/// use tower_http_retry::{HttpClassifier, ResetFormat, ResetHeader, ServerHints, XRateLimit};
+/// use tower_http_retry::HttpClassifier;
+/// use tower_http_retry::hint::{ResetFormat, ResetHeader, ServerHints, XRateLimit};
 ///
 /// // An API that writes its reset as Unix milliseconds.
 /// let hints = ServerHints::new().reset_headers([
@@ -132,7 +133,7 @@ impl ServerHints {
     ///
     /// ```
     /// use http::HeaderName;
-    /// use tower_http_retry::{ResetFormat, ResetHeader, ServerHints, XRateLimit};
+    /// use tower_http_retry::hint::{ResetFormat, ResetHeader, ServerHints, XRateLimit};
     ///
     /// let hints = ServerHints::new().add_reset_header(ResetHeader::XRateLimit(
     ///     XRateLimit::new(HeaderName::from_static("acme-quota-reset"), ResetFormat::DeltaSeconds)

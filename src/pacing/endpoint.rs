@@ -19,7 +19,7 @@ use std::task::Waker;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// What the endpoint is doing, as [`PacingStats`](crate::PacingStats) reports it.
+/// What the endpoint is doing, as [`PacingStats`](crate::pacing::PacingStats) reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PacingMode {
@@ -358,7 +358,7 @@ impl EndpointState {
     }
 
     /// Moves the mode on with time when it is read, not only when a request comes: what
-    /// [`PacingStats`](crate::PacingStats) says and what eviction sees are true at `now`.
+    /// [`PacingStats`](crate::pacing::PacingStats) says and what eviction sees are true at `now`.
     pub(crate) fn advance(&mut self, config: &PacingConfig, now: Instant) {
         self.tick_for(config, now, 0);
     }

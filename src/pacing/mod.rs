@@ -1,11 +1,37 @@
-//! Endpoint pacing: [`Pacing`](crate::Pacing) configures it, the retry layer consults it. After
-//! an outage, requests to a failing endpoint wait in its queue and are let through by probes,
-//! then by a rate that ramps up, instead of firing on their own timers or being refused.
+//! Endpoint pacing: after an outage, requests to a failing endpoint wait in its queue and are
+//! let through by probes, then by a rate that ramps up, instead of firing on their own timers
+//! or being refused by the budget. [`Pacing`] (or [`PacingBuilder`]) configures it for
+//! [`RetryLayerBuilder::pacing`](crate::retry::RetryLayerBuilder::pacing);
+//! [`RetryLayer::pacing_stats`](crate::RetryLayer::pacing_stats) reads an endpoint's state
+//! ([`PacingStats`], its [`PacingMode`]). How it works, with the numbers, is written on
+//! [`Pacing`].
 //!
-//! `rate.rs` is the arithmetic of the rate, `endpoint.rs` one endpoint's state machine (both
-//! pure, with `now` passed in), `endpoints.rs` the bounded map of endpoints and what a request
-//! holds of one (its place in the queue, its pass). What users read is on
-//! [`Pacing`](crate::Pacing).
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_http_retry::pacing::PacingMode;
+//! use tower_http_retry::{Pacing, RetryLayer};
+//!
+//! let layer = RetryLayer::builder()
+//!     .pacing(Pacing::builder().outage_after(3).build().unwrap())
+//!     .build()
+//!     .unwrap();
+//! let down = service_fn(|_: http::Request<String>| async {
+//!     Ok::<_, std::io::Error>(http::Response::builder().status(503).body(String::new()).unwrap())
+//! });
+//! let client = ServiceBuilder::new().layer(layer.clone()).service(down);
+//! let request = http::Request::get("http://api.example.com/").body(String::new()).unwrap();
+//! assert_eq!(client.oneshot(request).await.unwrap().status(), 503);
+//! // Three 503s in a row: the endpoint is down, and its next requests wait for a probe.
+//! let endpoint = "api.example.com".parse().unwrap();
+//! assert_eq!(layer.pacing_stats(Some(&endpoint)).unwrap().mode, PacingMode::Probing);
+//! # }
+//! ```
+
+// `rate.rs` is the arithmetic of the rate, `endpoint.rs` one endpoint's state machine (both
+// pure, with `now` passed in), `endpoints.rs` the bounded map of endpoints and what a request
+// holds of one (its place in the queue, its pass).
 
 mod config;
 mod endpoint;

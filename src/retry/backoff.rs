@@ -40,7 +40,7 @@ pub enum Jitter {
 /// overflowing, so every policy returns a delay in `[0, cap]` for every `n` up to `u32::MAX`.
 ///
 /// `Backoff` is plain data; [`validate`](Backoff::validate) (called by
-/// [`RetryLayerBuilder::build`](crate::RetryLayerBuilder::build)) rejects values that cannot work.
+/// [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build)) rejects values that cannot work.
 ///
 /// ```
 /// use std::time::Duration;

@@ -67,7 +67,7 @@ const MICROS_PER_TOKEN: f64 = 1_000_000.0;
 /// atomic timestamp.
 ///
 /// ```
-/// use tower_http_retry::{RetryBudget, TokenBucket};
+/// use tower_http_retry::retry::{RetryBudget, TokenBucket};
 ///
 /// // 2 retries of burst, 0.5 token per success, no time-based refill.
 /// let bucket = TokenBucket::builder()

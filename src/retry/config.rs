@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// Everything but the classifier, as the builder collects it: a type-changing
-/// [`classifier`](crate::RetryLayerBuilder::classifier) setter moves it whole.
+/// [`classifier`](crate::retry::RetryLayerBuilder::classifier) setter moves it whole.
 #[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) backoff: Backoff,
@@ -73,7 +73,7 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Checks every value (see [`RetryLayerBuilder::build`](crate::RetryLayerBuilder::build)).
+    /// Checks every value (see [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build)).
     pub(crate) fn validate(&self) -> Result<(), InvalidConfig> {
         self.backoff.validate()?;
         if let Some(policy) = &self.hint_policy {

@@ -12,7 +12,7 @@ use http::{HeaderMap, Method};
 ///
 /// ```
 /// use http::{HeaderMap, HeaderValue, Method};
-/// use tower_http_retry::Idempotency;
+/// use tower_http_retry::retry::Idempotency;
 ///
 /// let mut keyed = HeaderMap::new();
 /// keyed.insert("idempotency-key", HeaderValue::from_static("order-17"));

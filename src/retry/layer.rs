@@ -49,7 +49,7 @@ use tower_layer::Layer;
 /// Each request goes through [`Retry`] like this: the outcome of an attempt is
 /// [classified](HttpClassifier) as success, transient, permanent or not sent. Only a transient outcome of a
 /// repeatable request (see [`Idempotency`]) with attempts left is retried, or a request of any
-/// method that provably never reached the server ([`NotSent`](crate::NotSent)); the delay is the
+/// method that provably never reached the server ([`NotSent`](crate::classify::NotSent)); the delay is the
 /// server's `Retry-After` if valid ([`HintPolicy`], clamped) or else a draw from the
 /// [`Backoff`] policy; the delay must fit the optional deadline; and the [`RetryBudget`] must grant
 /// a token. Then, and only then, the request sleeps on tokio's clock, and an [`AbortSignal`] can
@@ -88,7 +88,7 @@ use tower_layer::Layer;
 /// `max_attempts` bounds what one request may do; it says nothing about all of them. When an
 /// endpoint goes down, every request fails and every one of them retries, so the endpoint sees
 /// its normal load times `max_attempts` at the worst moment. Jitter spreads *when* that load
-/// arrives; only a budget bounds *how much* arrives. The [`TokenBucket`](crate::TokenBucket) lets retries add about
+/// arrives; only a budget bounds *how much* arrives. The [`TokenBucket`](crate::retry::TokenBucket) lets retries add about
 /// 20 % to the load that succeeds (plus a small floor per second), so during an outage most
 /// requests fail fast with their real error instead of piling on.
 ///
@@ -98,7 +98,7 @@ use tower_layer::Layer;
 ///   stream ([`RandomSource`]). `tower::retry::backoff::ExponentialBackoffMaker` clones one
 ///   generator into every session, so requests that fail together wait the same "random" delay.
 /// * The budget is asked *before* sleeping, and a token taken for a sleep that is abandoned is
-///   refunded. `TpsBudget` takes a mutex per operation; [`TokenBucket`](crate::TokenBucket) is lock-free.
+///   refunded. `TpsBudget` takes a mutex per operation; [`TokenBucket`](crate::retry::TokenBucket) is lock-free.
 /// * HTTP semantics built in: the status table, transport errors found through `source()`,
 ///   `Retry-After`, idempotency.
 /// * The sleep can be aborted ([`AbortSignal`]), the request can have a deadline, and the
@@ -117,18 +117,18 @@ use tower_layer::Layer;
 /// reqwest 0.13's `Client` is a tower `Service<reqwest::Request>`, so the retry layer and the
 /// circuit breaker wrap it like any other client. This module makes reqwest's types fit:
 ///
-/// * `reqwest::Request` is a [`RetryRequest`](crate::RetryRequest): its method and headers decide idempotency, its
+/// * `reqwest::Request` is a [`RetryRequest`](crate::retry::RetryRequest): its method and headers decide idempotency, its
 ///   URL's host and port are its authority (for a keyed circuit breaker and the abort signal's
 ///   holds), and it is copied for another attempt with `Request::try_clone`. A request whose body
 ///   is a stream cannot be copied: it is sent once
 ///   ([`StopReason::NotReplayable`](crate::StopReason::NotReplayable)).
-/// * `reqwest::Response` is a [`RetryResponse`](crate::RetryResponse): classified by status, `Retry-After` read from its
+/// * `reqwest::Response` is a [`RetryResponse`](crate::retry::RetryResponse): classified by status, `Retry-After` read from its
 ///   headers, and the [`RetryReport`](crate::RetryReport) put in its extensions, read with
 ///   [`RetryReport::of(&response)`](crate::RetryReport::of) as for an `http::Response`. reqwest keeps a
-///   request's extensions private, so a [`ReportSlot`](crate::ReportSlot) cannot be attached to
+///   request's extensions private, so a [`ReportSlot`](crate::report::ReportSlot) cannot be attached to
 ///   a `reqwest::Request`; the report of a request that ends in an error comes from
 ///   [`RetryReport::capture`](crate::RetryReport::capture), as for any outcome.
-/// * `reqwest::Error` is an [`AsStdError`](crate::AsStdError): [`HttpClassifier`](crate::HttpClassifier) treats its
+/// * `reqwest::Error` is an [`AsStdError`](crate::classify::AsStdError): [`HttpClassifier`](crate::HttpClassifier) treats its
 ///   timeouts and connection errors as transient and walks its `source()` chain for the rest.
 ///
 /// ```no_run
@@ -154,7 +154,7 @@ pub struct RetryLayer<C = HttpClassifier> {
 
 impl RetryLayer {
     /// The default configuration: up to 3 attempts, full jitter from 100 ms capped at 10 s,
-    /// `Retry-After` honoured up to the cap, a default [`TokenBucket`](crate::TokenBucket) budget, idempotent
+    /// `Retry-After` honoured up to the cap, a default [`TokenBucket`](crate::retry::TokenBucket) budget, idempotent
     /// requests only.
     pub fn new() -> Self {
         RetryLayerBuilder::default()
@@ -295,7 +295,7 @@ impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
 /// | [`backoff`](Self::backoff) | [`Jitter::Full`](crate::Jitter::Full), base 100 ms, cap 10 s, multiplier 2 |
 /// | [`first_attempt_jitter`](Self::first_attempt_jitter) | none |
 /// | [`hint_policy`](Self::hint_policy) (off: [`without_hint_delays`](Self::without_hint_delays)) | honoured, clamped to the backoff cap, +0–10 % jitter |
-/// | [`budget`](Self::budget) (off: [`without_budget`](Self::without_budget)) | [`TokenBucket::default`](crate::TokenBucket::default): 20 % extra load + 10/s, burst 100 |
+/// | [`budget`](Self::budget) (off: [`without_budget`](Self::without_budget)) | [`TokenBucket::default`](crate::retry::TokenBucket::default): 20 % extra load + 10/s, burst 100 |
 /// | [`idempotency`](Self::idempotency) | [`Idempotency::MethodOrKey`] |
 /// | [`stamp_idempotency_key`](Self::stamp_idempotency_key) | off |
 /// | [`attempt_header`](Self::attempt_header) | none |
@@ -326,7 +326,7 @@ impl RetryLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_http_retry::RetryLayerBuilder;
+    /// use tower_http_retry::retry::RetryLayerBuilder;
     ///
     /// let retry = RetryLayerBuilder::interactive().deadline(Duration::from_secs(2)).build().unwrap();
     /// assert_eq!(retry.max_attempts(), 3);
@@ -355,7 +355,7 @@ impl RetryLayerBuilder {
     /// pacing), to change a setting.
     ///
     /// ```
-    /// use tower_http_retry::RetryLayerBuilder;
+    /// use tower_http_retry::retry::RetryLayerBuilder;
     ///
     /// let retry = RetryLayerBuilder::bulk().max_attempts(5).build().unwrap();
     /// assert_eq!(retry.max_attempts(), 5);
@@ -386,7 +386,7 @@ impl<C> RetryLayerBuilder<C> {
     }
 
     /// Sets how many times per request a request the server turned away unprocessed
-    /// ([`NotSent::Refused`](crate::NotSent::Refused): an HTTP/2 `REFUSED_STREAM`, a `GOAWAY`
+    /// ([`NotSent::Refused`](crate::classify::NotSent::Refused): an HTTP/2 `REFUSED_STREAM`, a `GOAWAY`
     /// that did not cover it) is sent again after a short jittered pause (4 ms at most the
     /// first time, doubling to 50 ms), whatever its method, without spending an attempt or a
     /// budget token (default 200; 0 turns these resends off). The default is generous because

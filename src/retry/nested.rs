@@ -19,7 +19,8 @@ use std::cell::Cell;
 /// inner layer behind a `tower::buffer::Buffer` or a spawned task retries on its own.
 ///
 /// ```
-/// use tower_http_retry::{NestedLayers, RetryLayer};
+/// use tower_http_retry::RetryLayer;
+/// use tower_http_retry::retry::NestedLayers;
 ///
 /// // An inner layer that keeps retrying on its own, whoever wraps it.
 /// let layer = RetryLayer::builder().nested_layers(NestedLayers::Independent).build();

@@ -24,7 +24,7 @@ use tower_service::Service;
 /// retried (`max_attempts == 1`) keeps none and copies nothing, unless a first-attempt jitter
 /// delays it (the delayed attempt goes to a clone made ready after the delay). A POST without a
 /// key keeps both: it is sent again if it provably never reached the server
-/// ([`NotSent`](crate::NotSent)).
+/// ([`NotSent`](crate::classify::NotSent)).
 pub struct Retry<S, C = HttpClassifier> {
     inner: S,
     config: Arc<Config<C>>,

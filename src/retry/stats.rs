@@ -37,7 +37,7 @@ struct Cells {
 
 /// The counters of a [`RetryLayer`](crate::RetryLayer) and every clone of it, copied at one
 /// point in time by [`RetryLayer::stats`](crate::RetryLayer::stats) (or
-/// [`Retry::stats`](crate::Retry::stats)).
+/// [`Retry::stats`](crate::retry::Retry::stats)).
 ///
 /// ```
 /// use tower_http_retry::RetryLayer;
@@ -60,7 +60,7 @@ pub struct RetryStats {
     /// Retries sent (attempts after the first).
     pub retries: u64,
     /// Transient responses that carried a valid "come back in" hint (`Retry-After`, or a
-    /// rate-limit or protocol header the classifier reads, see [`ServerHint`](crate::ServerHint))
+    /// rate-limit or protocol header the classifier reads, see [`ServerHint`](crate::hint::ServerHint))
     /// and were otherwise eligible for a retry (counted before the deadline and the budget are
     /// asked, so it may exceed the hints actually slept on).
     pub retry_after_seen: u64,
@@ -69,7 +69,7 @@ pub struct RetryStats {
     /// Responses with a hint header that could not be parsed, counted where a hint would have
     /// been used (a retry was going to follow; the backoff policy decided instead). Not counted
     /// with hints turned off
-    /// ([`without_hint_delays`](crate::RetryLayerBuilder::without_hint_delays)).
+    /// ([`without_hint_delays`](crate::retry::RetryLayerBuilder::without_hint_delays)).
     pub retry_after_malformed: u64,
     /// Successful responses that said their quota was used up (a rate-limit header with nothing
     /// remaining) and paused their endpoint until its reset; with [pacing](crate::Pacing) only.
@@ -83,7 +83,7 @@ pub struct RetryStats {
     /// with a refund: `tower`'s `TpsBudget` cannot take one back).
     pub budget_refunded: u64,
     /// Requests sent again because the server turned them away unprocessed
-    /// ([`NotSent::Refused`](crate::NotSent::Refused): a `GOAWAY` above their stream, a
+    /// ([`NotSent::Refused`](crate::classify::NotSent::Refused): a `GOAWAY` above their stream, a
     /// `REFUSED_STREAM`, a connection that ended before they were written), free of attempts,
     /// budget and breaker: what connection rotation costs.
     pub rotation_resends: u64,

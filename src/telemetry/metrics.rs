@@ -40,7 +40,7 @@ static METADATA: Metadata<'static> =
 ///
 /// ```
 /// // After installing a recorder (e.g. metrics-exporter-prometheus's):
-/// tower_http_retry::describe_metrics();
+/// tower_http_retry::telemetry::describe_metrics();
 /// ```
 pub fn describe_metrics() {
     fn text(s: &'static str) -> SharedString {

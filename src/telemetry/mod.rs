@@ -1,14 +1,21 @@
-//! Telemetry in the ecosystem's terms: a `tracing` span per attempt carrying OpenTelemetry's
-//! HTTP attributes (feature `tracing`), and counters, histograms and a gauge through the
-//! `metrics` facade (feature `metrics`).
+//! What the telemetry features emit, in the ecosystem's terms.
 //!
-//! The retry core calls the functions of this module at the points where it already records
-//! (the shared counters of `retry/stats.rs`, the pacer's mode changes and queue, the one place
-//! an attempt is sent). Without its feature each function is an empty inline function and
-//! [`Attempt`] is the inner future itself, so the core names no feature and pays nothing.
+//! * `tracing`: each attempt runs in an `attempt` span carrying OpenTelemetry's HTTP attributes
+//!   (`http.request.resend_count` on retries, method, server address and port, status or
+//!   `error.type`), and each decision of the retry layer is a debug event (target
+//!   `tower_http_retry`).
+//! * `metrics`: counters, histograms and a gauge through the `metrics` facade (attempts,
+//!   retries by delay source, requests by stop reason, budget withdrawals and refunds, pacing
+//!   mode changes, the delays, the pacer's queues); [`describe_metrics`] gives an installed
+//!   recorder their units and help texts.
 //!
-//! The metric names, units and labels are tabled in the README's "Telemetry" section and on
-//! [`describe_metrics`](crate::describe_metrics).
+//! The names, units and labels are tabled in the README's "Telemetry" section and on
+//! [`describe_metrics`]. Without its feature, each of them compiles to nothing.
+
+// The retry core calls the functions of this module at the points where it already records
+// (the shared counters of `retry/stats.rs`, the pacer's mode changes and queue, the one place
+// an attempt is sent). Without its feature each function is an empty inline function and
+// `Attempt` is the inner future itself, so the core names no feature and pays nothing.
 
 #[cfg(feature = "metrics")]
 mod metrics;

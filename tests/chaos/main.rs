@@ -42,12 +42,12 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tower::timeout::TimeoutLayer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower_http_retry::hint::HintPolicy;
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::retry::Idempotency;
+use tower_http_retry::retry::{RandomSource, TokenBucket};
 use tower_http_retry::CircuitBreakerLayer;
-use tower_http_retry::Idempotency;
-use tower_http_retry::{
-    AbortSignal, Backoff, HintPolicy, Jitter, RandomSource, ReportSlot, RetryLayer, RetryReport,
-    StopReason, TokenBucket,
-};
+use tower_http_retry::{AbortSignal, Backoff, Jitter, RetryLayer, RetryReport, StopReason};
 
 const REQUESTS: u64 = 5_000;
 const CONCURRENCY: usize = 64;
@@ -200,7 +200,9 @@ async fn chaos_run_accounts_for_every_request_attempt_and_token() {
                     Err(error) if error.is::<tower::timeout::error::Elapsed>() => {
                         Err(Seen::TimedOut)
                     }
-                    Err(error) if error.is::<tower_http_retry::CircuitOpen>() => Err(Seen::Refused),
+                    Err(error) if error.is::<tower_http_retry::circuit_breaker::CircuitOpen>() => {
+                        Err(Seen::Refused)
+                    }
                     Err(_) => Err(Seen::Transport),
                 };
                 let report = slot.take().expect("the layer fills every request's slot");
@@ -297,7 +299,7 @@ async fn chaos_run_accounts_for_every_request_attempt_and_token() {
     assert_eq!(server_side_leaks, 0, "tasks left after the server stopped");
 }
 
-fn stop_counts(stats: &tower_http_retry::RetryStats) -> Vec<(StopReason, u64)> {
+fn stop_counts(stats: &tower_http_retry::retry::RetryStats) -> Vec<(StopReason, u64)> {
     StopReason::ALL
         .iter()
         .map(|reason| (*reason, stats.stopped(*reason)))

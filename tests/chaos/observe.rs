@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tower::BoxError;
 use tower::Service;
-use tower_http_retry::CircuitOpen;
-use tower_http_retry::RetryBudget;
-use tower_http_retry::TokenBucket;
+use tower_http_retry::circuit_breaker::CircuitOpen;
+use tower_http_retry::retry::RetryBudget;
+use tower_http_retry::retry::TokenBucket;
 
 /// How one attempt ended, as the client saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use crate::scripted::*;
 use http::StatusCode;
 use std::time::Duration;
 use tower::{service_fn, Layer, ServiceBuilder};
-use tower_http_retry::CircuitState;
+use tower_http_retry::circuit_breaker::CircuitState;
 use tower_http_retry::{HttpClassifier, Outcome};
 
 #[tokio::test(start_paused = true)]

@@ -3,7 +3,7 @@
 use crate::scripted::*;
 use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready};
-use tower_http_retry::CircuitState;
+use tower_http_retry::circuit_breaker::CircuitState;
 
 #[tokio::test(start_paused = true)]
 async fn half_open_admits_a_bounded_number_of_probes() {

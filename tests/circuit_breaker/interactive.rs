@@ -7,10 +7,9 @@ use super::scripted::{get, Req, Res, MS, SEC};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_http_retry::{
-    AbortSignal, CircuitBreakerLayer, CircuitBreakerLayerBuilder, RandomSource, RetryLayerBuilder,
-    RetryReport, StopReason,
-};
+use tower_http_retry::circuit_breaker::CircuitBreakerLayerBuilder;
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
+use tower_http_retry::{AbortSignal, CircuitBreakerLayer, RetryReport, StopReason};
 
 /// An endpoint that answers `down` (with `headers`) until `blip` has passed, then 200.
 fn blip(

@@ -11,8 +11,8 @@ use std::task::{Context, Poll};
 use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready, assert_ready_ok};
 use tower::{Layer, Service};
+use tower_http_retry::circuit_breaker::{CircuitState, KeyedCircuitBreakerLayer};
 use tower_http_retry::{AbortSignal, RetryReport, StopReason};
-use tower_http_retry::{CircuitState, KeyedCircuitBreakerLayer};
 
 /// Upstreams behind one client: each authority answers as its own [`Endpoint`] (200 until set
 /// otherwise); requests without an authority go to the one named `""`.
@@ -350,13 +350,16 @@ async fn a_refused_call_leaves_the_inner_readiness_to_the_next_call() {
 /// retry (3 attempts, 30 s apart) -> keyed breaker (2 failures in a row, open 60 s, sharing the
 /// retry layer's signal) -> upstreams where down.test and flaky.test answer 503.
 struct Stack {
-    service: tower_http_retry::Retry<
-        tower_http_retry::KeyedCircuitBreaker<Upstreams, tower_http_retry::HttpClassifier>,
+    service: tower_http_retry::retry::Retry<
+        tower_http_retry::circuit_breaker::KeyedCircuitBreaker<
+            Upstreams,
+            tower_http_retry::HttpClassifier,
+        >,
         tower_http_retry::HttpClassifier,
     >,
     layer: KeyedCircuitBreakerLayer,
     upstreams: Upstreams,
-    budget: Arc<tower_http_retry::TokenBucket>,
+    budget: Arc<tower_http_retry::retry::TokenBucket>,
 }
 
 fn stack() -> Stack {

@@ -9,12 +9,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio_test::{assert_ready, assert_ready_ok};
 use tower::{BoxError, Layer, Service, ServiceExt};
-use tower_http_retry::TokenBucket;
-use tower_http_retry::{
-    AbortSignal, Backoff, CircuitBreakerLayer, CircuitOpen, HttpClassifier, Jitter, RandomSource,
-    RetryLayer, RetryLayerBuilder,
+use tower_http_retry::circuit_breaker::CircuitOpen;
+use tower_http_retry::circuit_breaker::{
+    CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayerBuilder,
 };
-use tower_http_retry::{CircuitBreaker, CircuitBreakerFuture, CircuitBreakerLayerBuilder};
+use tower_http_retry::retry::TokenBucket;
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
+use tower_http_retry::{
+    AbortSignal, Backoff, CircuitBreakerLayer, HttpClassifier, Jitter, RetryLayer,
+};
 
 pub type Req = http::Request<()>;
 pub type Res = http::Response<()>;

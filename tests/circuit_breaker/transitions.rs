@@ -4,8 +4,8 @@ use crate::scripted::*;
 use std::collections::BTreeSet;
 use tokio::time::{advance, Instant};
 use tower::Layer;
-use tower_http_retry::CircuitState;
-use tower_http_retry::RandomSource;
+use tower_http_retry::circuit_breaker::CircuitState;
+use tower_http_retry::retry::RandomSource;
 
 #[tokio::test(start_paused = true)]
 async fn trips_after_consecutive_failures() {

@@ -5,10 +5,11 @@ use crate::scripted::*;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready, assert_ready_ok};
 use tower::{BoxError, Layer, Service};
-use tower_http_retry::CircuitBreaker;
+use tower_http_retry::circuit_breaker::CircuitBreaker;
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::retry::Retry;
 use tower_http_retry::{
-    AbortSignal, CircuitBreakerLayer, HttpClassifier, Outcome, ReportSlot, Retry, RetryLayer,
-    RetryReport, StopReason,
+    AbortSignal, CircuitBreakerLayer, HttpClassifier, Outcome, RetryLayer, RetryReport, StopReason,
 };
 
 /// retry -> breaker (2 failures in a row) -> an endpoint answering 503.
@@ -58,7 +59,7 @@ async fn opening_wakes_a_request_sleeping_in_a_30s_backoff() {
     assert_eq!(assert_ready_ok!(tripper.poll()).status(), 503);
     assert!(matches!(
         stack.breaker.state(),
-        tower_http_retry::CircuitState::Open { .. }
+        tower_http_retry::circuit_breaker::CircuitState::Open { .. }
     ));
 
     assert!(sleeper.is_woken(), "woken by the opening, not by the clock");
@@ -100,7 +101,10 @@ async fn without_the_shared_signal_the_sleeper_waits_out_its_backoff() {
     tokio::time::advance(BACKOFF).await;
     // The retry wakes after 30 s only to be refused by the open circuit.
     let error = assert_ready!(sleeper.poll()).unwrap_err();
-    assert!(error.is::<tower_http_retry::CircuitOpen>(), "{error}");
+    assert!(
+        error.is::<tower_http_retry::circuit_breaker::CircuitOpen>(),
+        "{error}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::TokenBucketBuilder;
-use tower_http_retry::{
-    Backoff, DelaySource, HintPolicy, InvalidConfig, Jitter, RandomSource, RetryLayer,
-    RetryLayerBuilder, RetryReport, StopReason, TokenBucket, WhenLonger,
-};
+use tower_http_retry::hint::{HintPolicy, WhenLonger};
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::retry::TokenBucketBuilder;
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder, TokenBucket};
+use tower_http_retry::{Backoff, InvalidConfig, Jitter, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -3,7 +3,8 @@
 use super::support::{get, Reply, TestServer};
 use super::{retry, send, with_timeout, GENEROUS};
 use tokio::task::JoinSet;
-use tower_http_retry::{StopReason, TokenBucket};
+use tower_http_retry::retry::TokenBucket;
+use tower_http_retry::StopReason;
 
 #[tokio::test]
 async fn budget_bounds_retries_against_an_always_failing_server() {

@@ -14,9 +14,9 @@ use http_body_util::{BodyExt, Full};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::{
-    Backoff, Jitter, ReleaseBodyLayer, RetryLayer, RetryLayerBuilder, StopReason,
-};
+use tower_http_retry::body::ReleaseBodyLayer;
+use tower_http_retry::retry::RetryLayerBuilder;
+use tower_http_retry::{Backoff, Jitter, RetryLayer, StopReason};
 
 const REQUESTS: u32 = 50;
 /// Far more than hyper reads along with the head.

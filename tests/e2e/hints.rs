@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tower::timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
-use tower_http_retry::{
-    DelaySource, HintPolicy, NestedLayers, Pacing, RetryLayer, RetryLayerBuilder, RetryReport,
-    StopReason,
-};
+use tower_http_retry::hint::HintPolicy;
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::retry::{NestedLayers, RetryLayerBuilder};
+use tower_http_retry::{Pacing, RetryLayer, RetryReport, StopReason};
 
 const SECOND: Duration = Duration::from_secs(1);
 

@@ -21,10 +21,10 @@ use std::time::Duration;
 use support::{Body, HttpClient};
 use tower::timeout::{Timeout, TimeoutLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::{
-    Backoff, HintPolicy, HttpClassifier, Jitter, RandomSource, ReportSlot, Retry, RetryLayer,
-    RetryLayerBuilder, RetryReport,
-};
+use tower_http_retry::hint::HintPolicy;
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::retry::{RandomSource, Retry, RetryLayerBuilder};
+use tower_http_retry::{Backoff, HttpClassifier, Jitter, RetryLayer, RetryReport};
 
 /// A per-attempt timeout that no healthy loopback answer comes near.
 const GENEROUS: Duration = Duration::from_secs(5);

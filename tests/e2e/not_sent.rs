@@ -16,9 +16,10 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tower::{Service, ServiceBuilder};
-use tower_http_retry::{
-    Classify, DelaySource, HttpClassifier, NotSent, Outcome, Retry, RetryLayer, StopReason,
-};
+use tower_http_retry::classify::{Classify, NotSent};
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::retry::Retry;
+use tower_http_retry::{HttpClassifier, Outcome, RetryLayer, StopReason};
 
 const ORDER: &str = r#"{"order":17}"#;
 

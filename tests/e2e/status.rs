@@ -4,7 +4,7 @@ use super::support::{get, Reply, TestServer};
 use super::{retry, send, with_timeout, GENEROUS};
 use http::Method;
 use std::time::Duration;
-use tower_http_retry::DelaySource;
+use tower_http_retry::report::DelaySource;
 use tower_http_retry::{RetryReport, StopReason};
 
 #[tokio::test]

@@ -9,7 +9,8 @@ use std::error::Error;
 use std::io;
 use std::time::Duration;
 use tower::Service;
-use tower_http_retry::{Classify, HttpClassifier, NotSent, Outcome, StopReason};
+use tower_http_retry::classify::{Classify, NotSent};
+use tower_http_retry::{HttpClassifier, Outcome, StopReason};
 
 fn refused_uri() -> Uri {
     format!("http://{}/", refused_addr()).parse().unwrap()

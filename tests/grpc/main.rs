@@ -17,10 +17,11 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tower::{BoxError, ServiceBuilder};
-use tower_http_retry::{
-    Backoff, BufferRequestLayer, Classify, GrpcClassifier, GrpcServiceConfig, Jitter, NotSent,
-    Outcome, ReplayBody, RetryLayerBuilder, StopReason,
-};
+use tower_http_retry::body::{BufferRequestLayer, ReplayBody};
+use tower_http_retry::classify::{Classify, NotSent};
+use tower_http_retry::grpc::{GrpcClassifier, GrpcServiceConfig};
+use tower_http_retry::retry::RetryLayerBuilder;
+use tower_http_retry::{Backoff, Jitter, Outcome, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -396,7 +397,7 @@ async fn the_stack_of_a_service_config_is_one_call() {
                             "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#,
     )
     .unwrap();
-    let stack: tower_http_retry::GrpcStack<Channel, Body> = config
+    let stack: tower_http_retry::grpc::GrpcStack<Channel, Body> = config
         .stack("/grpc.health.v1.Health/Check", channel(addr), Body::new)
         .unwrap();
     let mut client = HealthClient::new(stack);

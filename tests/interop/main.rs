@@ -33,7 +33,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::timeout::TimeoutLayer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_http_retry::{ReportSlot, RetryLayer, RetryReport, StopReason};
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::{RetryLayer, RetryReport, StopReason};
 
 /// The header that names a logical request; its retries carry the same value.
 pub const REQUEST_ID: &str = "x-request-id";

@@ -9,10 +9,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
-use tower_http_retry::{
-    AbortSignal, Backoff, Jitter, Pacing, PacingMode, RandomSource, RetryLayer, RetryLayerBuilder,
-    RetryReport, StopReason,
-};
+use tower_http_retry::pacing::PacingMode;
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
+use tower_http_retry::{AbortSignal, Backoff, Jitter, Pacing, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -262,7 +261,8 @@ async fn a_pause_long_over_reads_as_over_and_its_endpoint_can_be_forgotten() {
 /// are gone; once the breaker's probe succeeds, it is delivered.
 #[tokio::test(start_paused = true)]
 async fn a_refusal_by_a_half_open_breaker_waits_under_pacing_instead_of_spending_every_attempt() {
-    use tower_http_retry::{CircuitBreakerLayer, ReportSlot};
+    use tower_http_retry::report::ReportSlot;
+    use tower_http_retry::CircuitBreakerLayer;
     let breaker = CircuitBreakerLayer::builder()
         .consecutive_failures(1)
         .without_failure_ratio()
@@ -319,7 +319,8 @@ async fn a_refusal_by_a_half_open_breaker_waits_under_pacing_instead_of_spending
 /// `NotIdempotent`, which would tell a durable queue to dead-letter it.
 #[tokio::test(start_paused = true)]
 async fn a_post_refused_by_an_open_breaker_stops_as_circuit_open_with_or_without_pacing() {
-    use tower_http_retry::{CircuitBreakerLayer, ReportSlot};
+    use tower_http_retry::report::ReportSlot;
+    use tower_http_retry::CircuitBreakerLayer;
     for pacing in [false, true] {
         let breaker = CircuitBreakerLayer::builder()
             .consecutive_failures(1)

@@ -15,10 +15,10 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::{Layer, ServiceExt};
-use tower_http_retry::{
-    DelaySource, Idempotency, Pacing, PacingMode, PacingStats, RandomSource, RetryLayer,
-    RetryReport, StopReason,
-};
+use tower_http_retry::pacing::{PacingMode, PacingStats};
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::retry::{Idempotency, RandomSource};
+use tower_http_retry::{Pacing, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 

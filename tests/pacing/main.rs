@@ -15,10 +15,9 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::{
-    AbortSignal, Backoff, Jitter, Pacing, PacingMode, RandomSource, RetryLayer, RetryLayerBuilder,
-    RetryReport, StopReason,
-};
+use tower_http_retry::pacing::PacingMode;
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
+use tower_http_retry::{AbortSignal, Backoff, Jitter, Pacing, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);

@@ -28,9 +28,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_http_retry::hint::HintPolicy;
+use tower_http_retry::pacing::PacingMode;
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::retry::RandomSource;
 use tower_http_retry::{
-    AbortSignal, Backoff, CircuitBreakerLayer, HintPolicy, Jitter, Pacing, PacingMode,
-    RandomSource, ReportSlot, RetryLayer, RetryReport, StopReason,
+    AbortSignal, Backoff, CircuitBreakerLayer, Jitter, Pacing, RetryLayer, RetryReport, StopReason,
 };
 
 type Req = http::Request<String>;

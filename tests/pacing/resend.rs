@@ -6,10 +6,8 @@ use http::uri::Authority;
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::{service_fn, Layer, ServiceExt};
-use tower_http_retry::{
-    AbortSignal, Backoff, Jitter, Pacing, RandomSource, RetryLayer, RetryLayerBuilder, RetryReport,
-    StopReason,
-};
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
+use tower_http_retry::{AbortSignal, Backoff, Jitter, Pacing, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);

@@ -12,10 +12,9 @@ use hyper::body::Incoming;
 use std::net::SocketAddr;
 use std::time::Duration;
 use support::{client, refused_addr, request, Reply, TestServer};
-use tower_http_retry::{
-    Backoff, CircuitBreakerLayer, CircuitBreakerLayerBuilder, Jitter, RandomSource, RetryLayer,
-    RetryReport, StopReason, TokenBucket,
-};
+use tower_http_retry::circuit_breaker::CircuitBreakerLayerBuilder;
+use tower_http_retry::retry::{RandomSource, TokenBucket};
+use tower_http_retry::{Backoff, CircuitBreakerLayer, Jitter, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use tower_http_retry::RetryBudget;
-use tower_http_retry::TokenBucket;
+use tower_http_retry::retry::RetryBudget;
+use tower_http_retry::retry::TokenBucket;
 
 const MICROS: u64 = 1_000_000;
 

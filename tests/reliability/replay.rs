@@ -21,8 +21,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::ReplayBody;
-use tower_http_retry::{Backoff, Jitter, RandomSource, ReportSlot, RetryLayer, StopReason};
+use tower_http_retry::body::ReplayBody;
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::{Backoff, Jitter, RetryLayer, StopReason};
 
 /// The byte at offset `i` of every generated body.
 fn pattern(i: usize) -> u8 {

@@ -11,9 +11,8 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready_ok, task};
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::{
-    AbortSignal, Backoff, Jitter, RandomSource, RetryLayer, RetryReport, StopReason, TokenBucket,
-};
+use tower_http_retry::retry::{RandomSource, TokenBucket};
+use tower_http_retry::{AbortSignal, Backoff, Jitter, RetryLayer, RetryReport, StopReason};
 
 type Req = http::Request<String>;
 type Res = http::Response<String>;

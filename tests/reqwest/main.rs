@@ -8,11 +8,10 @@ use http::Method;
 use std::time::Duration;
 use support::{refused_addr, Reply, TestServer, REQUEST_ID};
 use tower::{Layer, Service, ServiceExt};
-use tower_http_retry::RetryStats;
-use tower_http_retry::{
-    Backoff, CircuitBreakerLayer, CircuitOpen, Jitter, RandomSource, RetryLayer, RetryReport,
-    StopReason,
-};
+use tower_http_retry::circuit_breaker::CircuitOpen;
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::retry::RetryStats;
+use tower_http_retry::{Backoff, CircuitBreakerLayer, Jitter, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -199,7 +198,7 @@ async fn the_breaker_opens_around_reqwest_and_fails_fast() {
 
 #[test]
 fn a_reqwest_request_reports_the_authority_of_its_url() {
-    use tower_http_retry::RequestHead;
+    use tower_http_retry::retry::RequestHead;
     let client = reqwest::Client::new();
     let with_port = client.get("http://127.0.0.1:8080/x").build().unwrap();
     let authority = RequestHead::authority(&with_port).expect("a URL with a host");

@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::{refused_addr, Reply, TestServer, REQUEST_ID};
-use tower_http_retry::{
-    Backoff, Jitter, RandomSource, ReportSlot, RetryLayer, RetryMiddleware, RetryReport, StopReason,
-};
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::reqwest_middleware::RetryMiddleware;
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::{Backoff, Jitter, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -14,7 +14,7 @@ use reqwest_retry::RetryTransientMiddleware;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tower_http_retry::RetryMiddleware;
+use tower_http_retry::reqwest_middleware::RetryMiddleware;
 
 /// GETs sent at once while the server is down.
 const CONCURRENT: usize = 100;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_test::assert_pending;
-use tower_http_retry::{AbortSignal, RetryLayerBuilder, StopReason};
+use tower_http_retry::retry::RetryLayerBuilder;
+use tower_http_retry::{AbortSignal, StopReason};
 
 fn abortable(signal: &AbortSignal) -> RetryLayerBuilder {
     builder().abort_signal(signal.clone())

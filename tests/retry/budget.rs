@@ -4,7 +4,8 @@ use crate::mock_client::*;
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready_err};
-use tower_http_retry::{AbortSignal, StopReason, TokenBucket};
+use tower_http_retry::retry::TokenBucket;
+use tower_http_retry::{AbortSignal, StopReason};
 
 fn client_with(budget: &Arc<CountingBudget>) -> Client {
     Client::new(builder().budget(Arc::clone(budget)).build().unwrap())

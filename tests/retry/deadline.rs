@@ -93,7 +93,7 @@ async fn retry_after_jitter_stays_within_the_deadline() {
     // could end at 1.55 s, past the deadline: the jitter is cut, not the request.
     for seed in 0..20 {
         let layer = builder()
-            .random_source(tower_http_retry::RandomSource::seeded(seed))
+            .random_source(tower_http_retry::retry::RandomSource::seeded(seed))
             .deadline(1500 * MS)
             .build()
             .unwrap();

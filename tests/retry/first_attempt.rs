@@ -3,8 +3,9 @@
 use crate::mock_client::*;
 use std::collections::HashSet;
 use std::time::Duration;
-use tower_http_retry::DelaySource;
-use tower_http_retry::{AbortSignal, RandomSource, StopReason};
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::{AbortSignal, StopReason};
 
 const JITTER: Duration = Duration::from_millis(200);
 

@@ -2,8 +2,9 @@
 
 use crate::mock_client::*;
 use http::header::HeaderName;
-use tower_http_retry::{Idempotency, RetryLayerBuilder, StopReason};
-use tower_http_retry::{RequestHead, RetryRequest};
+use tower_http_retry::retry::{Idempotency, RetryLayerBuilder};
+use tower_http_retry::retry::{RequestHead, RetryRequest};
+use tower_http_retry::StopReason;
 
 fn keyed(mut request: Req, key: &'static str) -> Req {
     request

@@ -6,7 +6,8 @@ use tokio::time::Instant;
 use tokio_test::assert_pending;
 use tower::retry::backoff::{Backoff as TowerBackoff, ExponentialBackoffMaker, MakeBackoff};
 use tower::util::rng::HasherRng;
-use tower_http_retry::{Backoff, Jitter, RandomSource, RetryLayer};
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::{Backoff, Jitter, RetryLayer};
 
 const SECOND: Duration = Duration::from_secs(1);
 

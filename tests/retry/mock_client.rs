@@ -11,11 +11,10 @@ use tokio::time::Instant;
 use tokio_test::task;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{BoxError, Layer, Service};
-use tower_http_retry::{
-    Backoff, HttpClassifier, Jitter, RandomSource, ReportSlot, Retry, RetryLayer,
-    RetryLayerBuilder, RetryReport,
-};
-use tower_http_retry::{RetryBudget, RetryFuture, RetryStats};
+use tower_http_retry::report::ReportSlot;
+use tower_http_retry::retry::{RandomSource, Retry, RetryLayerBuilder};
+use tower_http_retry::retry::{RetryBudget, RetryFuture, RetryStats};
+use tower_http_retry::{Backoff, HttpClassifier, Jitter, RetryLayer, RetryReport};
 
 pub type Req = http::Request<String>;
 pub type Res = http::Response<String>;

@@ -139,7 +139,8 @@ async fn first_attempt_jitter_holds_no_permit_while_sleeping() {
 fn futures_and_services_are_send() {
     fn send<T: Send>() {}
     type Inner = tower::util::BoxCloneSyncService<Req, Res, tower::BoxError>;
-    type Stack = tower_http_retry::Retry<tower_http_retry::CircuitBreaker<Inner>>;
+    type Stack =
+        tower_http_retry::retry::Retry<tower_http_retry::circuit_breaker::CircuitBreaker<Inner>>;
     send::<Stack>();
     send::<<Stack as tower::Service<Req>>::Future>();
     send::<tower_http_retry::RetryLayer>();

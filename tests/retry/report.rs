@@ -4,8 +4,9 @@ use crate::mock_client::*;
 use std::io::ErrorKind;
 use std::time::Duration;
 use tokio_test::{assert_pending, assert_ready_err, assert_ready_ok};
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::retry::DelayHistogram;
 use tower_http_retry::{AbortSignal, Backoff, Jitter, RetryReport, StopReason};
-use tower_http_retry::{DelayHistogram, DelaySource};
 
 /// The column of the delay histogram `delay` falls in.
 fn bucket(delay: Duration) -> usize {

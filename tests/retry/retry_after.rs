@@ -4,10 +4,10 @@ use crate::mock_client::*;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tokio_test::assert_pending;
-use tower_http_retry::DelaySource;
-use tower_http_retry::{
-    Backoff, HintPolicy, Jitter, RetryLayerBuilder, RetryReport, StopReason, WhenLonger,
-};
+use tower_http_retry::hint::{HintPolicy, WhenLonger};
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::retry::RetryLayerBuilder;
+use tower_http_retry::{Backoff, Jitter, RetryReport, StopReason};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -189,7 +189,7 @@ async fn give_up_never_retries_sooner_than_a_hint_just_under_the_clamp() {
         .when_longer(WhenLonger::GiveUp);
     for seed in 0..20 {
         let layer = builder()
-            .random_source(tower_http_retry::RandomSource::seeded(seed))
+            .random_source(tower_http_retry::retry::RandomSource::seeded(seed))
             .hint_policy(policy)
             .build()
             .unwrap();

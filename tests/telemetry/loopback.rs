@@ -6,10 +6,10 @@ use super::{with_recorder, Readings};
 use http::Method;
 use std::time::Duration;
 use tower::{Layer, ServiceExt};
-use tower_http_retry::{
-    describe_metrics, Backoff, HintPolicy, Jitter, RandomSource, RetryLayer, RetryLayerBuilder,
-    TokenBucket,
-};
+use tower_http_retry::hint::HintPolicy;
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder, TokenBucket};
+use tower_http_retry::telemetry::describe_metrics;
+use tower_http_retry::{Backoff, Jitter, RetryLayer};
 
 const MS: Duration = Duration::from_millis(1);
 

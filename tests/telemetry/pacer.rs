@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_http_retry::{
-    Backoff, HintPolicy, Jitter, Pacing, PacingMode, RandomSource, RetryLayer, RetryReport,
-    StopReason,
-};
+use tower_http_retry::hint::HintPolicy;
+use tower_http_retry::pacing::PacingMode;
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);

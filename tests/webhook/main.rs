@@ -11,7 +11,8 @@ use demo::webhook as scenario;
 use scenario::{Run, BACKOFF, DELIVERIES, OUTAGE, PER_ATTEMPT, PROBE_INTERVAL, SEED};
 use std::sync::OnceLock;
 use std::time::Duration;
-use tower_http_retry::{DelaySource, StopReason};
+use tower_http_retry::report::DelaySource;
+use tower_http_retry::StopReason;
 
 /// The one run every test reads (each test would otherwise repeat six seconds of deliveries).
 fn run() -> &'static Run {

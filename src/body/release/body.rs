@@ -1,4 +1,4 @@
-//! [`ReleasedBody`]: the body of a response that went through [`ReleaseBody`](crate::ReleaseBody),
+//! [`ReleasedBody`]: the body of a response that went through [`ReleaseBody`](crate::body::ReleaseBody),
 //! either the inner body untouched or what was read of it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 
 pin_project! {
     /// A response body that is either the inner body, streamed untouched, or the part of it that
-    /// [`ReleaseBody`](crate::ReleaseBody) read before returning the response.
+    /// [`ReleaseBody`](crate::body::ReleaseBody) read before returning the response.
     ///
     /// The bodies of responses the classifier calls transient are read; every other body streams.
     /// A read body yields its data in one frame, then its trailers, then the error the inner body
@@ -23,7 +23,7 @@ pin_project! {
     /// use bytes::Bytes;
     /// use http_body::Body;
     /// use http_body_util::Full;
-    /// use tower_http_retry::ReleasedBody;
+    /// use tower_http_retry::body::ReleasedBody;
     ///
     /// // Bodies that were not read are the inner body, with its size hint.
     /// let body = ReleasedBody::new(Full::new(Bytes::from_static(b"hello")));

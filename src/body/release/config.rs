@@ -1,4 +1,4 @@
-//! The configuration every clone of a [`ReleaseBodyLayer`](crate::ReleaseBodyLayer), and every
+//! The configuration every clone of a [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer), and every
 //! service and future it makes, shares.
 
 #[derive(Debug)]

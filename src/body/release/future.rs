@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 pin_project! {
-    /// The future of [`ReleaseBody`](crate::ReleaseBody): resolves to the inner service's
+    /// The future of [`ReleaseBody`](crate::body::ReleaseBody): resolves to the inner service's
     /// response, whose body was read if the response was transient, or to its error.
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct ReleaseBodyFuture<F, B, C> {
@@ -141,7 +141,8 @@ impl<F, B, C> fmt::Debug for ReleaseBodyFuture<F, B, C> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{HttpClassifier, Outcome, ReleaseBodyLayer, ReleasedBody};
+    use crate::body::{ReleaseBodyLayer, ReleasedBody};
+    use crate::{HttpClassifier, Outcome};
     use bytes::Bytes;
     use http::{HeaderMap, Method, StatusCode};
     use http_body::{Body, Frame};
@@ -350,7 +351,7 @@ mod tests {
         /// The default table, and a 409 is transient for a PUT only.
         #[derive(Clone, Debug)]
         struct PutConflicts;
-        impl crate::Classify<http::Response<Scripted>, io::Error> for PutConflicts {
+        impl crate::classify::Classify<http::Response<Scripted>, io::Error> for PutConflicts {
             fn classify_response(&self, response: &http::Response<Scripted>) -> Outcome {
                 HttpClassifier::new().classify_status(response.status())
             }
@@ -388,7 +389,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_response_refused_unprocessed_is_read_like_a_transient_one() {
-        use crate::NotSent;
+        use crate::classify::NotSent;
         let layer = ReleaseBodyLayer::builder()
             .classifier(HttpClassifier::new().status(
                 StatusCode::MISDIRECTED_REQUEST,

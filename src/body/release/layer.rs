@@ -32,7 +32,7 @@ use tower_layer::Layer;
 ///   to its end, trailers included, and its connection goes back to the pool for the retry;
 /// * a longer body keeps its first `limit` bytes, and the rest is dropped unread, which closes
 ///   its connection before the sleep rather than after it
-///   ([`ReleasedBody::is_truncated`](crate::ReleasedBody::is_truncated));
+///   ([`ReleasedBody::is_truncated`](crate::body::ReleasedBody::is_truncated));
 /// * every other response (success, permanent, an error) is returned at once, its body streamed
 ///   untouched.
 ///
@@ -45,7 +45,8 @@ use tower_layer::Layer;
 /// use bytes::Bytes;
 /// use http_body_util::{BodyExt, Full};
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_http_retry::{ReleaseBodyLayer, RetryLayer};
+/// use tower_http_retry::RetryLayer;
+/// use tower_http_retry::body::ReleaseBodyLayer;
 ///
 /// // An upstream that always answers 503 with a 100 KiB page.
 /// let upstream = service_fn(|_: http::Request<String>| async {
@@ -77,7 +78,8 @@ use tower_layer::Layer;
 /// ```
 /// use std::time::Duration;
 /// use tower::ServiceBuilder;
-/// use tower_http_retry::{ReleaseBodyLayer, RetryLayer};
+/// use tower_http_retry::RetryLayer;
+/// use tower_http_retry::body::ReleaseBodyLayer;
 ///
 /// # let client = tower::service_fn(|_: http::Request<String>| async {
 /// #     Ok::<_, std::io::Error>(http::Response::new(http_body_util::Full::new(bytes::Bytes::new())))
@@ -162,7 +164,7 @@ impl<C: fmt::Debug> fmt::Debug for ReleaseBodyLayer<C> {
 /// | [`classifier`](Self::classifier) | [`HttpClassifier::new`] |
 ///
 /// ```
-/// use tower_http_retry::ReleaseBodyLayer;
+/// use tower_http_retry::body::ReleaseBodyLayer;
 ///
 /// let layer = ReleaseBodyLayer::builder().limit(4 * 1024).build().expect("valid limit");
 /// assert_eq!(layer.limit(), 4096);

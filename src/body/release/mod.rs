@@ -1,7 +1,7 @@
-//! The body-release middleware: [`ReleaseBodyLayer`](crate::ReleaseBodyLayer) builds
-//! [`ReleaseBody`](crate::ReleaseBody) services, whose [`ReleaseBodyFuture`](crate::ReleaseBodyFuture)
-//! reads the body of a transient response into a [`ReleasedBody`](crate::ReleasedBody). What the
-//! crate docs say of it is written on [`ReleaseBodyLayer`](crate::ReleaseBodyLayer), where rustdoc
+//! The body-release middleware: [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer) builds
+//! [`ReleaseBody`](crate::body::ReleaseBody) services, whose [`ReleaseBodyFuture`](crate::body::ReleaseBodyFuture)
+//! reads the body of a transient response into a [`ReleasedBody`](crate::body::ReleasedBody). What the
+//! crate docs say of it is written on [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer), where rustdoc
 //! shows it.
 
 mod body;

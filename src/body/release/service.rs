@@ -14,7 +14,7 @@ use tower_service::Service;
 
 /// Reads the body of each response its classifier calls transient, up to a limit, before
 /// returning the response; every other response is returned at once, its body untouched. Made by
-/// [`ReleaseBodyLayer`](crate::ReleaseBodyLayer).
+/// [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer).
 ///
 /// The response keeps its status, headers and extensions; its body becomes a
 /// [`ReleasedBody`]. Errors of the inner service pass through unchanged; an error of a body while

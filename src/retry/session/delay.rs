@@ -41,7 +41,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// The server's "come back in", unless hints are turned off
-    /// ([`without_hint_delays`](crate::RetryLayerBuilder::without_hint_delays)).
+    /// ([`without_hint_delays`](crate::retry::RetryLayerBuilder::without_hint_delays)).
     pub(super) fn hint_delay(&self, hint: &ServerHint) -> Option<Duration> {
         self.config.settings.hint_policy.and(hint.retry_after())
     }

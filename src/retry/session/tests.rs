@@ -2,8 +2,9 @@
 
 use super::delay::rotation_pause;
 use super::*;
+use crate::retry::RandomSource;
 use crate::retry::{Backoff, Jitter, RetryBudget, RetryLayer, RetryLayerBuilder, TokenBucket};
-use crate::{AbortSignal, HttpClassifier, RandomSource};
+use crate::{AbortSignal, HttpClassifier};
 use std::convert::Infallible;
 
 pub(crate) type Req = http::Request<String>;
@@ -127,7 +128,7 @@ fn a_shut_down_signal_stops_before_a_delay_is_drawn() {
 
 #[test]
 fn a_valid_retry_after_replaces_the_backoff_delay() {
-    let config = config(builder().hint_policy(crate::HintPolicy::honored().jitter(0.0)));
+    let config = config(builder().hint_policy(crate::hint::HintPolicy::honored().jitter(0.0)));
     let mut session = sent(&config, Method::GET);
     let mut hinted = response(503);
     if let Ok(response) = &mut hinted {
@@ -491,7 +492,7 @@ fn with_headers(code: u16, pairs: &[(&'static str, &'static str)]) -> Result<Res
 
 #[test]
 fn a_rate_limit_reset_replaces_the_backoff_delay_like_retry_after() {
-    let config = config(builder().hint_policy(crate::HintPolicy::honored().jitter(0.0)));
+    let config = config(builder().hint_policy(crate::hint::HintPolicy::honored().jitter(0.0)));
     let mut session = sent(&config, Method::GET);
     let limited = with_headers(429, &[("retry-after-ms", "1500")]);
     assert_eq!(sleep(session.decide(&limited, Instant::now)), 1500 * MS);
@@ -503,7 +504,7 @@ fn a_rate_limit_reset_replaces_the_backoff_delay_like_retry_after() {
 fn a_reset_longer_than_the_clamp_is_clamped_like_retry_after() {
     let config = config(
         builder().hint_policy(
-            crate::HintPolicy::honored()
+            crate::hint::HintPolicy::honored()
                 .max_delay(Duration::from_secs(1))
                 .jitter(0.0),
         ),
@@ -516,7 +517,7 @@ fn a_reset_longer_than_the_clamp_is_clamped_like_retry_after() {
 
 #[test]
 fn a_used_up_quota_makes_a_403_transient() {
-    let config = config(builder().hint_policy(crate::HintPolicy::honored().jitter(0.0)));
+    let config = config(builder().hint_policy(crate::hint::HintPolicy::honored().jitter(0.0)));
     let mut session = sent(&config, Method::GET);
     let forbidden = response(403);
     assert_eq!(
@@ -583,7 +584,7 @@ fn a_server_that_says_to_retry_overrides_the_status_and_the_method() {
 
 #[test]
 fn markers_can_be_ignored() {
-    let hints = crate::ServerHints::new()
+    let hints = crate::hint::ServerHints::new()
         .should_retry_header(None)
         .stand_down_headers([]);
     let config = config(builder().classifier(HttpClassifier::new().hints(hints)));
@@ -640,7 +641,7 @@ fn a_request_an_outer_layer_retries_is_sent_once() {
 fn a_request_the_outer_layer_cannot_retry_is_retried_by_an_inner_layer_that_can() {
     // A default layer around a gRPC-style one: the POST is not the outer layer's to retry.
     let outer = config(builder());
-    let inner = config(builder().idempotency(crate::Idempotency::Any));
+    let inner = config(builder().idempotency(crate::retry::Idempotency::Any));
     let session = sent(&outer, Method::POST);
     assert_eq!(session.inner_layers_mark(), None);
     let mut inner_session = retrying(session.inner_layers_mark(), || sent(&inner, Method::POST));
@@ -652,7 +653,7 @@ fn a_request_the_outer_layer_cannot_retry_is_retried_by_an_inner_layer_that_can(
 
 #[test]
 fn an_independent_layer_retries_inside_another_and_lets_its_inner_layers_retry() {
-    let independent = config(builder().nested_layers(crate::NestedLayers::Independent));
+    let independent = config(builder().nested_layers(crate::retry::NestedLayers::Independent));
     let inner = config(builder());
     let mut middle = retrying(Some(true), || sent(&independent, Method::GET));
     assert_eq!(middle.inner_layers_mark(), Some(false));
