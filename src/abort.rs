@@ -19,13 +19,14 @@ use tokio::time::Instant;
 /// A request sleeping before its next attempt holds on to its last response or error. When the
 /// process shuts down, or a circuit breaker opens in front of the endpoint, waiting out the sleep
 /// only delays a result that is already known. Give the same signal to
-/// [`RetryLayerBuilder::abort_signal`](crate::retry::RetryLayerBuilder::abort_signal) and trigger it:
-/// every sleeping request concerned returns its last outcome within one scheduler tick, and its
-/// budget token is refunded. The report says which: [`StopReason::Aborted`](crate::StopReason::Aborted)
-/// after [`shutdown`](Self::shutdown) or [`wake_sleepers`](Self::wake_sleepers) (the process is
-/// stopping), [`StopReason::Held`](crate::StopReason::Held) while a hold is in force (a breaker
-/// opened; not final: [`RetryReport::resend_after`](crate::RetryReport::resend_after) is the time
-/// until the hold ends).
+/// [`RetryLayerBuilder::abort_signal`](crate::retry::RetryLayerBuilder::abort_signal) and trigger
+/// it: every sleeping request concerned returns its last outcome within one scheduler tick, and its
+/// budget token is refunded. The report says which:
+/// [`StopReason::Aborted`](crate::StopReason::Aborted) after [`shutdown`](Self::shutdown) or
+/// [`wake_sleepers`](Self::wake_sleepers) (the process is stopping),
+/// [`StopReason::Held`](crate::StopReason::Held) while a hold is in force (a breaker opened; not
+/// final: [`RetryReport::resend_after`](crate::RetryReport::resend_after) is the time until the
+/// hold ends).
 ///
 /// Instants are tokio's ([`tokio::time::Instant`]), so that paused time in tests moves them.
 ///

@@ -231,10 +231,11 @@ impl CircuitOpen {
         self
     }
 
-    /// The authority (`host:port` as the request URI wrote it) whose breaker refused the call,
-    /// when it came from a [`KeyedCircuitBreakerLayer`](crate::circuit_breaker::KeyedCircuitBreakerLayer) and the
-    /// request had one; `None` from a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), or
-    /// from the keyed layer's breaker shared by requests without an authority.
+    /// The authority (`host:port` as the request URI wrote it) whose breaker refused the call, when
+    /// it came from a
+    /// [`KeyedCircuitBreakerLayer`](crate::circuit_breaker::KeyedCircuitBreakerLayer) and the
+    /// request had one; `None` from a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), or from
+    /// the keyed layer's breaker shared by requests without an authority.
     pub fn authority(&self) -> Option<&Authority> {
         self.authority.as_ref()
     }

@@ -35,8 +35,9 @@ pub trait RequestHead {
 ///
 /// Implemented for `http::Request<B>` whose body is `Clone` (e.g. `Full<Bytes>`, `String`,
 /// `Empty<Bytes>`): copying such a request is cheap, as `Bytes` is reference-counted. A request
-/// with a streaming body (e.g. hyper's `Incoming`, axum's `Body`) is made retryable by reading
-/// its body into a bounded buffer with [`ReplayBody::buffer_request`](crate::body::ReplayBody::buffer_request).
+/// with a streaming body (e.g. hyper's `Incoming`, axum's `Body`) is made retryable by reading its
+/// body into a bounded buffer with
+/// [`ReplayBody::buffer_request`](crate::body::ReplayBody::buffer_request).
 #[diagnostic::on_unimplemented(
     message = "the retry layer cannot copy `{Self}` for another attempt",
     label = "this request type is not `RetryRequest`",

@@ -104,10 +104,10 @@ pub enum StopReason {
     /// full, or the predicted wait (or the wait itself) went past the request's deadline. Not
     /// final: [`RetryReport::resend_after`] says when trying again makes sense.
     Deferred,
-    /// A circuit breaker refused the attempt ([`CircuitOpen`](crate::circuit_breaker::CircuitOpen)): the
-    /// endpoint is failing, not the request. Not final, though the request was not retried into
-    /// the open circuit: [`RetryReport::resend_after`] is the time until the breaker lets a probe
-    /// through.
+    /// A circuit breaker refused the attempt
+    /// ([`CircuitOpen`](crate::circuit_breaker::CircuitOpen)): the endpoint is failing, not the
+    /// request. Not final, though the request was not retried into the open circuit:
+    /// [`RetryReport::resend_after`] is the time until the breaker lets a probe through.
     CircuitOpen,
     /// A circuit breaker that opened holds the [`AbortSignal`](crate::AbortSignal) for the
     /// request's endpoint ([`hold_until`](crate::AbortSignal::hold_until)): the request returned
@@ -119,13 +119,13 @@ pub enum StopReason {
     /// see [`NotSent::Refused`](crate::classify::NotSent::Refused)) once more after
     /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries) free resends.
     RefusedTooOften,
-    /// The server asked not to retry this request: `x-should-retry: false`,
-    /// `x-envoy-overloaded`, a negative gRPC pushback (see [`ServerHint`](crate::hint::ServerHint)).
-    /// Its last outcome is returned. Not final: the server is shedding load *now*.
+    /// The server asked not to retry this request: `x-should-retry: false`, `x-envoy-overloaded`, a
+    /// negative gRPC pushback (see [`ServerHint`](crate::hint::ServerHint)). Its last outcome is
+    /// returned. Not final: the server is shedding load *now*.
     StandDown,
     /// An outer retry layer retries this request (it marked it, see
-    /// [`NestedLayers`](crate::retry::NestedLayers)), so this layer sent it once and left the retrying
-    /// to the outer one: retries do not multiply across layers.
+    /// [`NestedLayers`](crate::retry::NestedLayers)), so this layer sent it once and left the
+    /// retrying to the outer one: retries do not multiply across layers.
     Delegated,
 }
 
@@ -244,8 +244,8 @@ pub enum DelaySource {
     /// A wait in the endpoint's queue while [pacing](crate::Pacing) held it.
     Paced,
     /// A short jittered pause: the server turned the last attempt away unprocessed
-    /// ([`NotSent::Refused`](crate::classify::NotSent::Refused): connection rotation), and the request
-    /// went again on the next connection.
+    /// ([`NotSent::Refused`](crate::classify::NotSent::Refused): connection rotation), and the
+    /// request went again on the next connection.
     Refused,
 }
 
@@ -318,8 +318,8 @@ pub struct RetryReport {
     /// those is spread upward by the `Retry-After` jitter. `None` for a final stop.
     pub resend_after: Option<Duration>,
     /// [`resend_after`](Self::resend_after) as a wall-clock time (the layer's
-    /// [`wall_clock`](crate::retry::RetryLayerBuilder::wall_clock) plus the duration), for a durable
-    /// queue that stores when to redeliver.
+    /// [`wall_clock`](crate::retry::RetryLayerBuilder::wall_clock) plus the duration), for a
+    /// durable queue that stores when to redeliver.
     pub resend_at: Option<SystemTime>,
     /// The last error of this request that no rule of the classifier recognised, named by the
     /// classifier ([`Classify::unknown_error`](crate::classify::Classify::unknown_error);

@@ -481,7 +481,8 @@ struct DecisionCase {
     seed: u64,
 }
 
-/// A duration from 1 ms to [`InvalidConfig::MAX_DURATION`], spread evenly over the orders of magnitude.
+/// A duration from 1 ms to [`InvalidConfig::MAX_DURATION`], spread evenly over the orders of
+/// magnitude.
 fn log_duration() -> impl Strategy<Value = Duration> {
     let max_ms = InvalidConfig::MAX_DURATION.as_millis() as f64;
     (0.0f64..=1.0).prop_map(move |x| Duration::from_millis(max_ms.powf(x).round().max(1.0) as u64))

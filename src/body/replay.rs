@@ -96,7 +96,8 @@ pin_project! {
 // On `ReplayBody<()>` alone, so that the constant is named without a body type.
 impl ReplayBody<()> {
     /// The bound [`buffer_request`](Self::buffer_request) and
-    /// [`BufferRequestLayer`](crate::body::BufferRequestLayer) read up to unless told otherwise: 64 KiB.
+    /// [`BufferRequestLayer`](crate::body::BufferRequestLayer) read up to unless told otherwise:
+    /// 64 KiB.
     pub const DEFAULT_LIMIT: usize = 64 * 1024;
 }
 

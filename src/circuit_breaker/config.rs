@@ -10,7 +10,8 @@ use crate::retry::{Backoff, Jitter};
 use std::time::Duration;
 
 /// Everything but the classifier, as the builder collects it: a type-changing
-/// [`classifier`](crate::circuit_breaker::CircuitBreakerLayerBuilder::classifier) setter moves it whole.
+/// [`classifier`](crate::circuit_breaker::CircuitBreakerLayerBuilder::classifier) setter moves it
+/// whole.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub(crate) consecutive_failures: Option<u32>,

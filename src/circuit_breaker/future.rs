@@ -16,8 +16,8 @@ use tower::BoxError;
 
 pin_project! {
     /// The future of [`CircuitBreaker`](crate::circuit_breaker::CircuitBreaker) and
-    /// [`KeyedCircuitBreaker`](crate::circuit_breaker::KeyedCircuitBreaker): the inner service's outcome, or
-    /// [`CircuitOpen`] at once when the call was refused.
+    /// [`KeyedCircuitBreaker`](crate::circuit_breaker::KeyedCircuitBreaker): the inner service's
+    /// outcome, or [`CircuitOpen`] at once when the call was refused.
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct CircuitBreakerFuture<F, C> {
         #[pin]

@@ -19,9 +19,10 @@ use tower::BoxError;
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// Wraps a service in a [`KeyedCircuitBreaker`]: one breaker per authority of the request URI,
-/// so that one dead upstream does not fail the calls to the healthy ones behind the same client.
-/// Built by [`CircuitBreakerLayerBuilder::build_per_authority`](crate::circuit_breaker::CircuitBreakerLayerBuilder::build_per_authority);
+/// Wraps a service in a [`KeyedCircuitBreaker`]: one breaker per authority of the request URI, so
+/// that one dead upstream does not fail the calls to the healthy ones behind the same client. Built
+/// by
+/// [`CircuitBreakerLayerBuilder::build_per_authority`](crate::circuit_breaker::CircuitBreakerLayerBuilder::build_per_authority);
 /// every breaker has the builder's configuration. Every clone of the layer, and every service it
 /// makes, shares the breakers.
 ///
@@ -38,8 +39,8 @@ impl KeyedCircuitBreakerLayer {
     pub const DEFAULT_MAX_AUTHORITIES: usize = 1024;
 
     /// The default breaker configuration (see
-    /// [`CircuitBreakerLayerBuilder`](crate::circuit_breaker::CircuitBreakerLayerBuilder)) for at most
-    /// [`DEFAULT_MAX_AUTHORITIES`](Self::DEFAULT_MAX_AUTHORITIES) authorities.
+    /// [`CircuitBreakerLayerBuilder`](crate::circuit_breaker::CircuitBreakerLayerBuilder)) for at
+    /// most [`DEFAULT_MAX_AUTHORITIES`](Self::DEFAULT_MAX_AUTHORITIES) authorities.
     pub fn new() -> Self {
         // What `CircuitBreakerLayer::builder().build_per_authority(..)` makes, without naming
         // the unkeyed layer (which names this one).
@@ -148,11 +149,11 @@ impl<C: fmt::Debug> fmt::Debug for KeyedCircuitBreakerLayer<C> {
 ///
 /// `poll_ready` delegates to the inner service: it cannot tell which authority the next call is
 /// for. A call to an authority whose circuit is open is refused with
-/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen) (naming the authority) without reaching the inner
-/// service, whose readiness is then kept for the next call. An inner service that is not ready
-/// (a concurrency limit filled by calls hanging on one upstream, say) holds back the calls to
-/// every authority; an unkeyed [`CircuitBreaker`](crate::circuit_breaker::CircuitBreaker) skips the wait while
-/// its circuit is open.
+/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen) (naming the authority) without reaching the
+/// inner service, whose readiness is then kept for the next call. An inner service that is not
+/// ready (a concurrency limit filled by calls hanging on one upstream, say) holds back the calls to
+/// every authority; an unkeyed [`CircuitBreaker`](crate::circuit_breaker::CircuitBreaker) skips the
+/// wait while its circuit is open.
 ///
 /// # Clone
 ///

@@ -46,25 +46,26 @@ use tower_layer::Layer;
 /// # How the breaker works
 ///
 /// Backoff handles transient failure: the endpoint is back shortly, so wait. A breaker handles
-/// sustained failure: it is not coming back shortly, so stop trying and free the concurrency.
-/// With backoff and no breaker, a dead endpoint keeps every request busy for its whole retry
-/// sequence; with a breaker, the calls fail fast with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen) until a probe shows the
-/// endpoint is back.
+/// sustained failure: it is not coming back shortly, so stop trying and free the concurrency. With
+/// backoff and no breaker, a dead endpoint keeps every request busy for its whole retry sequence;
+/// with a breaker, the calls fail fast with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen)
+/// until a probe shows the endpoint is back.
 ///
 /// * **Closed**: calls go through. The circuit opens after
 ///   [`consecutive_failures`](CircuitBreakerLayerBuilder::consecutive_failures) in a row, or when
 ///   the [`failure_ratio`](CircuitBreakerLayerBuilder::failure_ratio) over a sliding
 ///   [`window`](CircuitBreakerLayerBuilder::window) is reached with at least
 ///   [`minimum_calls`](CircuitBreakerLayerBuilder::minimum_calls). A failure is what the
-///   [`Classify`](crate::classify::Classify) implementation calls [`Transient`](crate::Outcome::Transient)
-///   (a 503, a timeout, a refused connection) - the same classifier as the retry layer's, so what
-///   is retried is what trips. A permanent outcome (a 404, the caller's fault) is not counted; a
-///   success ends a run of failures.
-/// * **Open**: calls fail at once with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen), without reaching the inner service, for
-///   the open duration plus jitter (drawn from a [`RandomSource`](crate::retry::RandomSource), so a fleet
-///   that tripped together does not probe together), growing each time a probe fails or the
-///   circuit trips again within a window of closing.
-///   `poll_ready` stays `Ready(Ok(()))`: a `poll_ready` error is final under tower's contract.
+///   [`Classify`](crate::classify::Classify) implementation calls
+///   [`Transient`](crate::Outcome::Transient) (a 503, a timeout, a refused connection) - the same
+///   classifier as the retry layer's, so what is retried is what trips. A permanent outcome (a 404,
+///   the caller's fault) is not counted; a success ends a run of failures.
+/// * **Open**: calls fail at once with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen),
+///   without reaching the inner service, for the open duration plus jitter (drawn from a
+///   [`RandomSource`](crate::retry::RandomSource), so a fleet that tripped together does not probe
+///   together), growing each time a probe fails or the circuit trips again within a window of
+///   closing. `poll_ready` stays `Ready(Ok(()))`: a `poll_ready` error is final under tower's
+///   contract.
 /// * **Half-open**: a bounded number of probe calls go through at once, each holding its slot in
 ///   its response future (dropping the future frees it). Enough successes close the circuit; one
 ///   failure re-opens it.
@@ -82,16 +83,16 @@ use tower_layer::Layer;
 /// [`AbortSignal::shutdown`](crate::AbortSignal::shutdown) and
 /// [`wake_sleepers`](crate::AbortSignal::wake_sleepers).
 ///
-/// [`HttpClassifier`](crate::HttpClassifier) classifies [`CircuitOpen`](crate::circuit_breaker::CircuitOpen) as
-/// permanent *for this request*, even with `unknown_errors(Outcome::Transient)`, so a refused
-/// attempt ends the request rather than being retried into the open circuit; the request stops
-/// with [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen), which is **not final**
+/// [`HttpClassifier`](crate::HttpClassifier) classifies
+/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen) as permanent *for this request*, even with
+/// `unknown_errors(Outcome::Transient)`, so a refused attempt ends the request rather than being
+/// retried into the open circuit; the request stops with
+/// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen), which is **not final**
 /// ([`is_final`](crate::StopReason::is_final) is `false`): the endpoint is failing, not the
 /// request, and [`RetryReport::resend_after`](crate::RetryReport::resend_after) says when the
-/// breaker lets a probe through. Neither `Held` nor `CircuitOpen` is final: a sender
-/// redelivers both. [`CircuitBreakerLayer::check_retry`] checks that a single request's retry
-/// sequence is long enough to trip the breaker, and that the circuit half-opens within the retry
-/// layer's deadline.
+/// breaker lets a probe through. Neither `Held` nor `CircuitOpen` is final: a sender redelivers
+/// both. [`CircuitBreakerLayer::check_retry`] checks that a single request's retry sequence is long
+/// enough to trip the breaker, and that the circuit half-opens within the retry layer's deadline.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -202,8 +203,9 @@ use tower_layer::Layer;
 /// full it also scans the map for the breaker to forget: a cost paid by calls to new
 /// authorities, linear in `max_authorities`.
 ///
-/// `poll_ready` cannot know which authority the next call is for, so it waits for the inner
-/// service even when some circuit is open (see [`KeyedCircuitBreaker`](crate::circuit_breaker::KeyedCircuitBreaker)).
+/// `poll_ready` cannot know which authority the next call is for, so it waits for the inner service
+/// even when some circuit is open (see
+/// [`KeyedCircuitBreaker`](crate::circuit_breaker::KeyedCircuitBreaker)).
 ///
 /// ## Waking the retry layer
 ///
@@ -219,9 +221,9 @@ use tower_layer::Layer;
 ///   is shared), sees that the hold is not for its authority and goes back to sleep.
 ///
 /// Without a signal nothing is woken: the sleepers of a dead upstream wait out their backoff and
-/// are then refused with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen), which ends the request with
-/// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen): not retried into the open
-/// circuit, but not final either (the report's `retry_after` says when a probe goes through).
+/// are then refused with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen), which ends the
+/// request with [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen): not retried into the
+/// open circuit, but not final either (the report's `resend_after` says when a probe goes through).
 ///
 /// # Where it goes in a stack
 ///
@@ -324,8 +326,8 @@ impl<C> CircuitBreakerLayer<C> {
     ///   when it needs no more failures than `max_attempts`; the ratio trip when
     ///   `minimum_calls` attempts fit in `max_attempts` and their sleeps (taken at the
     ///   backoff's ceiling) fit in the window;
-    /// * when the retry layer has a [deadline](crate::retry::RetryLayerBuilder::deadline), the circuit
-    ///   half-opens within it after its first trip, jitter included
+    /// * when the retry layer has a [deadline](crate::retry::RetryLayerBuilder::deadline), the
+    ///   circuit half-opens within it after its first trip, jitter included
     ///   ([`RetryMismatch::OpenPastDeadline`]).
     ///
     /// ```
@@ -559,8 +561,9 @@ impl<C> CircuitBreakerLayerBuilder<C> {
     ///
     /// Fails, naming the field, when a count is zero, the ratio is outside `(0, 1]`, the jitter
     /// outside `[0, 1]`, the multiplier below 1 or not finite, a duration zero or above
-    /// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION), the maximum open duration below the open duration, the
-    /// window shorter than 10 ns, or both trips are turned off.
+    /// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION), the maximum open
+    /// duration below the open duration, the window shorter than 10 ns, or both trips are turned
+    /// off.
     pub fn build(self) -> Result<CircuitBreakerLayer<C>, InvalidConfig> {
         let template = Template::new(self.classifier, self.settings, false)?;
         Ok(CircuitBreakerLayer {

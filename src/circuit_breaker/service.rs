@@ -19,9 +19,9 @@ use tower_service::Service;
 ///
 /// While the circuit is open, `poll_ready` returns `Ready(Ok(()))` at once without polling the
 /// inner service (whose readiness would not be used), and `call` returns a future that fails with
-/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen). tower's contract makes a `poll_ready` error final, so an
-/// open circuit, which is temporary, never shows there. Otherwise `poll_ready` delegates to the
-/// inner service and passes its errors on.
+/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen). tower's contract makes a `poll_ready`
+/// error final, so an open circuit, which is temporary, never shows there. Otherwise `poll_ready`
+/// delegates to the inner service and passes its errors on.
 ///
 /// If the circuit half-opens between `poll_ready` (which saw it open and did not ready the inner
 /// service) and `call`, the call is refused all the same, without taking a probe slot; the

@@ -1,7 +1,7 @@
 //! The [`Template`] that makes breakers from a checked [`Config`] (one for a
 //! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), one per authority for a
-//! [`KeyedCircuitBreakerLayer`](crate::circuit_breaker::KeyedCircuitBreakerLayer)), and the [`Shared`] breaker
-//! with its classifier.
+//! [`KeyedCircuitBreakerLayer`](crate::circuit_breaker::KeyedCircuitBreakerLayer)), and the
+//! [`Shared`] breaker with its classifier.
 //!
 //! Apart from `config.rs` because it names the breaker, whose state reads the configuration.
 

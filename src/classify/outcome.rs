@@ -31,15 +31,14 @@ pub enum Outcome {
 #[non_exhaustive]
 pub enum NotSent {
     /// The server turned the request away before processing it, as it does when it rotates or
-    /// drains a connection (RFC 9113, section 8.7): an HTTP/2 `REFUSED_STREAM` reset, or a
-    /// `GOAWAY` whose last stream id is below the request's stream (a request sent on the
-    /// connection after it included). The endpoint is up; this is rotation, not
-    /// failure. The request is sent again
+    /// drains a connection (RFC 9113, section 8.7): an HTTP/2 `REFUSED_STREAM` reset, or a `GOAWAY`
+    /// whose last stream id is below the request's stream (a request sent on the connection after
+    /// it included). The endpoint is up; this is rotation, not failure. The request is sent again
     /// after a short jittered pause (so that it lands on the next connection, not on the one
     /// closing), bounded by the deadline and by
-    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries), without spending
-    /// an attempt or a budget token; the circuit breaker counts it neither as a success nor as a
-    /// failure, and pacing not as congestion.
+    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries), without
+    /// spending an attempt or a budget token; the circuit breaker counts it neither as a success
+    /// nor as a failure, and pacing not as congestion.
     Refused,
     /// No connection carried the request: the connection was refused, the name did not resolve,
     /// the connect timed out, or the connection closed before the request was written (hyper
@@ -96,23 +95,25 @@ pub trait Classify<Res, E> {
     /// Classifies an error of the inner service.
     fn classify_error(&self, error: &E) -> Outcome;
 
-    /// When `error` is a circuit breaker's refusal ([`CircuitOpen`](crate::circuit_breaker::CircuitOpen)), how long until the breaker
-    /// lets a probe through. The retry layer stops such a request with
+    /// When `error` is a circuit breaker's refusal
+    /// ([`CircuitOpen`](crate::circuit_breaker::CircuitOpen)), how long until the breaker lets a
+    /// probe through. The retry layer stops such a request with
     /// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen) (or, with
-    /// [pacing](crate::Pacing), pauses the endpoint until then and keeps the request waiting).
-    /// The default finds none; [`HttpClassifier`](super::HttpClassifier) looks along the error's `source()` chain.
+    /// [pacing](crate::Pacing), pauses the endpoint until then and keeps the request waiting). The
+    /// default finds none; [`HttpClassifier`](super::HttpClassifier) looks along the error's
+    /// `source()` chain.
     fn refused_for(&self, error: &E) -> Option<std::time::Duration> {
         let _ = error;
         None
     }
 
-    /// When no rule of the classifier recognised `error` (its outcome is the fallback for
-    /// unknown errors), a name for it, for people: the retry layer counts such errors
-    /// ([`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors)) and puts the name in
-    /// the request's report ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)),
+    /// When no rule of the classifier recognised `error` (its outcome is the fallback for unknown
+    /// errors), a name for it, for people: the retry layer counts such errors
+    /// ([`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors)) and puts the name
+    /// in the request's report ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)),
     /// so that a new error kind gets a rule instead of going unnoticed. The name is never
-    /// classified. The default recognises every error; [`HttpClassifier`](super::HttpClassifier) names an unknown one
-    /// by the `Display` of each link of its `source()` chain.
+    /// classified. The default recognises every error; [`HttpClassifier`](super::HttpClassifier)
+    /// names an unknown one by the `Display` of each link of its `source()` chain.
     fn unknown_error(&self, error: &E) -> Option<String> {
         let _ = error;
         None
@@ -128,8 +129,9 @@ pub trait Classify<Res, E> {
     /// only when the response says so, not for a `Retry-After` that asks a client to poll (a
     /// 202) or to follow a redirect later (a 3xx).
     ///
-    /// The default reads `Retry-After` on a 4xx or 5xx response alone; [`HttpClassifier`](super::HttpClassifier) also
-    /// reads the rate-limit and stand-down headers its [`ServerHints`](crate::hint::ServerHints) name.
+    /// The default reads `Retry-After` on a 4xx or 5xx response alone;
+    /// [`HttpClassifier`](super::HttpClassifier) also reads the rate-limit and stand-down headers
+    /// its [`ServerHints`](crate::hint::ServerHints) name.
     fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint
     where
         Res: RetryResponse,
@@ -141,11 +143,11 @@ pub trait Classify<Res, E> {
         ServerHint::of_retry_after(response.headers(), now)
     }
 
-    /// Whether `response`, classified as transient, says the endpoint is overloaded or
-    /// unreachable: what [pacing](crate::Pacing) counts towards an outage and against a ramp.
-    /// `statuses` are the HTTP statuses the pacing configuration calls congestion
-    /// ([`PacingBuilder::congestion`](crate::pacing::PacingBuilder::congestion): 429, 502, 503 and 504
-    /// by default); a transient error (a timeout, a connection failure) always is congestion.
+    /// Whether `response`, classified as transient, says the endpoint is overloaded or unreachable:
+    /// what [pacing](crate::Pacing) counts towards an outage and against a ramp. `statuses` are the
+    /// HTTP statuses the pacing configuration calls congestion
+    /// ([`PacingBuilder::congestion`](crate::pacing::PacingBuilder::congestion): 429, 502, 503 and
+    /// 504 by default); a transient error (a timeout, a connection failure) always is congestion.
     ///
     /// The default: the response's status is one of `statuses`. A protocol that reports
     /// overload inside a 200 says so here: [`GrpcClassifier`](crate::grpc::GrpcClassifier) counts

@@ -45,13 +45,13 @@ use std::sync::Arc;
 /// feature. A certificate error of a TLS stack that does not report it as `InvalidData`
 /// (native-tls) is taken for a connect failure.
 ///
-/// **Unknown errors are transient by default**: retried for an idempotent request (a few
-/// attempts, a budget token each, the backoff), never resent for a POST without a key, since
-/// nothing says it was not processed. An error no rule recognises is as likely a new transport
-/// failure as a bug of the request, and a permanent default turned the first kind into silent
-/// failures; the attempts and the budget bound what the second kind costs. Each one is counted
-/// ([`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors)) and named in the report
-/// ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)).
+/// **Unknown errors are transient by default**: retried for an idempotent request (a few attempts,
+/// a budget token each, the backoff), never resent for a POST without a key, since nothing says it
+/// was not processed. An error no rule recognises is as likely a new transport failure as a bug of
+/// the request, and a permanent default turned the first kind into silent failures; the attempts
+/// and the budget bound what the second kind costs. Each one is counted
+/// ([`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors)) and named in the
+/// report ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)).
 ///
 /// ```
 /// use http::StatusCode;

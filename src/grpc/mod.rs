@@ -15,8 +15,8 @@
 //!   [`ReplayBody`](crate::body::ReplayBody)) makes request bodies replayable.
 //! * [`GrpcServiceConfig`] reads a service config's `retryPolicy` and `retryThrottling`
 //!   ([`GrpcThrottle`]).
-//! * [`GrpcServiceConfig::stack`] and [`RetryLayer::grpc_stack`](crate::RetryLayer::grpc_stack) build the whole client stack
-//!   around a tonic `Channel` in one call ([`GrpcStack`]).
+//! * [`GrpcServiceConfig::stack`] and [`RetryLayer::grpc_stack`](crate::RetryLayer::grpc_stack)
+//!   build the whole client stack around a tonic `Channel` in one call ([`GrpcStack`]).
 //!
 //! The library does not depend on tonic: it reads and writes `http` headers.
 

@@ -16,11 +16,12 @@ const MAX_ATTEMPTS_CAP: u32 = 5;
 /// The retry parts of a gRPC service config (the JSON form grpc-go and grpc-java read):
 /// each `methodConfig`'s `name` and `retryPolicy`, and the channel's `retryThrottling`.
 ///
-/// One [`RetryLayer`](crate::RetryLayer) carries one policy; [`retry_layer_builder`](Self::retry_layer_builder) sets up the layer
-/// for one method (or for all methods that share a policy) by the service config's lookup
-/// rules: the entry naming the method, else the one naming its service, else the default entry
-/// (an empty name). Everything else in the config (`timeout`, `waitForReady`, load balancing)
-/// is ignored; a `hedgingPolicy` is refused, as hedging is not implemented.
+/// One [`RetryLayer`](crate::RetryLayer) carries one policy;
+/// [`retry_layer_builder`](Self::retry_layer_builder) sets up the layer for one method (or for all
+/// methods that share a policy) by the service config's lookup rules: the entry naming the method,
+/// else the one naming its service, else the default entry (an empty name). Everything else in the
+/// config (`timeout`, `waitForReady`, load balancing) is ignored; a `hedgingPolicy` is refused, as
+/// hedging is not implemented.
 ///
 /// ```
 /// use tower_http_retry::grpc::GrpcServiceConfig;
@@ -178,10 +179,11 @@ impl GrpcServiceConfig {
         self.throttle.as_ref()
     }
 
-    /// A builder from the preset [`RetryLayer::grpc`](crate::RetryLayer::grpc) set up for the method at `path`: its policy's attempts,
-    /// backoff and retryable codes, and the throttle as the budget (no budget without one, as
-    /// in A6). Without a policy for the method, retries are off (`max_attempts(1)`), as in
-    /// gRPC; a refused stream or an unconnected attempt may still be sent again.
+    /// A builder from the preset [`RetryLayer::grpc`](crate::RetryLayer::grpc) set up for the
+    /// method at `path`: its policy's attempts, backoff and retryable codes, and the throttle as
+    /// the budget (no budget without one, as in A6). Without a policy for the method, retries are
+    /// off (`max_attempts(1)`), as in gRPC; a refused stream or an unconnected attempt may still be
+    /// sent again.
     pub fn retry_layer_builder(&self, path: &str) -> RetryLayerBuilder<GrpcClassifier> {
         let builder = RetryLayerBuilder::grpc();
         let builder = match self.throttle() {
@@ -359,9 +361,10 @@ fn retry_policy(policy: &Map<String, Value>) -> Result<GrpcRetryPolicy, InvalidC
     })
 }
 
-/// A protobuf JSON `Duration`: seconds with up to nine decimals and an `s` (`"1.5s"`); `None`
-/// for anything else, a negative one included. Past [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION) the
-/// backoff's own check refuses it.
+/// A protobuf JSON `Duration`: seconds with up to nine decimals and an `s` (`"1.5s"`); `None` for
+/// anything else, a negative one included. Past
+/// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION) the backoff's own check
+/// refuses it.
 fn parse_duration(text: &str) -> Option<Duration> {
     let number = text.strip_suffix('s')?;
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));

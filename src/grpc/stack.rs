@@ -110,10 +110,11 @@ impl<F> fmt::Debug for IntoBodyFuture<F> {
 
 impl RetryLayer<GrpcClassifier> {
     /// Wraps `channel` (tonic's `Channel`) in the whole client stack: bodies buffered up to
-    /// [`ReplayBody::DEFAULT_LIMIT`](crate::body::ReplayBody::DEFAULT_LIMIT) so a call can be sent again, this layer, and the conversion back
-    /// to the channel's body type. `into_body` is that conversion: `tonic::body::Body::new`
-    /// (the crate does not depend on tonic, so it cannot name it). The result goes straight
-    /// into a generated client: `MyServiceClient::new(layer.grpc_stack(channel, Body::new))`.
+    /// [`ReplayBody::DEFAULT_LIMIT`](crate::body::ReplayBody::DEFAULT_LIMIT) so a call can be sent
+    /// again, this layer, and the conversion back to the channel's body type. `into_body` is that
+    /// conversion: `tonic::body::Body::new` (the crate does not depend on tonic, so it cannot name
+    /// it). The result goes straight into a generated client:
+    /// `MyServiceClient::new(layer.grpc_stack(channel, Body::new))`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -143,8 +144,8 @@ impl RetryLayer<GrpcClassifier> {
 
 impl GrpcServiceConfig {
     /// The whole client stack for the method at `path`, in one call: the layer of
-    /// [`retry_layer_builder(path)`](Self::retry_layer_builder) (its policy, the config's throttle) around
-    /// `channel`, as [`RetryLayer::grpc_stack`] builds it. `into_body` is
+    /// [`retry_layer_builder(path)`](Self::retry_layer_builder) (its policy, the config's throttle)
+    /// around `channel`, as [`RetryLayer::grpc_stack`] builds it. `into_body` is
     /// `tonic::body::Body::new`.
     ///
     /// ```rust,ignore
@@ -156,8 +157,8 @@ impl GrpcServiceConfig {
     /// ```
     ///
     /// To set more (an abort signal, a deadline), build the layer with
-    /// [`retry_layer_builder`](Self::retry_layer_builder) and call [`RetryLayer::grpc_stack`] on it. Fails as
-    /// [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build) does.
+    /// [`retry_layer_builder`](Self::retry_layer_builder) and call [`RetryLayer::grpc_stack`] on
+    /// it. Fails as [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build) does.
     pub fn stack<S, B>(
         &self,
         path: &str,

@@ -128,8 +128,8 @@ fn declared_window(headers: &HeaderMap, name: &str) -> Option<u64> {
         .and_then(|policy| policy.non_negative("w"))
 }
 
-/// How an `X-RateLimit-Reset`-style header writes its reset time: APIs differ, and the header
-/// name does not say, so it is declared per header ([`XRateLimit::new`](crate::hint::XRateLimit::new)).
+/// How an `X-RateLimit-Reset`-style header writes its reset time: APIs differ, and the header name
+/// does not say, so it is declared per header ([`XRateLimit::new`](crate::hint::XRateLimit::new)).
 ///
 /// Every format accepts an integer or a decimal with a fraction (`1700000000.250`). Epoch values
 /// are measured against the local clock when it agrees with the response's `Date` header (within

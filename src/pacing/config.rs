@@ -9,9 +9,9 @@ use std::time::Duration;
 /// Endpoint pacing: after an outage, deliveries wait and recover within seconds of the endpoint,
 /// instead of either firing on their own timers or being refused.
 ///
-/// Give it to [`RetryLayerBuilder::pacing`](crate::retry::RetryLayerBuilder::pacing). The retry layer
-/// then keeps a small state per endpoint (per authority of the request URI), learns from every
-/// outcome it sees, and decides for each request to an endpoint in trouble *when* it goes:
+/// Give it to [`RetryLayerBuilder::pacing`](crate::retry::RetryLayerBuilder::pacing). The retry
+/// layer then keeps a small state per endpoint (per authority of the request URI), learns from
+/// every outcome it sees, and decides for each request to an endpoint in trouble *when* it goes:
 ///
 /// * **Open** (healthy): nothing changes; retries sleep their backoff and ask the budget.
 /// * **Probing**: after [`outage_after`](PacingBuilder::outage_after) congestion outcomes in a
@@ -33,15 +33,16 @@ use std::time::Duration;
 ///   back in one instant.
 ///
 /// With [`first_attempts`](PacingBuilder::first_attempts) on (the default), a *new* request to an
-/// endpoint that is down waits in the same queue, so new deliveries do not pile onto it. A
-/// request whose predicted wait is beyond its [deadline](crate::retry::RetryLayerBuilder::deadline),
-/// or that finds the queue full, returns at once with
+/// endpoint that is down waits in the same queue, so new deliveries do not pile onto it. A request
+/// whose predicted wait is beyond its [deadline](crate::retry::RetryLayerBuilder::deadline), or
+/// that finds the queue full, returns at once with
 /// [`StopReason::Deferred`](crate::StopReason::Deferred) and its last outcome, and its
-/// [`RetryReport::resend_after`](crate::RetryReport::resend_after) says when an outer durable
-/// queue should try again. A shutdown of the [`AbortSignal`](crate::AbortSignal) releases every
-/// waiter at once with its last outcome; a breaker's hold of the signal (or its refusal,
-/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen)) does not: it pauses the endpoint until the breaker lets a
-/// probe through, and the waiters keep waiting. Dropping a waiting future frees its place.
+/// [`RetryReport::resend_after`](crate::RetryReport::resend_after) says when an outer durable queue
+/// should try again. A shutdown of the [`AbortSignal`](crate::AbortSignal) releases every waiter at
+/// once with its last outcome; a breaker's hold of the signal (or its refusal,
+/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen)) does not: it pauses the endpoint until the
+/// breaker lets a probe through, and the waiters keep waiting. Dropping a waiting future frees its
+/// place.
 ///
 /// Pacing is for senders that would rather wait than fail: webhooks, batch clients, queue
 /// consumers. An interactive call that wants an answer now is better served by a short retry
@@ -209,10 +210,10 @@ impl PacingBuilder {
         self
     }
 
-    /// The statuses that mean "overloaded" (transient timeouts and connection failures always
-    /// do). A transient status not in the list is retried but says nothing of the load. The
-    /// classifier reads the list ([`Classify::is_congestion`](crate::classify::Classify::is_congestion)),
-    /// and may say more: [`GrpcClassifier`](crate::grpc::GrpcClassifier) counts UNAVAILABLE and
+    /// The statuses that mean "overloaded" (transient timeouts and connection failures always do).
+    /// A transient status not in the list is retried but says nothing of the load. The classifier
+    /// reads the list ([`Classify::is_congestion`](crate::classify::Classify::is_congestion)), and
+    /// may say more: [`GrpcClassifier`](crate::grpc::GrpcClassifier) counts UNAVAILABLE and
     /// RESOURCE_EXHAUSTED, which arrive with HTTP status 200.
     pub fn congestion(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
         self.congestion = statuses.into_iter().collect();

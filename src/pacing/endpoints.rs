@@ -145,7 +145,7 @@ fn evict(map: &mut Map, now: Instant) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Deferred {
     /// When trying again makes sense, from now.
-    pub(crate) retry_after: Duration,
+    pub(crate) resend_after: Duration,
 }
 
 impl Endpoint {
@@ -232,7 +232,7 @@ impl Endpoint {
             if !first {
                 state.deferred += 1;
             }
-            return Err(Deferred { retry_after: wait });
+            return Err(Deferred { resend_after: wait });
         }
         match state.enqueue(self.config()) {
             Some(id) => Ok(QueueWait {
@@ -241,7 +241,7 @@ impl Endpoint {
                 timer: None,
                 done: false,
             }),
-            None => Err(Deferred { retry_after: wait }),
+            None => Err(Deferred { resend_after: wait }),
         }
     }
 }

@@ -40,7 +40,8 @@ pub enum Jitter {
 /// overflowing, so every policy returns a delay in `[0, cap]` for every `n` up to `u32::MAX`.
 ///
 /// `Backoff` is plain data; [`validate`](Backoff::validate) (called by
-/// [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build)) rejects values that cannot work.
+/// [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build)) rejects values that cannot
+/// work.
 ///
 /// ```
 /// use std::time::Duration;
@@ -93,7 +94,8 @@ impl Backoff {
         self.cap
     }
 
-    /// Checks the bounds: `0 < base <= cap <= InvalidConfig::MAX_DURATION` and `1 <= multiplier < inf`.
+    /// Checks the bounds: `0 < base <= cap <= InvalidConfig::MAX_DURATION` and `1 <= multiplier <
+    /// inf`.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         non_zero("backoff.base", self.base)?;
         not_below("backoff.cap", self.cap, "backoff.base", self.base)?;

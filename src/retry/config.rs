@@ -73,7 +73,8 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Checks every value (see [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build)).
+    /// Checks every value (see
+    /// [`RetryLayerBuilder::build`](crate::retry::RetryLayerBuilder::build)).
     pub(crate) fn validate(&self) -> Result<(), InvalidConfig> {
         self.backoff.validate()?;
         if let Some(policy) = &self.hint_policy {

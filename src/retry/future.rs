@@ -29,8 +29,8 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 pin_project! {
-    /// The future of [`Retry`](crate::retry::Retry): resolves to the last response or error of the inner
-    /// service.
+    /// The future of [`Retry`](crate::retry::Retry): resolves to the last response or error of the
+    /// inner service.
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct RetryFuture<S, Req, C>
     where

@@ -47,14 +47,15 @@ use tower_layer::Layer;
 /// # How a request flows through the layer
 ///
 /// Each request goes through [`Retry`] like this: the outcome of an attempt is
-/// [classified](HttpClassifier) as success, transient, permanent or not sent. Only a transient outcome of a
-/// repeatable request (see [`Idempotency`]) with attempts left is retried, or a request of any
-/// method that provably never reached the server ([`NotSent`](crate::classify::NotSent)); the delay is the
-/// server's `Retry-After` if valid ([`HintPolicy`], clamped) or else a draw from the
-/// [`Backoff`] policy; the delay must fit the optional deadline; and the [`RetryBudget`] must grant
-/// a token. Then, and only then, the request sleeps on tokio's clock, and an [`AbortSignal`] can
-/// end the sleep early. When it stops, the layer returns the last real response or error,
-/// untouched, and a [`RetryReport`](crate::RetryReport) says why it stopped.
+/// [classified](HttpClassifier) as success, transient, permanent or not sent. Only a transient
+/// outcome of a repeatable request (see [`Idempotency`]) with attempts left is retried, or a
+/// request of any method that provably never reached the server
+/// ([`NotSent`](crate::classify::NotSent)); the delay is the server's `Retry-After` if valid
+/// ([`HintPolicy`], clamped) or else a draw from the [`Backoff`] policy; the delay must fit the
+/// optional deadline; and the [`RetryBudget`] must grant a token. Then, and only then, the request
+/// sleeps on tokio's clock, and an [`AbortSignal`] can end the sleep early. When it stops, the
+/// layer returns the last real response or error, untouched, and a
+/// [`RetryReport`](crate::RetryReport) says why it stopped.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -86,11 +87,11 @@ use tower_layer::Layer;
 /// # Why a budget, and not only a maximum number of attempts
 ///
 /// `max_attempts` bounds what one request may do; it says nothing about all of them. When an
-/// endpoint goes down, every request fails and every one of them retries, so the endpoint sees
-/// its normal load times `max_attempts` at the worst moment. Jitter spreads *when* that load
-/// arrives; only a budget bounds *how much* arrives. The [`TokenBucket`](crate::retry::TokenBucket) lets retries add about
-/// 20 % to the load that succeeds (plus a small floor per second), so during an outage most
-/// requests fail fast with their real error instead of piling on.
+/// endpoint goes down, every request fails and every one of them retries, so the endpoint sees its
+/// normal load times `max_attempts` at the worst moment. Jitter spreads *when* that load arrives;
+/// only a budget bounds *how much* arrives. The [`TokenBucket`](crate::retry::TokenBucket) lets
+/// retries add about 20 % to the load that succeeds (plus a small floor per second), so during an
+/// outage most requests fail fast with their real error instead of piling on.
 ///
 /// # Differences from `tower::retry`
 ///
@@ -98,7 +99,8 @@ use tower_layer::Layer;
 ///   stream ([`RandomSource`]). `tower::retry::backoff::ExponentialBackoffMaker` clones one
 ///   generator into every session, so requests that fail together wait the same "random" delay.
 /// * The budget is asked *before* sleeping, and a token taken for a sleep that is abandoned is
-///   refunded. `TpsBudget` takes a mutex per operation; [`TokenBucket`](crate::retry::TokenBucket) is lock-free.
+///   refunded. `TpsBudget` takes a mutex per operation; [`TokenBucket`](crate::retry::TokenBucket)
+///   is lock-free.
 /// * HTTP semantics built in: the status table, transport errors found through `source()`,
 ///   `Retry-After`, idempotency.
 /// * The sleep can be aborted ([`AbortSignal`]), the request can have a deadline, and the
@@ -117,19 +119,21 @@ use tower_layer::Layer;
 /// reqwest 0.13's `Client` is a tower `Service<reqwest::Request>`, so the retry layer and the
 /// circuit breaker wrap it like any other client. This module makes reqwest's types fit:
 ///
-/// * `reqwest::Request` is a [`RetryRequest`](crate::retry::RetryRequest): its method and headers decide idempotency, its
-///   URL's host and port are its authority (for a keyed circuit breaker and the abort signal's
-///   holds), and it is copied for another attempt with `Request::try_clone`. A request whose body
-///   is a stream cannot be copied: it is sent once
+/// * `reqwest::Request` is a [`RetryRequest`](crate::retry::RetryRequest): its method and headers
+///   decide idempotency, its URL's host and port are its authority (for a keyed circuit breaker and
+///   the abort signal's holds), and it is copied for another attempt with `Request::try_clone`. A
+///   request whose body is a stream cannot be copied: it is sent once
 ///   ([`StopReason::NotReplayable`](crate::StopReason::NotReplayable)).
-/// * `reqwest::Response` is a [`RetryResponse`](crate::retry::RetryResponse): classified by status, `Retry-After` read from its
-///   headers, and the [`RetryReport`](crate::RetryReport) put in its extensions, read with
-///   [`RetryReport::of(&response)`](crate::RetryReport::of) as for an `http::Response`. reqwest keeps a
-///   request's extensions private, so a [`ReportSlot`](crate::report::ReportSlot) cannot be attached to
-///   a `reqwest::Request`; the report of a request that ends in an error comes from
+/// * `reqwest::Response` is a [`RetryResponse`](crate::retry::RetryResponse): classified by status,
+///   `Retry-After` read from its headers, and the [`RetryReport`](crate::RetryReport) put in its
+///   extensions, read with [`RetryReport::of(&response)`](crate::RetryReport::of) as for an
+///   `http::Response`. reqwest keeps a request's extensions private, so a
+///   [`ReportSlot`](crate::report::ReportSlot) cannot be attached to a `reqwest::Request`; the
+///   report of a request that ends in an error comes from
 ///   [`RetryReport::capture`](crate::RetryReport::capture), as for any outcome.
-/// * `reqwest::Error` is an [`AsStdError`](crate::classify::AsStdError): [`HttpClassifier`](crate::HttpClassifier) treats its
-///   timeouts and connection errors as transient and walks its `source()` chain for the rest.
+/// * `reqwest::Error` is an [`AsStdError`](crate::classify::AsStdError):
+///   [`HttpClassifier`](crate::HttpClassifier) treats its timeouts and connection errors as
+///   transient and walks its `source()` chain for the rest.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), tower::BoxError> {
@@ -154,8 +158,8 @@ pub struct RetryLayer<C = HttpClassifier> {
 
 impl RetryLayer {
     /// The default configuration: up to 3 attempts, full jitter from 100 ms capped at 10 s,
-    /// `Retry-After` honoured up to the cap, a default [`TokenBucket`](crate::retry::TokenBucket) budget, idempotent
-    /// requests only.
+    /// `Retry-After` honoured up to the cap, a default [`TokenBucket`](crate::retry::TokenBucket)
+    /// budget, idempotent requests only.
     pub fn new() -> Self {
         RetryLayerBuilder::default()
             .build()
@@ -386,16 +390,15 @@ impl<C> RetryLayerBuilder<C> {
     }
 
     /// Sets how many times per request a request the server turned away unprocessed
-    /// ([`NotSent::Refused`](crate::classify::NotSent::Refused): an HTTP/2 `REFUSED_STREAM`, a `GOAWAY`
-    /// that did not cover it) is sent again after a short jittered pause (4 ms at most the
-    /// first time, doubling to 50 ms), whatever its method, without spending an attempt or a
-    /// budget token (default 200; 0 turns these resends off). The default is generous because
-    /// a server that rotates its connections every few requests turns a request of a large
-    /// burst away many times (against nginx rotating every 3 requests, 100 concurrent requests
-    /// met more than 40 refusals each); the deadline bounds the resends too. A server that refuses
-    /// the same request every time stops it with
-    /// [`StopReason::RefusedTooOften`](crate::StopReason::RefusedTooOften) after at most ten
-    /// seconds of pauses.
+    /// ([`NotSent::Refused`](crate::classify::NotSent::Refused): an HTTP/2 `REFUSED_STREAM`, a
+    /// `GOAWAY` that did not cover it) is sent again after a short jittered pause (4 ms at most the
+    /// first time, doubling to 50 ms), whatever its method, without spending an attempt or a budget
+    /// token (default 200; 0 turns these resends off). The default is generous because a server
+    /// that rotates its connections every few requests turns a request of a large burst away many
+    /// times (against nginx rotating every 3 requests, 100 concurrent requests met more than 40
+    /// refusals each); the deadline bounds the resends too. A server that refuses the same request
+    /// every time stops it with [`StopReason::RefusedTooOften`](crate::StopReason::RefusedTooOften)
+    /// after at most ten seconds of pauses.
     pub fn max_refused_retries(mut self, retries: u32) -> Self {
         self.settings.max_refused_retries = retries;
         self
@@ -521,8 +524,9 @@ impl<C> RetryLayerBuilder<C> {
     ///
     /// Fails, naming the field, on a backoff that cannot work (see [`Backoff::validate`]), zero
     /// `max_attempts`, a zero deadline, a first-attempt jitter or `Retry-After` clamp above
-    /// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION), a first-attempt jitter not below the deadline, a zero
-    /// `Retry-After` clamp, or a `Retry-After` jitter outside `[0, 1]`.
+    /// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION), a first-attempt jitter
+    /// not below the deadline, a zero `Retry-After` clamp, or a `Retry-After` jitter outside `[0,
+    /// 1]`.
     pub fn build(self) -> Result<RetryLayer<C>, InvalidConfig> {
         Ok(RetryLayer {
             config: Arc::new(Config::new(self.classifier, self.settings)?),

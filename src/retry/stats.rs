@@ -59,10 +59,10 @@ pub struct RetryStats {
     pub attempts: u64,
     /// Retries sent (attempts after the first).
     pub retries: u64,
-    /// Transient responses that carried a valid "come back in" hint (`Retry-After`, or a
-    /// rate-limit or protocol header the classifier reads, see [`ServerHint`](crate::hint::ServerHint))
-    /// and were otherwise eligible for a retry (counted before the deadline and the budget are
-    /// asked, so it may exceed the hints actually slept on).
+    /// Transient responses that carried a valid "come back in" hint (`Retry-After`, or a rate-limit
+    /// or protocol header the classifier reads, see [`ServerHint`](crate::hint::ServerHint)) and
+    /// were otherwise eligible for a retry (counted before the deadline and the budget are asked,
+    /// so it may exceed the hints actually slept on).
     pub retry_after_seen: u64,
     /// Hints cut to the clamp (or refused, with `WhenLonger::GiveUp`).
     pub retry_after_clamped: u64,
@@ -107,8 +107,8 @@ impl RetryStats {
 }
 
 /// Counts of realised delays: one row per retry number (1 to 8, then 9 and later), one column per
-/// bucket of [`DelayHistogram::BUCKETS`] plus a last, open-ended one. `Debug` labels each row and bucket
-/// and leaves the empty ones out; `Display` prints a table.
+/// bucket of [`DelayHistogram::BUCKETS`] plus a last, open-ended one. `Debug` labels each row and
+/// bucket and leaves the empty ones out; `Display` prints a table.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct DelayHistogram {
     rows: [[u64; COLUMNS]; DelayHistogram::ROWS],

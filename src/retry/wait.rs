@@ -210,7 +210,7 @@ impl<Res, E> Wait<Res, E> {
                                 // Paced meanwhile and no room in the queue: not sent ahead of
                                 // the probes, handed back with when to retry.
                                 drop(wait.token.take());
-                                session.retry_in(deferred.retry_after);
+                                session.retry_in(deferred.resend_after);
                                 return Poll::Ready(Waited::Stop(result, StopReason::Deferred));
                             }
                             // A first attempt has no outcome to return: it is sent.

@@ -1,5 +1,6 @@
-//! [`ReleasedBody`]: the body of a response that went through [`ReleaseBody`](crate::body::ReleaseBody),
-//! either the inner body untouched or what was read of it.
+//! [`ReleasedBody`]: the body of a response that went through
+//! [`ReleaseBody`](crate::body::ReleaseBody), either the inner body untouched or what was read of
+//! it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::HeaderMap;

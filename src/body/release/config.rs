@@ -1,5 +1,5 @@
-//! The configuration every clone of a [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer), and every
-//! service and future it makes, shares.
+//! The configuration every clone of a [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer), and
+//! every service and future it makes, shares.
 
 #[derive(Debug)]
 pub(super) struct Config<C> {

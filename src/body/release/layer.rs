@@ -28,8 +28,8 @@ use tower_layer::Layer;
 /// It reads the body of every response its classifier calls transient before returning the
 /// response, and drops the inner body, so that nothing is held while the retry layer sleeps:
 ///
-/// * a body within the limit ([`ReleaseBodyLayer::DEFAULT_LIMIT`], 64 KiB, unless told otherwise) is read
-///   to its end, trailers included, and its connection goes back to the pool for the retry;
+/// * a body within the limit ([`ReleaseBodyLayer::DEFAULT_LIMIT`], 64 KiB, unless told otherwise)
+///   is read to its end, trailers included, and its connection goes back to the pool for the retry;
 /// * a longer body keeps its first `limit` bytes, and the rest is dropped unread, which closes
 ///   its connection before the sleep rather than after it
 ///   ([`ReleasedBody::is_truncated`](crate::body::ReleasedBody::is_truncated));
@@ -105,8 +105,8 @@ impl ReleaseBodyLayer {
     /// 64 KiB.
     pub const DEFAULT_LIMIT: usize = 64 * 1024;
 
-    /// Keeps up to [`ReleaseBodyLayer::DEFAULT_LIMIT`] bytes of each body [`HttpClassifier::new`] calls
-    /// transient.
+    /// Keeps up to [`ReleaseBodyLayer::DEFAULT_LIMIT`] bytes of each body [`HttpClassifier::new`]
+    /// calls transient.
     pub fn new() -> Self {
         ReleaseBodyLayerBuilder::default()
             .build()

@@ -1,8 +1,8 @@
 //! The body-release middleware: [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer) builds
-//! [`ReleaseBody`](crate::body::ReleaseBody) services, whose [`ReleaseBodyFuture`](crate::body::ReleaseBodyFuture)
-//! reads the body of a transient response into a [`ReleasedBody`](crate::body::ReleasedBody). What the
-//! crate docs say of it is written on [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer), where rustdoc
-//! shows it.
+//! [`ReleaseBody`](crate::body::ReleaseBody) services, whose
+//! [`ReleaseBodyFuture`](crate::body::ReleaseBodyFuture) reads the body of a transient response
+//! into a [`ReleasedBody`](crate::body::ReleasedBody). What the crate docs say of it is written on
+//! [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer), where rustdoc shows it.
 
 mod body;
 mod config;

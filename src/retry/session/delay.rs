@@ -55,7 +55,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     ) -> Result<(Duration, DelaySource), StopReason> {
         let config = Arc::clone(&self.config);
         let counters = &config.counters;
-        let Some(retry_after) = &config.settings.hint_policy else {
+        let Some(policy) = &config.settings.hint_policy else {
             return Ok(self.backoff_delay());
         };
         // Counted here, where a valid hint would have been used: not for a last attempt.
@@ -67,7 +67,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             counters.retry_after_seen();
             let clamp = config.retry_after_clamp;
             let room = self.deadline.room(now);
-            return match retry_after.resolve(hint, clamp, room, self.rng()) {
+            return match policy.resolve(hint, clamp, room, self.rng()) {
                 Resolved::Delay { delay, clamped } => {
                     if clamped {
                         counters.retry_after_clamped();

@@ -79,8 +79,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                     deadline: self.deadline(),
                 }
             }
-            Err(Deferred { retry_after }) => {
-                self.retry_in(retry_after);
+            Err(Deferred { resend_after }) => {
+                self.retry_in(resend_after);
                 Next::Stop(StopReason::Deferred)
             }
         }
