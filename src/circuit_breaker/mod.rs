@@ -33,6 +33,7 @@
 //! [`CircuitBreakerLayer`], where rustdoc shows it.
 
 mod authorities;
+mod builder;
 mod check;
 mod config;
 mod future;
@@ -44,9 +45,10 @@ mod template;
 mod window;
 
 pub use crate::error::CircuitOpen;
+pub use builder::CircuitBreakerLayerBuilder;
 pub use check::{OpenPastDeadline, RetryMismatch, SlowTrip};
 pub use future::CircuitBreakerFuture;
 pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer};
-pub use layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
+pub use layer::CircuitBreakerLayer;
 pub use service::CircuitBreaker;
 pub use state::{CircuitState, CircuitStats};
