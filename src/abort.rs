@@ -109,6 +109,14 @@ pub(crate) struct Listener {
     pub(crate) seen_wakes: u64,
 }
 
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("seen_wakes", &self.seen_wakes)
+            .finish_non_exhaustive()
+    }
+}
+
 impl AbortSignal {
     /// A signal that has not fired.
     pub fn new() -> Self {

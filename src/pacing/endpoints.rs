@@ -1,5 +1,7 @@
-//! The paced endpoints of a layer, bounded in number, and what a request holds of one: its
-//! place in the queue ([`QueueWait`]) and, once let through, its pass ([`PassGuard`]).
+//! The paced endpoints of a layer, bounded in number, and what the retry layer holds of them:
+//! the map ([`Pacer`]), one endpoint ([`Lane`], the narrow handle it books outcomes and asks for
+//! pauses through), a request's place in the queue ([`QueueWait`]) and, once let through, its
+//! pass ([`PassGuard`]).
 
 use super::config::{Pacing, PacingConfig};
 use super::endpoint::{EndpointState, PacingMode, Pass, Release, Signal};
@@ -28,7 +30,7 @@ struct Map {
 }
 
 /// One endpoint: its state behind a lock whose critical sections are a few field updates.
-pub(crate) struct Endpoint {
+struct Endpoint {
     config: Pacing,
     state: Mutex<EndpointState>,
 }
@@ -70,13 +72,13 @@ impl Pacer {
 
     /// The endpoint of `authority`, made if needed; `None` when the map is full and no endpoint
     /// in it can be forgotten (the request is then not paced).
-    pub(crate) fn endpoint(&self, authority: Option<&Authority>) -> Option<Arc<Endpoint>> {
+    pub(crate) fn lane(&self, authority: Option<&Authority>) -> Option<Lane> {
         let mut map = self.map();
         map.clock += 1;
         let tick = map.clock;
         if let Some((endpoint, used)) = map.endpoints.get_mut(&authority.cloned()) {
             *used = tick;
-            return Some(Arc::clone(endpoint));
+            return Some(Lane(Arc::clone(endpoint)));
         }
         if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map, Instant::now()) {
             return None;
@@ -87,7 +89,7 @@ impl Pacer {
         });
         map.endpoints
             .insert(authority.cloned(), (Arc::clone(&endpoint), tick));
-        Some(endpoint)
+        Some(Lane(endpoint))
     }
 
     /// Whether requests to `authority` wait for the pacer now (its endpoint is known and
@@ -157,7 +159,7 @@ impl Endpoint {
         self.config.config()
     }
 
-    pub(crate) fn stats(&self) -> PacingStats {
+    fn stats(&self) -> PacingStats {
         self.update(|state, config| {
             state.advance(config, Instant::now());
             false
@@ -173,7 +175,7 @@ impl Endpoint {
     }
 
     /// Whether requests to this endpoint wait in its queue now.
-    pub(crate) fn is_paced(&self) -> bool {
+    fn is_paced(&self) -> bool {
         self.lock().is_paced()
     }
 
@@ -189,12 +191,12 @@ impl Endpoint {
     }
 
     /// Records what an outcome says; wakes the head of the queue if that may let it go.
-    pub(crate) fn record(&self, pass: Option<Pass>, signal: Signal, now: Instant) {
+    fn record(&self, pass: Option<Pass>, signal: Signal, now: Instant) {
         self.update(|state, config| state.record(config, pass, signal, now));
     }
 
     /// The retry budget said no while the endpoint is open: pace it.
-    pub(crate) fn budget_empty(&self, now: Instant) {
+    fn budget_empty(&self, now: Instant) {
         self.update(|state, config| {
             state.budget_empty(config, now);
             false
@@ -202,7 +204,7 @@ impl Endpoint {
     }
 
     /// The endpoint asked for a pause until `until`.
-    pub(crate) fn pause_until(&self, until: Instant, now: Instant) {
+    fn pause_until(&self, until: Instant, now: Instant) {
         self.update(|state, config| {
             state.pause_until(config, until, now);
             false
@@ -210,7 +212,7 @@ impl Endpoint {
     }
 
     /// A circuit breaker refused a request for `wait` (zero: its half-open probe is in flight).
-    pub(crate) fn breaker_refused(&self, wait: Duration, now: Instant) {
+    fn breaker_refused(&self, wait: Duration, now: Instant) {
         self.update(|state, config| {
             state.breaker_refused(config, wait, now);
             false
@@ -220,7 +222,7 @@ impl Endpoint {
     /// Joins the queue, unless it is full or the predicted wait is longer than `room`. A
     /// request turned away is counted as deferred unless it is a `first` attempt, which is then
     /// sent (it has no outcome to return instead).
-    pub(crate) fn enqueue(
+    fn enqueue(
         self: &Arc<Self>,
         room: Duration,
         now: Instant,
@@ -243,6 +245,50 @@ impl Endpoint {
             }),
             None => Err(Deferred { resend_after: wait }),
         }
+    }
+}
+
+/// What the retry layer holds of one endpoint: it books outcomes to it, asks it to pause, and
+/// joins its queue, through this handle and nothing else.
+#[derive(Clone)]
+pub(crate) struct Lane(Arc<Endpoint>);
+
+impl Lane {
+    /// Whether requests to this endpoint wait in its queue now.
+    pub(crate) fn is_paced(&self) -> bool {
+        self.0.is_paced()
+    }
+
+    /// Records what the outcome of an attempt that was not let through by the pacer says.
+    pub(crate) fn record(&self, signal: Signal, now: Instant) {
+        self.0.record(None, signal, now);
+    }
+
+    /// The retry budget said no while the endpoint is open: pace it.
+    pub(crate) fn budget_empty(&self, now: Instant) {
+        self.0.budget_empty(now);
+    }
+
+    /// The endpoint asked for a pause until `until`.
+    pub(crate) fn pause_until(&self, until: Instant, now: Instant) {
+        self.0.pause_until(until, now);
+    }
+
+    /// A circuit breaker refused a request for `wait` (zero: its half-open probe is in flight).
+    pub(crate) fn breaker_refused(&self, wait: Duration, now: Instant) {
+        self.0.breaker_refused(wait, now);
+    }
+
+    /// Joins the queue, unless it is full or the predicted wait is longer than `room`. A
+    /// request turned away is counted as deferred unless it is a `first` attempt, which is then
+    /// sent (it has no outcome to return instead).
+    pub(crate) fn join(
+        &self,
+        room: Duration,
+        now: Instant,
+        first: bool,
+    ) -> Result<QueueWait, Deferred> {
+        self.0.enqueue(room, now, first)
     }
 }
 
@@ -342,8 +388,8 @@ pub(crate) struct PassGuard {
 
 impl PassGuard {
     /// The endpoint the pass is for.
-    pub(crate) fn endpoint(&self) -> Arc<Endpoint> {
-        Arc::clone(&self.endpoint)
+    pub(crate) fn lane(&self) -> Lane {
+        Lane(Arc::clone(&self.endpoint))
     }
 
     /// Records the attempt's outcome.

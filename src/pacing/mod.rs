@@ -43,4 +43,4 @@ pub use endpoint::PacingMode;
 pub use endpoints::PacingStats;
 
 pub(crate) use endpoint::Signal;
-pub(crate) use endpoints::{Deferred, Endpoint, Pacer, PassGuard, QueueWait};
+pub(crate) use endpoints::{Deferred, Lane, Pacer, PassGuard, QueueWait};

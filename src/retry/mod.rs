@@ -40,7 +40,8 @@
 
 // A newcomer can follow one request from `Service::call` (`service.rs`) through the future's
 // states (`future.rs`) and its one wait (`wait.rs`) to each decision of the session
-// (`session/`), and find each policy in the file named after it.
+// (`session/`: the ladder in `ladder.rs`, pacing's rewrite of its verdict in `pacing.rs`, the
+// report trail in `trail.rs`), and find each policy in the file named after it.
 
 pub(crate) mod attempt;
 mod backoff;

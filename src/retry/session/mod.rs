@@ -1,27 +1,35 @@
-//! The decision engine: everything one logical request remembers between attempts, and the
-//! ladder that decides, after each attempt, whether to stop or to sleep and for how long.
+//! The decision engine: everything one logical request remembers between attempts, and what
+//! it does after each one.
 //!
-//! After a transient outcome the decision is taken in this order: is the request repeatable
-//! (and not left to an outer retry layer), did the server ask to stand down, are attempts left,
-//! does the abort signal forbid a sleep, how long to wait (the server's hint or the backoff
-//! policy), does the wait fit the deadline, and last, does the budget grant a token.
-//! Only then does the request sleep, so a request that will not be retried never waits and never
-//! spends a token. Apart from the clock, which the caller passes in as `now`, the ladder is pure:
-//! the unit tests (`tests.rs`) drive it without a runtime's timers or an inner service.
+//! After an attempt, [`decide`](Session::decide) reads the outcome's facts, lets the pacer
+//! learn from them (with pacing), and climbs the ladder (`ladder.rs`), which gives a verdict:
+//! stop with a reason, or retry after a delay from a source. After a transient outcome the
+//! ladder asks, in this order: is the request repeatable (and not left to an outer retry layer),
+//! did the server ask to stand down, are attempts left, does the abort signal forbid a sleep,
+//! how long to wait (the server's hint or the backoff policy), does the wait fit the deadline,
+//! and last, does the budget grant a token. Only then does the request sleep, so a request that
+//! will not be retried never waits and never spends a token. With pacing, one step
+//! (`pacing.rs`) rewrites the verdict: the queue instead of a sleep, a pause on a hint, a wait
+//! on an empty budget, a breaker's refusal or hold turned into a pause of the endpoint. Apart
+//! from the clock, which the caller passes in as `now`, the ladder is pure: the unit tests
+//! (`tests.rs`) drive it without a runtime's timers or an inner service.
 //!
 //! The concerns around the ladder live beside it: the wait before the next attempt (`delay.rs`:
-//! the server's hint, the backoff draw, the pause before a refused resend), pacing (`pacing.rs`:
-//! the outcome booked to the endpoint, the queue instead of a sleep), the report trail
-//! (`trail.rs`), the deadlines (`../deadline.rs`), per-attempt metadata (`../attempt.rs`) and the
-//! budget token (`../budget.rs`).
+//! the server's hint, the backoff draw), pacing (`pacing.rs`), the report trail (`trail.rs`),
+//! the deadlines (`../deadline.rs`), per-attempt metadata (`../attempt.rs`) and the budget token
+//! (`../budget.rs`).
 
 mod delay;
+mod ladder;
 mod pacing;
 #[cfg(test)]
 pub(crate) mod tests;
 mod trail;
 
 pub(crate) use pacing::AfterSleep;
+
+use ladder::Facts;
+use trail::Trail;
 
 use super::attempt;
 use super::budget::Withdrawal;
@@ -30,12 +38,12 @@ use super::deadline::Deadline;
 use super::nested::{retried_outside, retrying, NestedLayers};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
-use crate::classify::{Classify, NotSent, Outcome};
+use crate::classify::{Classify, Outcome};
 use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{PassGuard, QueueWait};
 use crate::random::uniform;
-use crate::report::{Delay, DelaySource, ReportSlot, StopReason};
+use crate::report::{DelaySource, ReportSlot, StopReason};
 use crate::telemetry::{self, decision, Attempt};
 use http::uri::Authority;
 use http::Method;
@@ -81,19 +89,10 @@ enum Kept<Req> {
 struct Waits {
     /// This request's own random stream, created when first needed.
     rng: Option<SmallRng>,
-    /// Every wait so far; the time slept and the previous delay are read from it.
-    delays: Vec<Delay>,
     /// How the attempt in flight was let through by the pacer, if it was.
     pass: Option<PassGuard>,
-    /// When the request joined an endpoint's queue, while it waits there.
-    queued_at: Option<Instant>,
-    /// When sending again makes sense, for the report of a deferred request.
-    resend_after: Option<Duration>,
-    /// The last error no classification rule recognised, named for the report.
-    unknown_error: Option<String>,
-    /// The last hint the server gave (when, and how long it asked for), which the report's
-    /// resend time does not undercut.
-    last_hint: Option<(Instant, Duration)>,
+    /// What the report will say.
+    trail: Trail,
 }
 
 /// What to do after an attempt.
@@ -169,6 +168,10 @@ impl<Req, C> Session<Req, C> {
     /// is not sent.
     pub(crate) fn past_deadline(&self, now: Instant) -> bool {
         self.deadline.passed(now)
+    }
+
+    fn waits(&mut self) -> &mut Waits {
+        self.waits.get_or_insert_with(Box::default)
     }
 
     fn rng(&mut self) -> &mut SmallRng {
@@ -326,7 +329,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// Takes the decision after an attempt that ended at `now` (read only for a transient
     /// outcome, or when pacing learns from every outcome): stop with a reason, sleep this long,
-    /// or wait in the endpoint's queue.
+    /// or wait in the endpoint's queue. The ladder gives the verdict; with pacing, the pacer
+    /// learns from the outcome first and rewrites the verdict after.
     pub(crate) fn decide<Res, E>(
         &mut self,
         result: &Result<Res, E>,
@@ -337,198 +341,64 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         C: Classify<Res, E>,
     {
         let mut now = Now::new(now);
+        let facts = self.facts(result);
+        // The pacer learns what the response was, before the server's word changes it.
+        let lane = self.book(&facts, result, &mut now);
+        if facts.outcome == Outcome::Success {
+            if let Some(budget) = &self.config.settings.budget {
+                budget.deposit();
+            }
+        }
+        let verdict = self.ladder(&facts, &mut now);
+        match lane {
+            // Without pacing, the success path pays no reference count and no clock.
+            None => self.follow(verdict, || now.get()),
+            Some(lane) => self.pace(verdict, &facts, &lane, now.get()),
+        }
+    }
+
+    /// What the ladder reads of `result`: the classifier's outcome, the server's hint (read
+    /// for a success only with pacing: a used-up quota pauses the endpoint), a breaker's
+    /// refusal. An error no rule recognises is counted and named on the way.
+    fn facts<Res, E>(&mut self, result: &Result<Res, E>) -> Facts
+    where
+        Res: RetryResponse,
+        C: Classify<Res, E>,
+    {
         let method = match &self.kept {
             Kept::Copy(request) => request.method(),
             Kept::Method(method, _) => method,
         };
         let config = &self.config;
-        let mut outcome = config.classifier.classify(method, result);
-        // What the response says about retrying it: read unless it is a success, and for a
-        // success too with pacing (a used-up quota pauses the endpoint).
+        let classified = config.classifier.classify(method, result);
         let hint = match result {
-            Ok(response) if outcome != Outcome::Success || config.pacer.is_some() => config
+            Ok(response) if classified != Outcome::Success || config.pacer.is_some() => config
                 .classifier
                 .hint(response, (config.settings.wall_clock)()),
             _ => ServerHint::NONE,
+        };
+        let mut outcome = classified;
+        if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
+            // The server says this response is worth another attempt, whatever its status.
+            outcome = Outcome::Transient;
+        }
+        let refused_for = match (outcome, result) {
+            (Outcome::Permanent, Err(error)) => config.classifier.refused_for(error),
+            _ => None,
         };
         if let Err(error) = result {
             // Counted and named, so that a new kind of error gets a rule (see `unknown_errors`).
             if let Some(name) = self.config.classifier.unknown_error(error) {
                 decision!(error = %name, "an error no classification rule recognises");
                 self.config.counters.unknown_error();
-                self.waits().unknown_error = Some(name);
+                self.trail().unknown_error(name);
             }
         }
-        // The pacer learns what the response was, before the server's word below changes it.
-        let endpoint = match &self.config.pacer {
-            Some(pacer) => {
-                let congestion = match result {
-                    Ok(response) if outcome == Outcome::Transient => self
-                        .config
-                        .classifier
-                        .is_congestion(response, &pacer.config().congestion),
-                    _ => false,
-                };
-                self.learn(outcome, congestion, result, now.get())
-            }
-            None => None,
-        };
-        if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
-            // The server says this response is worth another attempt, whatever its status.
-            outcome = Outcome::Transient;
-        }
-        // A breaker's refusal: the endpoint is failing, not the request.
-        let breaker_wait = match (outcome, result) {
-            (Outcome::Permanent, Err(error)) => self.config.classifier.refused_for(error),
-            _ => None,
-        };
-        let not_sent = match (outcome, breaker_wait) {
-            (Outcome::Success, _) => {
-                if let Some(budget) = &self.config.settings.budget {
-                    budget.deposit();
-                }
-                if let (Some(endpoint), Some(after)) = (&endpoint, self.hint_delay(&hint)) {
-                    // A success that used up the quota: the next requests wait for its reset.
-                    let now = now.get();
-                    self.config.counters.quota_paused();
-                    endpoint.pause_until(now + after.min(self.config.retry_after_clamp), now);
-                }
-                return Next::Stop(StopReason::Success);
-            }
-            (Outcome::Permanent, None) => return Next::Stop(StopReason::Permanent),
-            // A refusal stops the request as `CircuitOpen` when it would not wait in the queue
-            // (no pacing, or a request that is not sent again), never as `NotIdempotent`: it
-            // was not sent. With pacing the endpoint pauses all the same.
-            (Outcome::Permanent, Some(wait))
-                if endpoint.is_none() || self.not_retryable.is_some() =>
-            {
-                if let Some(endpoint) = &endpoint {
-                    endpoint.breaker_refused(wait, now.get());
-                }
-                self.retry_in(wait);
-                return Next::Stop(StopReason::CircuitOpen);
-            }
-            (Outcome::NotSent(kind), _) => Some(kind),
-            _ => None,
-        };
-        // Cloned and read only past this point: without pacing, the success path pays no
-        // reference count and no clock.
-        let now = now.get();
-        let config = Arc::clone(&self.config);
-        let settings = &config.settings;
-        if let Some(after) = hint.retry_after() {
-            // Kept for the report: a resend time never undercuts what the server asked.
-            self.waits().last_hint = Some((now, after));
-        }
-        if let (Some(wait), Some(endpoint)) = (breaker_wait, &endpoint) {
-            // With pacing, an open circuit pauses the endpoint until the breaker lets a probe
-            // through, and the request waits with the others.
-            endpoint.breaker_refused(wait, now);
-        }
-        match self.not_retryable {
-            // It never reached the server, or the server says repeating it is safe: whatever
-            // its method.
-            Some(StopReason::NotIdempotent)
-                if not_sent.is_some() || hint.should_retry() == Some(true) => {}
-            Some(reason) => return Next::Stop(reason),
-            None => {}
-        }
-        if hint.should_retry() == Some(false) {
-            if let Some(after) = self.hint_delay(&hint) {
-                self.retry_in(after);
-            }
-            decision!("the server asks not to retry");
-            return Next::Stop(StopReason::StandDown);
-        }
-        let refused = not_sent == Some(NotSent::Refused);
-        if let Some(reason) = self.exhausted(refused) {
-            if reason == StopReason::AttemptsExhausted {
-                let (delay, _) = self.backoff_delay();
-                self.retry_in(delay);
-            }
-            return Next::Stop(reason);
-        }
-        let listener = match &settings.abort {
-            Some(abort) => {
-                let authority = self.authority();
-                let (listener, forbidden) = abort.listen_checked(authority.as_deref());
-                drop(authority);
-                match (forbidden, &endpoint) {
-                    // With pacing, a breaker's hold pauses the endpoint and the request waits.
-                    (Some(Forbidden::Held(until)), Some(endpoint)) => {
-                        endpoint.pause_until(until, now)
-                    }
-                    (Some(forbidden), _) => return Next::Stop(self.stop_for(forbidden, now)),
-                    (None, _) => {}
-                }
-                Some(listener)
-            }
-            None => None,
-        };
-        if let (Some(_), Some(endpoint)) = (breaker_wait, &endpoint) {
-            return self.enter_queue(endpoint, listener, now);
-        }
-        if refused {
-            return self.resend_refused(listener, now);
-        }
-        let (delay, source) = match self.delay_for(&hint, now) {
-            Ok(chosen) => chosen,
-            Err(reason) => return Next::Stop(reason),
-        };
-        if let Some(endpoint) = &endpoint {
-            if matches!(
-                source,
-                DelaySource::RetryAfter | DelaySource::RetryAfterClamped
-            ) {
-                // The hint pauses the endpoint, not only this request.
-                endpoint.pause_until(now + delay, now);
-            }
-            if endpoint.is_paced() {
-                return self.enter_queue(endpoint, listener, now);
-            }
-        }
-        if !self.deadline.fits(delay, now) {
-            self.retry_in(delay);
-            return Next::Stop(StopReason::Deadline);
-        }
-        let token = match &settings.budget {
-            Some(budget) => match Withdrawal::take(budget, &config.counters) {
-                Some(token) => Some(token),
-                None => {
-                    if let Some(endpoint) = &endpoint {
-                        // With pacing, an empty budget slows the endpoint instead of dropping
-                        // the request.
-                        endpoint.budget_empty(now);
-                        return self.enter_queue(endpoint, listener, now);
-                    }
-                    self.retry_in(delay);
-                    return Next::Stop(StopReason::BudgetEmpty);
-                }
-            },
-            None => None,
-        };
-        self.record_delay(delay, source);
-        decision!(
-            attempt = self.attempts,
-            ?delay,
-            ?source,
-            "retrying after delay"
-        );
-        Next::Sleep {
-            delay,
-            listener,
-            token,
-        }
-    }
-
-    /// Why no attempt may follow, if none may: a free resend of a refused request has its own
-    /// cap, any other retry spends an attempt. (`max_attempts == 1` turns every retry off.)
-    fn exhausted(&self, refused: bool) -> Option<StopReason> {
-        let settings = &self.config.settings;
-        if refused && settings.max_attempts > 1 {
-            (self.refused >= settings.max_refused_retries).then_some(StopReason::RefusedTooOften)
-        } else {
-            (self.counted() >= settings.max_attempts).then_some(StopReason::AttemptsExhausted)
+        Facts {
+            classified,
+            outcome,
+            hint,
+            refused_for,
         }
     }
 }

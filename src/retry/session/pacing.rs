@@ -1,13 +1,17 @@
-//! Pacing as the retry session sees it: the outcome booked to the endpoint, the queue joined
-//! instead of a sleep, a first attempt held while its endpoint is down.
+//! Pacing as the retry session sees it, through the pacer's one handle for an endpoint
+//! ([`Lane`]): the outcome booked to the endpoint before the ladder runs, then one step that
+//! rewrites the ladder's verdict ([`pace`](Session::pace)); and the queue joined instead of a
+//! sleep, after a sleep, or by a first attempt while its endpoint is down.
 
-use super::{Next, Session};
+use super::ladder::{Facts, Lift, Retry, Stop, Verdict};
+use super::{Next, Now, Session};
 use crate::abort::Listener;
 use crate::classify::{NotSent, Outcome};
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacing::{Deferred, Endpoint, QueueWait, Signal};
+use crate::pacing::{Deferred, Lane, QueueWait, Signal};
 use crate::report::{DelaySource, StopReason};
 use crate::telemetry::decision;
+use http::uri::Authority;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -23,54 +27,140 @@ pub(crate) enum AfterSleep {
     Deferred(Deferred),
 }
 
-impl<Req, C> Session<Req, C> {
-    /// Joins `endpoint`'s queue at `now`, or says why it cannot.
-    pub(super) fn queue(
-        &mut self,
-        endpoint: &Arc<Endpoint>,
-        now: Instant,
-    ) -> Result<QueueWait, Deferred> {
-        let wait = endpoint.enqueue(self.deadline.room(now), now, self.attempts == 0)?;
-        self.record_delay(Duration::ZERO, DelaySource::Paced);
-        self.waits().queued_at = Some(now);
-        Ok(wait)
-    }
-}
-
 impl<Req: RetryRequest, C> Session<Req, C> {
     /// Tells the pacer what the outcome says of the endpoint; returns the endpoint (`None`
-    /// when its map is full and the request is not paced).
-    pub(super) fn learn<Res: RetryResponse, E>(
+    /// without pacing, or when its map is full and the request is not paced).
+    pub(super) fn book<Res, E, F>(
         &mut self,
-        outcome: Outcome,
-        congestion: bool,
+        facts: &Facts,
         result: &Result<Res, E>,
-        now: Instant,
-    ) -> Option<Arc<Endpoint>> {
+        now: &mut Now<F>,
+    ) -> Option<Lane>
+    where
+        Res: RetryResponse,
+        C: crate::classify::Classify<Res, E>,
+        F: FnOnce() -> Instant,
+    {
+        // Checked before anything else: the path of every outcome when pacing is off.
+        self.config.pacer.as_ref()?;
         let config = Arc::clone(&self.config);
         let pacer = config.pacer.as_ref()?;
-        let signal = signal_of(outcome, congestion, result);
+        let congestion = match result {
+            Ok(response) if facts.classified == Outcome::Transient => config
+                .classifier
+                .is_congestion(response, &pacer.config().congestion),
+            _ => false,
+        };
+        let signal = signal_of(facts.classified, congestion, result);
+        let now = now.get();
         match self.waits.as_mut().and_then(|waits| waits.pass.take()) {
             Some(pass) => {
-                let endpoint = pass.endpoint();
+                let lane = pass.lane();
                 pass.record(signal, now);
-                Some(endpoint)
+                Some(lane)
             }
             None => {
-                let endpoint = pacer.endpoint(self.authority().as_deref())?;
-                endpoint.record(None, signal, now);
-                Some(endpoint)
+                let lane = pacer.lane(self.authority().as_deref())?;
+                lane.record(signal, now);
+                Some(lane)
             }
         }
     }
 
-    pub(super) fn enter_queue(
+    /// The ladder's verdict with pacing, rewritten in this one place:
+    /// * a success that used up the quota pauses the endpoint until its reset;
+    /// * a breaker's refusal pauses the endpoint until the breaker lets a probe through; a
+    ///   request that may be sent again then waits in the queue (if it may wait at all), not
+    ///   stopping as `CircuitOpen`;
+    /// * a breaker's hold pauses the endpoint, and the ladder goes on: the request waits;
+    /// * a retry whose wait came from the server's hint pauses the endpoint until then;
+    /// * a retry to an endpoint that is paced waits in its queue instead of sleeping (neither
+    ///   the deadline's check of the sleep nor the budget applies: the queue has its own);
+    /// * an empty budget paces the endpoint instead of dropping the request.
+    ///
+    /// A free resend of a request the server turned away unprocessed is not paced.
+    pub(super) fn pace(
         &mut self,
-        endpoint: &Arc<Endpoint>,
-        listener: Option<Listener>,
+        verdict: Verdict,
+        facts: &Facts,
+        lane: &Lane,
         now: Instant,
     ) -> Next {
-        match self.queue(endpoint, now) {
+        let stop = match verdict {
+            Verdict::Retry(retry) => return self.pace_retry(retry, lane, now),
+            Verdict::Stop(stop) => stop,
+        };
+        match stop.lift {
+            _ if stop.reason == StopReason::Success => {
+                if let Some(after) = self.hint_delay(&facts.hint) {
+                    self.config.counters.quota_paused();
+                    lane.pause_until(now + after.min(self.config.retry_after_clamp), now);
+                }
+                self.stop(stop)
+            }
+            Some(Lift::Refused { wait }) => {
+                lane.breaker_refused(wait, now);
+                if self.not_retryable.is_some() {
+                    // It would not wait in the queue: it stops as the ladder says.
+                    return self.stop(stop);
+                }
+                match self.may_wait(facts, now) {
+                    Ok(listener) => self.enter_queue(lane, listener, now),
+                    Err(stop) => match lift_hold(stop, lane, now) {
+                        Ok(listener) => self.enter_queue(lane, listener, now),
+                        Err(stop) => self.stop(stop),
+                    },
+                }
+            }
+            Some(Lift::Held { .. }) => match lift_hold(stop, lane, now) {
+                Ok(listener) => match self.wait_for(facts, listener, now) {
+                    Verdict::Retry(retry) => self.pace_retry(retry, lane, now),
+                    Verdict::Stop(stop) => self.stop(stop),
+                },
+                Err(stop) => self.stop(stop),
+            },
+            _ => self.stop(stop),
+        }
+    }
+
+    /// A retry, with pacing (see [`pace`](Self::pace)).
+    fn pace_retry(&mut self, retry: Retry, lane: &Lane, now: Instant) -> Next {
+        if retry.source != DelaySource::Refused {
+            if matches!(
+                retry.source,
+                DelaySource::RetryAfter | DelaySource::RetryAfterClamped
+            ) {
+                // The hint pauses the endpoint, not only this request.
+                lane.pause_until(now + retry.delay, now);
+            }
+            if lane.is_paced() {
+                return self.enter_queue(lane, retry.listener, now);
+            }
+        }
+        match self.commit(retry, now) {
+            Ok(next) => next,
+            Err(Stop {
+                lift: Some(Lift::BudgetEmpty { listener }),
+                ..
+            }) => {
+                // An empty budget slows the endpoint instead of dropping the request.
+                lane.budget_empty(now);
+                self.enter_queue(lane, listener.map(|l| *l), now)
+            }
+            Err(stop) => self.stop(stop),
+        }
+    }
+
+    /// Joins `lane`'s queue at `now`, or says why it cannot.
+    fn queue(&mut self, lane: &Lane, now: Instant) -> Result<QueueWait, Deferred> {
+        let wait = lane.join(self.deadline.room(now), now, self.attempts == 0)?;
+        let attempts = self.attempts;
+        self.trail().joined_queue(attempts, now);
+        Ok(wait)
+    }
+
+    fn enter_queue(&mut self, lane: &Lane, listener: Option<Listener>, now: Instant) -> Next {
+        match self.queue(lane, now) {
             Ok(wait) => {
                 decision!(attempt = self.attempts, "waiting in the endpoint's queue");
                 Next::Queue {
@@ -97,13 +187,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let Some(pacer) = config.pacer.as_ref() else {
             return AfterSleep::Send;
         };
-        let Some(endpoint) = pacer.endpoint(self.authority().as_deref()) else {
+        let Some(lane) = pacer.lane(self.authority().as_deref()) else {
             return AfterSleep::Send;
         };
-        if !endpoint.is_paced() {
+        if !lane.is_paced() {
             return AfterSleep::Send;
         }
-        match self.queue(&endpoint, now) {
+        match self.queue(&lane, now) {
             Ok(wait) => AfterSleep::Queue(wait),
             Err(deferred) => AfterSleep::Deferred(deferred),
         }
@@ -137,8 +227,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let config = Arc::clone(&self.config);
         let pacer = config.pacer.as_ref()?;
         let authority = self.authority().map(std::borrow::Cow::into_owned);
-        let endpoint = pacer.endpoint(authority.as_ref())?;
-        if !endpoint.is_paced() {
+        let lane = pacer.lane(authority.as_ref())?;
+        if !lane.is_paced() {
             return None;
         }
         let abort = config.settings.abort.as_ref();
@@ -147,8 +237,33 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             return None;
         }
         let listener = abort.map(|abort| abort.listen(authority.as_ref()));
-        let wait = self.queue(&endpoint, now).ok()?;
+        let wait = self.queue(&lane, now).ok()?;
         Some((wait, listener))
+    }
+}
+
+impl<Req, C> Session<Req, C> {
+    /// How long a request to `authority` that joined its queue at `now` would wait, if its
+    /// endpoint is known and paced (for the report's resend time).
+    pub(super) fn predicted_release(
+        &self,
+        authority: Option<&Authority>,
+        now: Instant,
+    ) -> Option<Duration> {
+        let pacer = self.config.pacer.as_ref()?;
+        pacer.predicted_release(authority, now)
+    }
+}
+
+/// A breaker's hold, lifted: the endpoint pauses until it ends, and the request may wait (with
+/// the listener its wait is ended by). Any other stop stands.
+fn lift_hold(stop: Stop, lane: &Lane, now: Instant) -> Result<Option<Listener>, Stop> {
+    match stop.lift {
+        Some(Lift::Held { until, listener }) => {
+            lane.pause_until(until, now);
+            Ok(Some(*listener))
+        }
+        _ => Err(stop),
     }
 }
 

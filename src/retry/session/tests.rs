@@ -1,7 +1,8 @@
 //! The decision ladder on its own: no runtime timers, no inner service, `now` passed in.
 
-use super::delay::rotation_pause;
+use super::ladder::rotation_pause;
 use super::*;
+use crate::classify::NotSent;
 use crate::retry::RandomSource;
 use crate::retry::{Backoff, Jitter, RetryBudget, RetryLayer, RetryLayerBuilder, TokenBucket};
 use crate::{AbortSignal, HttpClassifier};
@@ -236,7 +237,7 @@ fn resend<C>(session: &mut Session<Req, C>) {
     drop(session.send(&mut service));
 }
 
-fn empty_bucket() -> TokenBucket {
+pub(crate) fn empty_bucket() -> TokenBucket {
     let bucket = TokenBucket::builder()
         .capacity(1.0)
         .deposit_per_success(0.0)

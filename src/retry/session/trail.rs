@@ -1,64 +1,178 @@
-//! The report trail: every wait so far, when sending again makes sense, and the report a
-//! request ends with (the counters, the slot, the response's extension).
+//! The report trail: every wait so far, when sending again makes sense, and what the report of
+//! a request is made of. [`Trail`] is a plain value (unit-tested below, `now` passed in); the
+//! session's methods at the end of the file hand its report to the counters, the slot and the
+//! response's extension.
 
-use super::{Session, Waits};
+use super::Session;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::random::uniform;
 use crate::report::{Delay, DelaySource, RetryReport, StopReason};
 use crate::telemetry::decision;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
-impl<Req, C> Session<Req, C> {
+/// What the report of one request will say, gathered as it goes.
+#[derive(Debug, Default)]
+pub(crate) struct Trail {
+    /// Every wait so far, in order.
+    delays: Vec<Delay>,
+    /// When the request joined an endpoint's queue, while it waits there.
+    queued_at: Option<Instant>,
+    /// When sending again makes sense, from when the request stopped (the stop's own time).
+    resend: Option<Duration>,
+    /// The last error no classification rule recognised, named for the report.
+    unknown_error: Option<String>,
+    /// The last hint the server gave (when, and how long it asked for), which the report's
+    /// resend time does not undercut.
+    last_hint: Option<(Instant, Duration)>,
+}
+
+impl Trail {
     /// Every wait so far.
-    pub(super) fn delays(&self) -> &[Delay] {
-        self.waits.as_ref().map_or(&[], |waits| &waits.delays)
+    pub(crate) fn delays(&self) -> &[Delay] {
+        &self.delays
     }
 
-    pub(super) fn waits(&mut self) -> &mut Waits {
-        self.waits.get_or_insert_with(Box::default)
+    /// Records a wait of `duration` from `source` after attempt `after_attempt`.
+    pub(crate) fn record(&mut self, after_attempt: u32, duration: Duration, source: DelaySource) {
+        self.delays.push(Delay {
+            after_attempt,
+            duration,
+            source,
+        });
     }
 
-    /// Total time slept (an aborted sleep counts the time it lasted).
+    /// Total time waited (a wait cut short counts the time it lasted).
     pub(crate) fn slept(&self) -> Duration {
-        self.delays().iter().map(|delay| delay.duration).sum()
+        self.delays.iter().map(|delay| delay.duration).sum()
     }
 
     /// The delay before the last retry, or `base` before the first one (what decorrelated
     /// jitter grows from). The first-attempt delay and free resends do not count.
-    pub(super) fn previous_delay(&self) -> Duration {
-        self.delays()
+    pub(crate) fn previous_delay(&self, base: Duration) -> Duration {
+        self.delays
             .iter()
             .rev()
             .find(|delay| delay.after_attempt > 0 && delay.source != DelaySource::Refused)
-            .map_or(self.config.settings.backoff.base(), |delay| delay.duration)
+            .map_or(base, |delay| delay.duration)
+    }
+
+    /// The last wait, if it was one before a retry (what the delay histogram counts).
+    pub(crate) fn last_retry_wait(&self) -> Option<&Delay> {
+        self.delays
+            .last()
+            .filter(|d| d.after_attempt > 0 && d.source != DelaySource::Refused)
+    }
+
+    /// The request joined an endpoint's queue at `now`: a wait of the time it will last.
+    pub(crate) fn joined_queue(&mut self, after_attempt: u32, now: Instant) {
+        self.record(after_attempt, Duration::ZERO, DelaySource::Paced);
+        self.queued_at = Some(now);
+    }
+
+    /// The request left the queue at `now` (let through, aborted, deferred or dropped): its
+    /// wait lasted until then.
+    pub(crate) fn left_queue(&mut self, now: Instant) {
+        if let (Some(queued_at), Some(last)) = (self.queued_at.take(), self.delays.last_mut()) {
+            last.duration = now.saturating_duration_since(queued_at);
+        }
+    }
+
+    /// The last wait was cut short with `remaining` left.
+    pub(crate) fn cut_last(&mut self, remaining: Duration) {
+        if let Some(last) = self.delays.last_mut() {
+            last.duration = last.duration.saturating_sub(remaining);
+        }
+    }
+
+    /// Sending again makes sense in `resend`, from now.
+    pub(crate) fn resend_in(&mut self, resend: Duration) {
+        self.resend = Some(resend);
+    }
+
+    /// The stop's own resend time, if it has one.
+    pub(crate) fn resend(&self) -> Option<Duration> {
+        self.resend
+    }
+
+    /// The server asked, at `now`, for `after`.
+    pub(crate) fn hinted(&mut self, after: Duration, now: Instant) {
+        self.last_hint = Some((now, after));
+    }
+
+    /// What is left at `now` of the server's last hint.
+    pub(crate) fn hint_left(&self, now: Instant) -> Option<Duration> {
+        self.last_hint
+            .map(|(at, after)| after.saturating_sub(now.saturating_duration_since(at)))
+    }
+
+    /// An error no rule recognised, named.
+    pub(crate) fn unknown_error(&mut self, name: String) {
+        self.unknown_error = Some(name);
+    }
+
+    /// The report of a request that made `attempts` and stopped for `stop`; `wall` reads the
+    /// wall clock, for the resend time as a date (only when there is one). Takes what the trail
+    /// gathered.
+    pub(crate) fn report(
+        &mut self,
+        attempts: u32,
+        stop: StopReason,
+        wall: impl FnOnce() -> SystemTime,
+    ) -> RetryReport {
+        let resend = self.resend.take();
+        RetryReport {
+            // Checked: a delay near `InvalidConfig::MAX_DURATION` must not panic at request time.
+            resend_at: resend.and_then(|after| wall().checked_add(after)),
+            resend_after: resend,
+            attempts,
+            slept: self.slept(),
+            delays: std::mem::take(&mut self.delays),
+            stop,
+            unknown_error: self.unknown_error.take(),
+        }
+    }
+}
+
+impl<Req, C> Session<Req, C> {
+    /// Every wait so far.
+    pub(super) fn delays(&self) -> &[Delay] {
+        self.waits
+            .as_ref()
+            .map_or(&[], |waits| waits.trail.delays())
+    }
+
+    /// The trail, made at the first thing it records.
+    pub(super) fn trail(&mut self) -> &mut Trail {
+        &mut self.waits().trail
+    }
+
+    /// Total time slept (an aborted sleep counts the time it lasted).
+    pub(crate) fn slept(&self) -> Duration {
+        self.waits
+            .as_ref()
+            .map_or(Duration::ZERO, |w| w.trail.slept())
+    }
+
+    /// The delay before the last retry, or the backoff's base before the first one.
+    pub(super) fn previous_delay(&self) -> Duration {
+        let base = self.config.settings.backoff.base();
+        self.waits
+            .as_ref()
+            .map_or(base, |waits| waits.trail.previous_delay(base))
     }
 
     /// The report so far, with the reason the request stopped.
     pub(super) fn report(&mut self, stop: StopReason) -> RetryReport {
         self.config.counters.stop(stop);
         decision!(attempts = self.attempts, %stop, "finished");
-        let resend_after = self
-            .waits
-            .as_mut()
-            .and_then(|waits| waits.resend_after.take());
-        let report = RetryReport {
-            // Checked: a delay near `InvalidConfig::MAX_DURATION` must not panic at request time.
-            resend_at: resend_after
-                .and_then(|after| (self.config.settings.wall_clock)().checked_add(after)),
-            resend_after,
-            attempts: self.attempts,
-            slept: self.slept(),
-            delays: self
-                .waits
-                .as_mut()
-                .map_or_else(Vec::new, |waits| std::mem::take(&mut waits.delays)),
-            stop,
-            unknown_error: self
-                .waits
-                .as_mut()
-                .and_then(|waits| waits.unknown_error.take()),
+        let wall = &self.config.settings.wall_clock;
+        let wall = || wall();
+        let attempts = self.attempts;
+        let report = match self.waits.as_mut() {
+            Some(waits) => waits.trail.report(attempts, stop, wall),
+            None => Trail::default().report(attempts, stop, wall),
         };
         // A `RetryReport::capture` being polled gets it too, whatever the outcome.
         crate::report::offer(&report);
@@ -76,8 +190,8 @@ impl<Req, C> Session<Req, C> {
     /// The last sleep is over, run out or cut short: the histogram counts the time it lasted
     /// (not the time planned, and nothing for a sleep abandoned by dropping the future).
     pub(crate) fn sleep_ended(&self) {
-        let waited = |d: &&Delay| d.after_attempt > 0 && d.source != DelaySource::Refused;
-        if let Some(last) = self.delays().last().filter(waited) {
+        let last = self.waits.as_ref().and_then(|w| w.trail.last_retry_wait());
+        if let Some(last) = last {
             self.config
                 .counters
                 .delay(last.after_attempt, last.duration, last.source);
@@ -87,37 +201,26 @@ impl<Req, C> Session<Req, C> {
     /// The request leaves an endpoint's queue at `now` (let through, aborted, deferred or
     /// dropped): its wait is recorded with the time it lasted.
     pub(crate) fn left_queue(&mut self, now: Instant) {
-        let Some(waits) = self.waits.as_mut() else {
-            return;
-        };
-        if let (Some(queued_at), Some(last)) = (waits.queued_at.take(), waits.delays.last_mut()) {
-            last.duration = now.saturating_duration_since(queued_at);
+        if let Some(waits) = self.waits.as_mut() {
+            waits.trail.left_queue(now);
         }
     }
 
     /// The last sleep was aborted with `remaining` left: the report shows the time slept.
     pub(crate) fn cut_last_sleep(&mut self, remaining: Duration) {
-        if let Some(last) = self
-            .waits
-            .as_mut()
-            .and_then(|waits| waits.delays.last_mut())
-        {
-            last.duration = last.duration.saturating_sub(remaining);
+        if let Some(waits) = self.waits.as_mut() {
+            waits.trail.cut_last(remaining);
         }
     }
 
     /// Sending the request again makes sense in `resend_after`: the report says so.
     pub(crate) fn retry_in(&mut self, resend_after: Duration) {
-        self.waits().resend_after = Some(resend_after);
+        self.trail().resend_in(resend_after);
     }
 
     pub(super) fn record_delay(&mut self, duration: Duration, source: DelaySource) {
         let after_attempt = self.attempts;
-        self.waits().delays.push(Delay {
-            after_attempt,
-            duration,
-            source,
-        });
+        self.trail().record(after_attempt, duration, source);
     }
 }
 
@@ -134,19 +237,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let hint = self
             .waits
             .as_ref()
-            .and_then(|waits| waits.last_hint)
-            .filter(|_| config.settings.hint_policy.is_some())
-            .map(|(at, after)| after.saturating_sub(now.saturating_duration_since(at)));
+            .and_then(|waits| waits.trail.hint_left(now))
+            .filter(|_| config.settings.hint_policy.is_some());
         let hold = config
             .settings
             .abort
             .as_ref()
             .and_then(|abort| abort.held_until(authority.as_ref()))
             .map(|until| until.saturating_duration_since(now));
-        let release = config
-            .pacer
-            .as_ref()
-            .and_then(|pacer| pacer.predicted_release(authority.as_ref(), now));
+        let release = self.predicted_release(authority.as_ref(), now);
         let shared = [hint, hold, release].into_iter().flatten().max();
         match shared {
             Some(shared) if shared > own => {
@@ -177,9 +276,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             return result;
         }
         if !stop.is_final() {
-            if let Some(own) = self.waits.as_ref().and_then(|waits| waits.resend_after) {
+            if let Some(own) = self.waits.as_ref().and_then(|waits| waits.trail.resend()) {
                 let resend = self.resend_after(own, Instant::now());
-                self.waits().resend_after = Some(resend);
+                self.retry_in(resend);
             }
         }
         let report = self.report(stop);
@@ -202,5 +301,80 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 Err(error)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_time_slept_is_the_sum_of_the_waits_as_they_lasted() {
+        let mut trail = Trail::default();
+        trail.record(1, 100 * MS, DelaySource::Backoff);
+        trail.record(2, 300 * MS, DelaySource::RetryAfter);
+        trail.cut_last(50 * MS);
+        assert_eq!(trail.slept(), 350 * MS);
+        assert_eq!(trail.delays()[1].duration, 250 * MS);
+    }
+
+    #[test]
+    fn the_previous_delay_skips_free_resends_and_the_first_attempt_jitter() {
+        let base = 7 * MS;
+        let mut trail = Trail::default();
+        trail.record(0, 40 * MS, DelaySource::FirstAttempt);
+        assert_eq!(trail.previous_delay(base), base);
+        trail.record(1, 100 * MS, DelaySource::Backoff);
+        trail.record(2, 3 * MS, DelaySource::Refused);
+        assert_eq!(trail.previous_delay(base), 100 * MS);
+        assert!(trail.last_retry_wait().is_none(), "a free resend");
+    }
+
+    #[test]
+    fn a_wait_in_the_queue_lasts_from_joining_to_leaving() {
+        let now = Instant::now();
+        let mut trail = Trail::default();
+        trail.joined_queue(1, now);
+        trail.left_queue(now + 700 * MS);
+        trail.left_queue(now + 900 * MS); // left once: a second call changes nothing
+        assert_eq!(trail.delays()[0].source, DelaySource::Paced);
+        assert_eq!(trail.slept(), 700 * MS);
+    }
+
+    #[test]
+    fn what_is_left_of_a_hint_shrinks_with_time() {
+        let now = Instant::now();
+        let mut trail = Trail::default();
+        assert_eq!(trail.hint_left(now), None);
+        trail.hinted(1000 * MS, now);
+        assert_eq!(trail.hint_left(now + 400 * MS), Some(600 * MS));
+        assert_eq!(trail.hint_left(now + 2000 * MS), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn the_report_takes_what_the_trail_gathered() {
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut trail = Trail::default();
+        trail.record(1, 100 * MS, DelaySource::Backoff);
+        trail.resend_in(2000 * MS);
+        trail.unknown_error("odd".to_string());
+        let report = trail.report(2, StopReason::AttemptsExhausted, || wall);
+        assert_eq!(report.attempts, 2);
+        assert_eq!(report.slept, 100 * MS);
+        assert_eq!(report.resend_after, Some(2000 * MS));
+        assert_eq!(report.resend_at, Some(wall + 2000 * MS));
+        assert_eq!(report.unknown_error.as_deref(), Some("odd"));
+        assert!(trail.delays().is_empty() && trail.resend().is_none());
+    }
+
+    #[test]
+    fn a_resend_time_past_the_end_of_time_is_no_date() {
+        let mut trail = Trail::default();
+        trail.resend_in(Duration::MAX);
+        let report = trail.report(1, StopReason::Deferred, SystemTime::now);
+        assert_eq!(report.resend_after, Some(Duration::MAX));
+        assert_eq!(report.resend_at, None);
     }
 }
