@@ -334,11 +334,12 @@ mod tests {
     //! facts and pacing around it) is tested in `../tests.rs`.
 
     use super::*;
+    use crate::classify::Classify;
     use crate::retry::session::tests::{
         builder, config, empty_bucket, response, sent, Req, Res, MS,
     };
     use crate::retry::TokenBucket;
-    use crate::{AbortSignal, Classify};
+    use crate::AbortSignal;
     use http::Method;
 
     /// A 503 is transient; an error is a breaker's refusal for 300 ms.
