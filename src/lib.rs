@@ -82,6 +82,8 @@
 //!   [`GrpcClassifier`](grpc::GrpcClassifier), [`GrpcServiceConfig`](grpc::GrpcServiceConfig)
 //!   ([`BufferRequestLayer`](body::BufferRequestLayer), which makes streaming bodies
 //!   replayable, needs no feature).
+//! * `redis`: [`RedisStore`](pacing::store::RedisStore), the fleet-shared pacing state in Redis
+//!   (on the `redis` crate's async `ConnectionManager`).
 //!
 //! [tower]: https://docs.rs/tower
 

@@ -31,12 +31,14 @@
 
 // `rate.rs` is the arithmetic of the rate, `endpoint.rs` one endpoint's state machine (both
 // pure, with `now` passed in), `endpoints.rs` the bounded map of endpoints and what a request
-// holds of one (its place in the queue, its pass).
+// holds of one (its place in the queue, its pass). `store/` is the state a fleet of processes
+// shares of an endpoint, and the stores that keep it (in process, Redis).
 
 mod config;
 mod endpoint;
 mod endpoints;
 mod rate;
+pub mod store;
 
 pub use config::{Pacing, PacingBuilder};
 pub use endpoint::PacingMode;

@@ -1,0 +1,278 @@
+//! The shared state as bytes: what a remote store keeps in the record's `s` field. A fixed,
+//! little-endian layout behind a format byte, so that a record written by another version of the
+//! crate is recognised (and refused) instead of misread. Empty bytes are an absent record: an
+//! open endpoint.
+//!
+//! ```text
+//! u8 format (1) · mode · u64 next_probe, next_lease, tat, last_demand, probes
+//! · u8 n, n × (u64 id, holder, expires) leases · u16 n, n × (u64 holder, seen) peers
+//! mode:  u8 0 open | 1 probing | 2 ramping: ramp, u64 interval_start, u32 successes,
+//!        u32 losses, u64 cut_settles_at, f64 last_accepted | 3 paused: u64 until, u8 0 | 1 ramp
+//! ramp:  u8 0 slow start: f64 rate | 1 cubic: f64 last_max, f64 since_loss_secs
+//! ```
+//!
+//! Some 60 bytes plus 24 per lease and 16 per peer: at most about 4 KiB with 256 peers.
+
+use super::state::{LeaseEntry, Mode, Peer, SharedState, MAX_PEERS};
+use crate::pacing::rate::Ramp;
+
+const FORMAT: u8 = 1;
+
+/// The bytes of `state`.
+pub(crate) fn encode(state: &SharedState) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + 24 * state.leases.len() + 16 * state.peers.len());
+    out.push(FORMAT);
+    match state.mode {
+        Mode::Open => out.push(0),
+        Mode::Probing => out.push(1),
+        Mode::Ramping {
+            ramp,
+            interval_start,
+            successes,
+            losses,
+            cut_settles_at,
+            last_accepted,
+        } => {
+            out.push(2);
+            put_ramp(&mut out, ramp);
+            out.extend_from_slice(&interval_start.to_le_bytes());
+            out.extend_from_slice(&successes.to_le_bytes());
+            out.extend_from_slice(&losses.to_le_bytes());
+            out.extend_from_slice(&cut_settles_at.to_le_bytes());
+            out.extend_from_slice(&last_accepted.to_le_bytes());
+        }
+        Mode::Paused { until, resume } => {
+            out.push(3);
+            out.extend_from_slice(&until.to_le_bytes());
+            match resume {
+                None => out.push(0),
+                Some(ramp) => {
+                    out.push(1);
+                    put_ramp(&mut out, ramp);
+                }
+            }
+        }
+    }
+    for value in [
+        state.next_probe,
+        state.next_lease,
+        state.tat,
+        state.last_demand,
+        state.probes,
+    ] {
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    let leases = &state.leases[..state.leases.len().min(usize::from(u8::MAX))];
+    out.push(leases.len() as u8);
+    for lease in leases {
+        for value in [lease.id, lease.holder, lease.expires] {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+    }
+    let peers = &state.peers[..state.peers.len().min(MAX_PEERS)];
+    out.extend_from_slice(&(peers.len() as u16).to_le_bytes());
+    for peer in peers {
+        out.extend_from_slice(&peer.holder.to_le_bytes());
+        out.extend_from_slice(&peer.seen.to_le_bytes());
+    }
+    out
+}
+
+fn put_ramp(out: &mut Vec<u8>, ramp: Ramp) {
+    match ramp {
+        Ramp::SlowStart { rate } => {
+            out.push(0);
+            out.extend_from_slice(&rate.to_le_bytes());
+        }
+        Ramp::Cubic {
+            last_max,
+            since_loss_secs,
+        } => {
+            out.push(1);
+            out.extend_from_slice(&last_max.to_le_bytes());
+            out.extend_from_slice(&since_loss_secs.to_le_bytes());
+        }
+    }
+}
+
+/// Why bytes are not a state: the record is damaged or from another format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Malformed;
+
+/// The state in `bytes` (empty: an absent record, an open endpoint).
+pub(crate) fn decode(bytes: &[u8]) -> Result<SharedState, Malformed> {
+    if bytes.is_empty() {
+        return Ok(SharedState::new());
+    }
+    let mut input = Reader(bytes);
+    if input.u8()? != FORMAT {
+        return Err(Malformed);
+    }
+    let mode = match input.u8()? {
+        0 => Mode::Open,
+        1 => Mode::Probing,
+        2 => Mode::Ramping {
+            ramp: input.ramp()?,
+            interval_start: input.u64()?,
+            successes: input.u32()?,
+            losses: input.u32()?,
+            cut_settles_at: input.u64()?,
+            last_accepted: input.f64()?,
+        },
+        3 => Mode::Paused {
+            until: input.u64()?,
+            resume: match input.u8()? {
+                0 => None,
+                1 => Some(input.ramp()?),
+                _ => return Err(Malformed),
+            },
+        },
+        _ => return Err(Malformed),
+    };
+    let mut state = SharedState {
+        mode,
+        next_probe: input.u64()?,
+        next_lease: input.u64()?,
+        tat: input.u64()?,
+        last_demand: input.u64()?,
+        probes: input.u64()?,
+        ..SharedState::new()
+    };
+    for _ in 0..input.u8()? {
+        state.leases.push(LeaseEntry {
+            id: input.u64()?,
+            holder: input.u64()?,
+            expires: input.u64()?,
+        });
+    }
+    let peers = u16::from_le_bytes(input.take()?);
+    if usize::from(peers) > MAX_PEERS {
+        return Err(Malformed);
+    }
+    for _ in 0..peers {
+        state.peers.push(Peer {
+            holder: input.u64()?,
+            seen: input.u64()?,
+        });
+    }
+    if !input.0.is_empty() {
+        return Err(Malformed);
+    }
+    Ok(state)
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
+        let (head, rest) = self.0.split_at_checked(N).ok_or(Malformed)?;
+        self.0 = rest;
+        head.try_into().map_err(|_| Malformed)
+    }
+
+    fn u8(&mut self) -> Result<u8, Malformed> {
+        Ok(self.take::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, Malformed> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, Malformed> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+
+    fn f64(&mut self) -> Result<f64, Malformed> {
+        let value = f64::from_le_bytes(self.take()?);
+        if value.is_finite() {
+            Ok(value)
+        } else {
+            Err(Malformed)
+        }
+    }
+
+    fn ramp(&mut self) -> Result<Ramp, Malformed> {
+        match self.u8()? {
+            0 => Ok(Ramp::SlowStart { rate: self.f64()? }),
+            1 => Ok(Ramp::Cubic {
+                last_max: self.f64()?,
+                since_loss_secs: self.f64()?,
+            }),
+            _ => Err(Malformed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn states() -> Vec<SharedState> {
+        let ramp = Ramp::Cubic {
+            last_max: 1234.5,
+            since_loss_secs: 0.25,
+        };
+        let modes = [
+            Mode::Open,
+            Mode::Probing,
+            Mode::Ramping {
+                ramp: Ramp::SlowStart { rate: 12.0 },
+                interval_start: 1,
+                successes: 2,
+                losses: 3,
+                cut_settles_at: 4,
+                last_accepted: 5.5,
+            },
+            Mode::Paused {
+                until: 99,
+                resume: Some(ramp),
+            },
+            Mode::Paused {
+                until: 99,
+                resume: None,
+            },
+        ];
+        modes
+            .into_iter()
+            .map(|mode| SharedState {
+                mode,
+                next_probe: 10,
+                leases: vec![LeaseEntry {
+                    id: 1,
+                    holder: u64::MAX,
+                    expires: 30,
+                }],
+                next_lease: 2,
+                tat: 40,
+                last_demand: 50,
+                peers: vec![Peer {
+                    holder: 3,
+                    seen: 60,
+                }],
+                probes: 70,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_mode_survives_a_round_trip() {
+        for state in states() {
+            assert_eq!(decode(&encode(&state)), Ok(state));
+        }
+        assert_eq!(decode(&[]), Ok(SharedState::new()));
+    }
+
+    #[test]
+    fn a_truncated_extended_or_foreign_record_is_malformed() {
+        let bytes = encode(&states()[2]);
+        for len in 1..bytes.len() {
+            assert_eq!(decode(&bytes[..len]), Err(Malformed), "{len} bytes");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(decode(&longer), Err(Malformed));
+        let mut foreign = bytes;
+        foreign[0] = FORMAT + 1;
+        assert_eq!(decode(&foreign), Err(Malformed));
+    }
+}

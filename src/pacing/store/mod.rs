@@ -1,0 +1,107 @@
+//! Endpoint pacing shared by a fleet: the state every process of a fleet keeps of an endpoint
+//! in one [`PacingStore`], so that ten or a hundred senders probe a dead endpoint as one, pause
+//! as one, and share one learned rate at fair shares.
+//!
+//! # What is shared, what stays in the process
+//!
+//! Per endpoint the fleet shares a small value (`state.rs`):
+//!
+//! * the **mode**: open, down and probing, paused until a time, or ramping;
+//! * the **learned rate**: the ramp (slow start, then cubic after a loss) and the counts of the
+//!   current measuring interval, which every process adds its outcomes to ([`Event::Report`]);
+//! * **one probe stream**: the next probe's time and the probes in flight, each a [`Lease`]
+//!   that expires, so a process that dies holding one blocks nothing for long;
+//! * **release slots** while ramping: GCRA's next free slot at the fleet's rate. A process
+//!   takes up to [`Release::Slots`]`.count` slots in one call (about 16 at high rates, one ramp
+//!   interval's worth in slow start), so a fleet calls the store about once per 16 releases;
+//! * the **peers**: processes that asked lately, for fair shares and for the fallback.
+//!
+//! Each process keeps to itself what only it can hold: its queue of waiting requests and their
+//! wakers, the slots it was granted and not used yet, its outcomes not reported yet, and its
+//! own run of congestion outcomes while the endpoint is open (an outage is noticed locally,
+//! without a call per request, and reported once: [`Event::Down`]).
+//!
+//! # One transition function, two stores
+//!
+//! The shared state is a plain value with one transition, `SharedState::apply(op, now)`, in
+//! store time, unit-tested with `now` passed in. Every store runs exactly that:
+//!
+//! * [`InProcessStore`] keeps the values under a lock and applies events to them in place:
+//!   the answer is ready at once ([`StoreCall::into_ready`]), with no await point.
+//! * [`RedisStore`] (feature `redis`) keeps each value as a versioned record and runs the same
+//!   function in the process on the record it last read; `swap.lua` writes the result only if
+//!   the version is unchanged, and otherwise returns the record as it is, to apply the events
+//!   to again. Redis orders the writes and tells the time; it never runs a rule.
+//!
+//! The other way, the transitions written in Lua, would take one round trip per event with no
+//! retries, but puts the pacer's rules in two languages (Lua for Redis, Rust for the process),
+//! to be kept equal by hand while they change (issue 19 changes them now); rules in Lua are
+//! also slower to test and run inside Redis's single thread. With the rules in Rust, a
+//! conflict costs one more round trip, and conflicts are bounded by the batching: slots are
+//! taken about 16 at a time, outcomes are reported with the next call, and an answer that
+//! changes nothing (a probe not due yet) is read, never written.
+//!
+//! # Time
+//!
+//! Shared times are microseconds of the store's clock. Redis's scripts return `TIME`, and each
+//! process keeps an offset from its tokio clock to it, measured on every round trip (kept
+//! unless a sample disagrees by more than half its round trip plus 1 ms): the processes'
+//! clocks never need to agree. An in-process store's clock is tokio's, so a paused clock
+//! drives it in tests and simulations.
+//!
+//! # Redis records
+//!
+//! One hash per endpoint, `{prefix}:{endpoint}` (see [`RedisStoreBuilder::prefix`]):
+//!
+//! | field | what |
+//! |---|---|
+//! | `v` | the version: random when the record is made, then one more per write |
+//! | `s` | the shared state, in the crate's own versioned byte format (at most about 4 KiB) |
+//!
+//! It expires (`PEXPIRE`) a [record TTL](RedisStoreBuilder::record_ttl) (60 s) past the last
+//! time it holds (a pause's end, a lease's expiry) and its last write; an absent record is an
+//! open endpoint. A lease is taken back at its expiry
+//! ([`lease_ttl`](RedisStoreBuilder::lease_ttl), 10 s) and a peer is forgotten 10 s after its
+//! last call, so a process that dies holds nothing. Two scripts, in `src/pacing/store/redis/`:
+//! `read.lua` (the record and `TIME`) and `swap.lua` (the compare-and-set, described in the
+//! file).
+//!
+//! # Cost only while paced
+//!
+//! A request to an open endpoint reads [`PacingStore::cached`]: no call. What a process knows
+//! of an endpoint is read again in the background once it is older than a second
+//! ([`RedisStoreBuilder::view_ttl`]), and the process's own congestion run reports an outage
+//! as soon as it sees one. While paced, a process calls the store for a probe (about twice a
+//! second for the whole fleet) or for a batch of slots.
+//!
+//! # When the store fails
+//!
+//! Every Redis call has a timeout of a few milliseconds. A timeout or a connection error is a
+//! [`StoreError`]; the call is still answered, by the process's fallback (the endpoint's last
+//! known state at this process's share of the fleet: rates divided by the peers, a learned
+//! rate capped at 1.2 times that share, the probe interval multiplied by the peers — never
+//! unlimited), and [`Applied::fallback`] says why. The store counts it ([`StoreStats`]), logs
+//! it once (feature `tracing`), tries Redis again after 250 ms and then up to every 5 s, and
+//! rejoins the fleet's state when Redis answers; if Redis lost the record meanwhile
+//! (restarted empty), the first process back writes its own state, scaled back to the fleet.
+
+mod backend;
+mod clock;
+// What only a remote store needs: the state as bytes, and the process's own pacing while the
+// store is away.
+#[cfg(any(test, feature = "redis"))]
+mod codec;
+#[cfg(any(test, feature = "redis"))]
+mod fallback;
+mod memory;
+mod protocol;
+#[cfg(feature = "redis")]
+mod redis;
+mod run;
+mod state;
+
+#[cfg(feature = "redis")]
+pub use self::redis::{RedisStore, RedisStoreBuilder};
+pub use backend::{PacingStore, StoreCall};
+pub use memory::{InProcessStore, InProcessStoreBuilder};
+pub use protocol::{Applied, Event, Lease, Release, Reply, StoreError, StoreStats, View};

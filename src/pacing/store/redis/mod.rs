@@ -1,0 +1,599 @@
+//! [`RedisStore`]: the fleet's shared pacing state in Redis, one versioned record per endpoint,
+//! changed by a compare-and-set script; the transitions run in the process (the crate's one
+//! transition function), Redis only orders the writes and tells the time.
+
+mod script;
+
+use super::backend::{PacingStore, StoreCall};
+use super::clock::Clock;
+use super::codec::encode;
+use super::fallback::Fallback;
+use super::protocol::{Applied, Event, StoreError, StoreStats, View};
+use super::run::{cached_view, holder_id, run, view, Timing};
+use super::state::SharedState;
+use crate::error::{positive_duration, InvalidConfig};
+use crate::pacing::config::PacingConfig;
+use crate::pacing::Pacing;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use script::{Found, Scripts, Swap, Trip};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Compare-and-set tries per call before it is answered by the fallback (others wrote first
+/// every time).
+const MAX_TRIES: u32 = 8;
+/// The first wait before a process that lost the store tries it again; it doubles up to
+/// [`MAX_REJOIN_WAIT`] while the store stays away.
+const FIRST_REJOIN_WAIT: Duration = Duration::from_millis(250);
+const MAX_REJOIN_WAIT: Duration = Duration::from_secs(5);
+
+/// A [`PacingStore`] in Redis, shared by every process of a fleet that uses the same server and
+/// key prefix.
+///
+/// Each endpoint is one hash, `{prefix}:{endpoint}`, with a version `v` and the shared state
+/// `s`; `swap.lua` writes it only if `v` is still the version the state was computed from
+/// (and otherwise returns the record as it is, to compute again), and sets it to expire
+/// ([`record_ttl`](RedisStoreBuilder::record_ttl) past the last time it holds), so a fleet that
+/// stops leaves nothing behind. Both scripts return Redis's `TIME`, onto which each process maps
+/// its own clock: the processes' clocks never need to agree.
+///
+/// Every call has a [timeout](RedisStoreBuilder::call_timeout) of a few milliseconds. When
+/// Redis fails (a timeout, a refused or reset connection), the store logs it once (with the
+/// `tracing` feature), counts it ([`StoreStats::fallbacks`]) and answers from the process's
+/// fallback: the endpoint's last known state at this process's share of the fleet (its rate
+/// divided by the peers, at most 1.2 times that share of the learned rate; its probes spread
+/// as one stream) — never unlimited. It tries Redis again after 250 ms, then up to every 5 s,
+/// and rejoins the fleet's state when Redis answers ([`StoreStats::rejoins`]).
+///
+/// The connection is any async Redis connection that can be cloned: a
+/// [`ConnectionManager`] (the default type, which reconnects by itself) or a
+/// `MultiplexedConnection` the application already has.
+///
+/// ```no_run
+/// use tower_http_retry::pacing::store::RedisStore;
+///
+/// # async fn connect() -> redis::RedisResult<()> {
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let connection = redis::aio::ConnectionManager::new(client).await?;
+/// let store = RedisStore::builder(connection)
+///     .prefix("webhooks:pacing")
+///     .build()
+///     .expect("valid store configuration");
+/// # let _ = store;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisStore<C = ConnectionManager> {
+    inner: Arc<Inner<C>>,
+}
+
+struct Inner<C> {
+    connection: C,
+    prefix: String,
+    call_timeout: Duration,
+    view_ttl: Duration,
+    timing: Timing,
+    holder: u64,
+    scripts: Scripts,
+    clock: Mutex<Option<Clock>>,
+    cache: Mutex<HashMap<String, Cached>>,
+    health: Mutex<Health>,
+    counters: Counters,
+}
+
+/// What this process last heard of an endpoint.
+struct Cached {
+    /// 0: the record was absent.
+    version: u64,
+    state: SharedState,
+    read_at: Instant,
+    refreshing: bool,
+    /// While the store is away: this process's own pacing of the endpoint.
+    fallback: Option<Fallback>,
+}
+
+enum Health {
+    Joined,
+    Away {
+        error: StoreError,
+        /// The next call after this tries the store again.
+        retry_at: Instant,
+        wait: Duration,
+    },
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    conflicts: AtomicU64,
+    errors: AtomicU64,
+    fallbacks: AtomicU64,
+    fallback_answers: AtomicU64,
+    rejoins: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Plain data with no invariant to break half-way: a poisoned lock is usable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A store on `connection` with the defaults of [`RedisStoreBuilder`].
+    pub fn new(connection: C) -> Self {
+        Self::builder(connection)
+            .build()
+            .expect("the default configuration is valid")
+    }
+
+    /// A builder starting from the defaults.
+    pub fn builder(connection: C) -> RedisStoreBuilder<C> {
+        RedisStoreBuilder {
+            connection,
+            prefix: "tower-http-retry:pacing".to_owned(),
+            call_timeout: Duration::from_millis(5),
+            view_ttl: Duration::from_secs(1),
+            timing: Timing::DEFAULT,
+        }
+    }
+
+    /// The Redis key of `endpoint`'s record.
+    pub fn key(&self, endpoint: &str) -> String {
+        self.inner.key(endpoint)
+    }
+}
+
+impl<C> Clone for RedisStore<C> {
+    /// The same process: the same identity, cache and counters.
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C> fmt::Debug for RedisStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("holder", &self.inner.holder)
+            .field("call_timeout", &self.inner.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> PacingStore for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn apply<'a>(
+        &'a self,
+        pacing: &'a Pacing,
+        endpoint: &'a str,
+        events: &'a [Event],
+        now: Instant,
+    ) -> StoreCall<'a> {
+        StoreCall::pending(self.inner.apply(pacing.config(), endpoint, events, now))
+    }
+
+    fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
+        let inner = &self.inner;
+        let clock = *lock(&inner.clock);
+        let mut cache = lock(&inner.cache);
+        let known = cache.contains_key(endpoint);
+        // An endpoint not heard of yet is read in the background, as a stale one is.
+        let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
+            version: 0,
+            state: SharedState::new(),
+            read_at: now.checked_sub(inner.view_ttl).unwrap_or(now),
+            refreshing: false,
+            fallback: None,
+        });
+        let seen = clock.map(|clock| match &entry.fallback {
+            Some(fallback) => {
+                let rules = inner.timing.rules(&fallback.config);
+                cached_view(&fallback.state, &rules, &clock, now)
+            }
+            None => {
+                let rules = inner.timing.rules(pacing.config());
+                cached_view(&entry.state, &rules, &clock, now)
+            }
+        });
+        let stale = now.saturating_duration_since(entry.read_at) >= inner.view_ttl;
+        if stale && !entry.refreshing && entry.fallback.is_none() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                entry.refreshing = true;
+                let (inner, pacing, endpoint) =
+                    (Arc::clone(inner), pacing.clone(), endpoint.to_owned());
+                runtime.spawn(async move {
+                    inner
+                        .apply(
+                            pacing.config(),
+                            &endpoint,
+                            &[Event::Refresh],
+                            Instant::now(),
+                        )
+                        .await;
+                    if let Some(entry) = lock(&inner.cache).get_mut(&endpoint) {
+                        entry.refreshing = false;
+                    }
+                });
+            }
+        }
+        if known {
+            seen
+        } else {
+            None
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        let c = &self.inner.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        StoreStats {
+            calls: load(&c.calls),
+            conflicts: load(&c.conflicts),
+            errors: load(&c.errors),
+            fallbacks: load(&c.fallbacks),
+            fallback_answers: load(&c.fallback_answers),
+            rejoins: load(&c.rejoins),
+        }
+    }
+}
+
+impl<C> Inner<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn key(&self, endpoint: &str) -> String {
+        format!("{}:{endpoint}", self.prefix)
+    }
+
+    /// Applies `events` through Redis, or through the fallback while Redis is away.
+    async fn apply(
+        &self,
+        config: &PacingConfig,
+        endpoint: &str,
+        events: &[Event],
+        now: Instant,
+    ) -> Applied {
+        if let Some(error) = self.away(now) {
+            return self.apply_locally(config, endpoint, events, now, error);
+        }
+        match self.apply_shared(config, endpoint, events, now).await {
+            Ok(applied) => {
+                self.joined();
+                applied
+            }
+            Err(error) => {
+                if !matches!(error, StoreError::Contention(_) | StoreError::Malformed) {
+                    self.lost(&error, now);
+                }
+                self.apply_locally(config, endpoint, events, now, error)
+            }
+        }
+    }
+
+    /// The compare-and-set loop: apply to the state last heard of; if another process wrote
+    /// since, apply again to the state the script returned.
+    async fn apply_shared(
+        &self,
+        config: &PacingConfig,
+        endpoint: &str,
+        events: &[Event],
+        now: Instant,
+    ) -> Result<Applied, StoreError> {
+        let rules = self.timing.rules(config);
+        let key = self.key(endpoint);
+        let read_only = events.iter().all(|event| matches!(event, Event::Refresh));
+        let cached = match lock(&self.cache).get(endpoint) {
+            Some(entry) if !read_only && entry.fallback.is_none() => {
+                Some((entry.version, entry.state.clone()))
+            }
+            _ => None,
+        };
+        let (mut found, mut fresh) = match cached {
+            Some((version, state)) => (Found { version, state }, false),
+            None => {
+                let trip = self.read(&key).await?;
+                (trip.answer, true)
+            }
+        };
+        if found.version == 0 {
+            found.state = self.seed(endpoint).unwrap_or(found.state);
+        }
+        for _ in 0..MAX_TRIES {
+            let clock = self.clock_now().await?;
+            let at = clock.to_store(now);
+            let mut state = found.state.clone();
+            let replies = run(&mut state, &rules, self.holder, events, &clock, now, false);
+            let applied = |state: &SharedState| Applied {
+                replies: replies.clone(),
+                view: view(state, &rules, &clock, at),
+                fallback: None,
+            };
+            let changed = state != found.state;
+            if !changed && fresh {
+                self.remember(endpoint, found.version, state.clone(), now);
+                return Ok(applied(&state));
+            }
+            let bytes = changed.then(|| encode(&state));
+            let write = bytes
+                .as_deref()
+                .map(|bytes| (bytes, self.timing.expiry_ms(&state, at)));
+            let trip = self
+                .scripts
+                .swap(
+                    &self.connection,
+                    &key,
+                    found.version,
+                    write,
+                    self.call_timeout,
+                )
+                .await;
+            let trip = self.counted(trip)?;
+            match trip.answer {
+                Swap::Done { version } => {
+                    self.remember(endpoint, version, state.clone(), now);
+                    return Ok(applied(&state));
+                }
+                Swap::Conflict(current) => {
+                    bump(&self.counters.conflicts);
+                    found = current;
+                    if found.version == 0 {
+                        found.state = self.seed(endpoint).unwrap_or(found.state);
+                    }
+                    fresh = true;
+                }
+            }
+        }
+        Err(StoreError::Contention(MAX_TRIES))
+    }
+
+    /// The clock, measured by a first read if no call has measured it yet.
+    async fn clock_now(&self) -> Result<Clock, StoreError> {
+        if let Some(clock) = *lock(&self.clock) {
+            return Ok(clock);
+        }
+        // Any key will do: the read only wants the server's time.
+        self.read(&self.key("")).await?;
+        Ok((*lock(&self.clock)).expect("measured by the read"))
+    }
+
+    async fn read(&self, key: &str) -> Result<Trip<Found>, StoreError> {
+        let trip = self
+            .scripts
+            .read(&self.connection, key, self.call_timeout)
+            .await;
+        self.counted(trip)
+    }
+
+    /// Counts a call and its failure; a successful one measures the clock.
+    fn counted<T>(&self, trip: Result<Trip<T>, StoreError>) -> Result<Trip<T>, StoreError> {
+        bump(&self.counters.calls);
+        match trip {
+            Ok(trip) => {
+                let mut clock = lock(&self.clock);
+                *clock = Some(Clock::measured(
+                    *clock,
+                    trip.sent,
+                    trip.received,
+                    trip.server,
+                ));
+                Ok(trip)
+            }
+            Err(error) => {
+                bump(&self.counters.errors);
+                Err(error)
+            }
+        }
+    }
+
+    fn remember(&self, endpoint: &str, version: u64, state: SharedState, now: Instant) {
+        let mut cache = lock(&self.cache);
+        let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
+            version,
+            state: SharedState::new(),
+            read_at: now,
+            refreshing: false,
+            fallback: None,
+        });
+        entry.version = version;
+        entry.state = state;
+        entry.read_at = now;
+        entry.fallback = None;
+    }
+
+    /// The state to start a record from when Redis has none but this process paced the
+    /// endpoint alone meanwhile (Redis restarted empty).
+    fn seed(&self, endpoint: &str) -> Option<SharedState> {
+        let cache = lock(&self.cache);
+        cache.get(endpoint)?.fallback.as_ref().map(Fallback::seed)
+    }
+
+    /// Answers from the fallback: the endpoint's last known state at this process's share.
+    fn apply_locally(
+        &self,
+        config: &PacingConfig,
+        endpoint: &str,
+        events: &[Event],
+        now: Instant,
+        error: StoreError,
+    ) -> Applied {
+        bump(&self.counters.fallback_answers);
+        let clock = *lock(&self.clock).get_or_insert_with(|| Clock::new(now, 1 << 40));
+        let at = clock.to_store(now);
+        let mut cache = lock(&self.cache);
+        let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
+            version: 0,
+            state: SharedState::new(),
+            read_at: now,
+            refreshing: false,
+            fallback: None,
+        });
+        let fallback = entry
+            .fallback
+            .get_or_insert_with(|| Fallback::enter(&entry.state, config, self.holder, at));
+        let rules = self.timing.rules(&fallback.config);
+        let replies = run(
+            &mut fallback.state,
+            &rules,
+            self.holder,
+            events,
+            &clock,
+            now,
+            true,
+        );
+        Applied {
+            replies,
+            view: view(&fallback.state, &rules, &clock, at),
+            fallback: Some(error),
+        }
+    }
+
+    /// `Some` while Redis is away and not due for another try. The first call at or after the
+    /// due time tries it (and moves the due time on, so that the calls beside it do not).
+    fn away(&self, now: Instant) -> Option<StoreError> {
+        let mut health = lock(&self.health);
+        match &mut *health {
+            Health::Joined => None,
+            Health::Away {
+                error,
+                retry_at,
+                wait,
+            } => {
+                if now < *retry_at {
+                    return Some(error.clone());
+                }
+                *wait = (*wait * 2).min(MAX_REJOIN_WAIT);
+                *retry_at = now + *wait;
+                None
+            }
+        }
+    }
+
+    /// Redis failed: the fallback from now on, logged and counted once per episode.
+    fn lost(&self, error: &StoreError, now: Instant) {
+        let mut health = lock(&self.health);
+        match &mut *health {
+            Health::Away { error: last, .. } => *last = error.clone(),
+            Health::Joined => {
+                *health = Health::Away {
+                    error: error.clone(),
+                    retry_at: now + FIRST_REJOIN_WAIT,
+                    wait: FIRST_REJOIN_WAIT,
+                };
+                bump(&self.counters.fallbacks);
+                #[cfg(feature = "tracing")]
+                tracing::warn!(
+                    target: "tower_http_retry::pacer",
+                    prefix = %self.prefix,
+                    %error,
+                    "pacing store lost: each endpoint paced locally at this process's share"
+                );
+            }
+        }
+    }
+
+    /// Redis answered: rejoined, if it was away.
+    fn joined(&self) {
+        let mut health = lock(&self.health);
+        if let Health::Away { .. } = *health {
+            *health = Health::Joined;
+            bump(&self.counters.rejoins);
+            #[cfg(feature = "tracing")]
+            tracing::info!(
+                target: "tower_http_retry::pacer",
+                prefix = %self.prefix,
+                "pacing store back: the fleet's shared state is used again"
+            );
+        }
+    }
+}
+
+/// Configures a [`RedisStore`]; [`build`](Self::build) checks every value.
+///
+/// | setter | default | why |
+/// |---|---|---|
+/// | [`prefix`](Self::prefix) | `tower-http-retry:pacing` | fleets on one server keep apart |
+/// | [`call_timeout`](Self::call_timeout) | 5 ms | a slow Redis costs a request at most this before the fallback answers |
+/// | [`view_ttl`](Self::view_ttl) | 1 s | how stale an open endpoint's mode may be; refreshed off the request path |
+/// | [`lease_ttl`](Self::lease_ttl) | 10 s | a dead process's probe is taken back |
+/// | [`record_ttl`](Self::record_ttl) | 60 s | records of endpoints nobody paces expire |
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct RedisStoreBuilder<C> {
+    connection: C,
+    prefix: String,
+    call_timeout: Duration,
+    view_ttl: Duration,
+    timing: Timing,
+}
+
+impl<C> RedisStoreBuilder<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// The start of every key, `{prefix}:{endpoint}`: processes with the same prefix on the
+    /// same server are one fleet.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest wait for one Redis call; past it, the fallback answers.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// How old what a process knows of an endpoint may be before it is read again, in the
+    /// background ([`PacingStore::cached`]).
+    pub fn view_ttl(mut self, ttl: Duration) -> Self {
+        self.view_ttl = ttl;
+        self
+    }
+
+    /// How long a probe lease lasts if its holder never ends it.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.timing.lease_ttl = ttl;
+        self
+    }
+
+    /// How long a record is kept past the last time it holds and its last write.
+    pub fn record_ttl(mut self, ttl: Duration) -> Self {
+        self.timing.record_ttl = ttl;
+        self
+    }
+
+    /// Checks every value: fails, naming the field, on a zero or over-long duration.
+    pub fn build(self) -> Result<RedisStore<C>, InvalidConfig> {
+        positive_duration("store.call_timeout", self.call_timeout)?;
+        positive_duration("store.view_ttl", self.view_ttl)?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connection: self.connection,
+                prefix: self.prefix,
+                call_timeout: self.call_timeout,
+                view_ttl: self.view_ttl,
+                timing: self.timing.check()?,
+                holder: holder_id(),
+                scripts: Scripts::new(),
+                clock: Mutex::new(None),
+                cache: Mutex::new(HashMap::new()),
+                health: Mutex::new(Health::Joined),
+                counters: Counters::default(),
+            }),
+        })
+    }
+}

@@ -1,0 +1,164 @@
+//! The two Lua scripts of [`RedisStore`](super::RedisStore) (`read.lua`, `swap.lua`, beside
+//! this file, where their keys, fields and expiry are written), each call under a timeout, and
+//! their replies parsed.
+
+use crate::pacing::store::codec::decode;
+use crate::pacing::store::protocol::StoreError;
+use crate::pacing::store::state::{Micros, SharedState};
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Script, Value};
+use std::future::Future;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The record of one endpoint as a call found it.
+pub(super) struct Found {
+    /// 0: absent.
+    pub(super) version: u64,
+    pub(super) state: SharedState,
+}
+
+/// What a compare-and-set did.
+pub(super) enum Swap {
+    /// The version matched; the state (if any) was written with this version.
+    Done { version: u64 },
+    /// Another process wrote first: the record as it is now.
+    Conflict(Found),
+}
+
+/// A round trip: what it returned, when it was sent and answered (local), and the server's time.
+pub(super) struct Trip<T> {
+    pub(super) answer: T,
+    pub(super) sent: Instant,
+    pub(super) received: Instant,
+    pub(super) server: Micros,
+}
+
+/// The scripts, hashed once (`EVALSHA`, loaded again after `NOSCRIPT`: a restarted server).
+pub(super) struct Scripts {
+    read: Script,
+    swap: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        Self {
+            read: Script::new(include_str!("read.lua")),
+            swap: Script::new(include_str!("swap.lua")),
+        }
+    }
+
+    /// `read.lua` on `key`.
+    pub(super) async fn read<C: ConnectionLike + Clone>(
+        &self,
+        connection: &C,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<Trip<Found>, StoreError> {
+        let mut connection = connection.clone();
+        let invocation = self.read.key(key);
+        let trip = timed(timeout, invocation.invoke_async::<Value>(&mut connection)).await?;
+        let items = array(trip.answer, 4)?;
+        let found = Found {
+            version: integer(&items[0])?,
+            state: decode(bytes(&items[1])?).map_err(|_| StoreError::Malformed)?,
+        };
+        Ok(Trip {
+            server: server_time(&items[2], &items[3])?,
+            answer: found,
+            sent: trip.sent,
+            received: trip.received,
+        })
+    }
+
+    /// `swap.lua` on `key`: `write` (`None`: only check) if the record is still at `expected`.
+    pub(super) async fn swap<C: ConnectionLike + Clone>(
+        &self,
+        connection: &C,
+        key: &str,
+        expected: u64,
+        write: Option<(&[u8], u64)>,
+        timeout: Duration,
+    ) -> Result<Trip<Swap>, StoreError> {
+        let mut connection = connection.clone();
+        let (state, ttl_ms) = write.unwrap_or((&[], 1));
+        let mut invocation = self.swap.key(key);
+        let invocation = invocation
+            .arg(expected)
+            .arg(state)
+            .arg(ttl_ms)
+            .arg(first_version());
+        let trip = timed(timeout, invocation.invoke_async::<Value>(&mut connection)).await?;
+        let items = array(trip.answer, 5)?;
+        let version = integer(&items[1])?;
+        let answer = if integer(&items[0])? == 1 {
+            Swap::Done { version }
+        } else {
+            Swap::Conflict(Found {
+                version,
+                state: decode(bytes(&items[2])?).map_err(|_| StoreError::Malformed)?,
+            })
+        };
+        Ok(Trip {
+            server: server_time(&items[3], &items[4])?,
+            answer,
+            sent: trip.sent,
+            received: trip.received,
+        })
+    }
+}
+
+/// A random first version below 2^40 (Lua's numbers are exact up to 2^53).
+fn first_version() -> u64 {
+    1 + rand::random::<u64>() % (1 << 40)
+}
+
+/// `call` within `timeout`, timed.
+async fn timed<T>(
+    timeout: Duration,
+    call: impl Future<Output = RedisResult<T>>,
+) -> Result<Trip<T>, StoreError> {
+    let sent = Instant::now();
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(answer)) => Ok(Trip {
+            answer,
+            sent,
+            received: Instant::now(),
+            server: 0,
+        }),
+        Ok(Err(error)) => Err(StoreError::Unavailable(error.to_string())),
+        Err(_) => Err(StoreError::Timeout(timeout)),
+    }
+}
+
+fn array(value: Value, len: usize) -> Result<Vec<Value>, StoreError> {
+    match value {
+        Value::Array(items) if items.len() == len => Ok(items),
+        _ => Err(StoreError::Malformed),
+    }
+}
+
+fn bytes(value: &Value) -> Result<&[u8], StoreError> {
+    match value {
+        Value::BulkString(bytes) => Ok(bytes),
+        Value::SimpleString(text) => Ok(text.as_bytes()),
+        _ => Err(StoreError::Malformed),
+    }
+}
+
+fn integer(value: &Value) -> Result<u64, StoreError> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).map_err(|_| StoreError::Malformed),
+        other => std::str::from_utf8(bytes(other)?)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .ok_or(StoreError::Malformed),
+    }
+}
+
+/// `TIME`'s seconds and microseconds as microseconds.
+fn server_time(seconds: &Value, micros: &Value) -> Result<Micros, StoreError> {
+    Ok(integer(seconds)?
+        .saturating_mul(1_000_000)
+        .saturating_add(integer(micros)?))
+}

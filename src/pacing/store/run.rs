@@ -1,0 +1,154 @@
+//! What every store does around the one transition function: turns a process's [`Event`]s
+//! (local time) into operations on a [`SharedState`] (store time) and the grants back into
+//! [`Reply`]s, describes a state as a [`View`], and says how long a record is kept.
+
+use super::clock::Clock;
+use super::protocol::{Event, Lease, Release, Reply, View};
+use super::state::{micros, Grant, Leasing, Micros, Mode, Op, Rules, SharedState};
+use crate::error::{positive_duration, InvalidConfig};
+use crate::pacing::config::PacingConfig;
+use crate::pacing::PacingMode;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A lease id that matches no lease of the shared state: a lease granted by a process's
+/// fallback pacing, ended once the process has rejoined.
+const NO_LEASE: u64 = u64::MAX;
+
+/// The fleet's timing that is not in [`Pacing`](crate::Pacing), set on a store; the same for every process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timing {
+    /// A probe lease not ended by then is taken back.
+    pub(crate) lease_ttl: Duration,
+    /// A record is kept this long after the last time it holds (a pause's end, a lease's
+    /// expiry) and its last change; then it expires, and the endpoint is open.
+    pub(crate) record_ttl: Duration,
+}
+
+impl Timing {
+    pub(crate) const DEFAULT: Timing = Timing {
+        lease_ttl: Duration::from_secs(10),
+        record_ttl: Duration::from_secs(60),
+    };
+
+    /// Checks both values.
+    pub(crate) fn check(self) -> Result<Self, InvalidConfig> {
+        positive_duration("store.lease_ttl", self.lease_ttl)?;
+        positive_duration("store.record_ttl", self.record_ttl)?;
+        Ok(self)
+    }
+
+    pub(crate) fn rules<'a>(&self, pacing: &'a PacingConfig) -> Rules<'a> {
+        Rules {
+            pacing,
+            leasing: Leasing {
+                lease_ttl: micros(self.lease_ttl),
+            },
+        }
+    }
+
+    /// The record's time to live from `now`, in milliseconds (at least 1).
+    pub(crate) fn expiry_ms(&self, state: &SharedState, now: Micros) -> u64 {
+        let held = state.holds_until().saturating_sub(now);
+        (held.saturating_add(micros(self.record_ttl)) / 1000).max(1)
+    }
+}
+
+/// A random id for one process (one store handle).
+pub(crate) fn holder_id() -> u64 {
+    rand::random()
+}
+
+/// Applies `events` by `holder` at `now` to `state`. `local`: the state is the process's
+/// fallback copy, not the fleet's.
+pub(crate) fn run(
+    state: &mut SharedState,
+    rules: &Rules<'_>,
+    holder: u64,
+    events: &[Event],
+    clock: &Clock,
+    now: Instant,
+    local: bool,
+) -> Vec<Reply> {
+    let at = clock.to_store(now);
+    events
+        .iter()
+        .map(|event| {
+            let op = match *event {
+                Event::Down { jitter } => Op::Down { jitter },
+                Event::Pause { until } => Op::Pause {
+                    until: clock.to_store(until),
+                },
+                Event::Release { want, jitter } => Op::Release { want, jitter },
+                Event::ProbeDone { lease, success } => Op::ProbeDone {
+                    lease: if lease.local && !local {
+                        NO_LEASE
+                    } else {
+                        lease.id
+                    },
+                    success,
+                },
+                Event::Report { successes, losses } => Op::Report { successes, losses },
+                Event::Refresh => Op::Refresh,
+            };
+            match state.apply(rules, holder, op, at) {
+                None => Reply::Done,
+                Some(grant) => Reply::Release(release(grant, clock, local)),
+            }
+        })
+        .collect()
+}
+
+fn release(grant: Grant, clock: &Clock, local: bool) -> Release {
+    match grant {
+        Grant::Unpaced => Release::Unpaced,
+        Grant::Probe { lease, expires } => Release::Probe(Lease {
+            id: lease,
+            expires: clock.to_local(expires),
+            local,
+        }),
+        Grant::Slots { first, gap, count } => Release::Slots {
+            first: clock.to_local(first),
+            gap: Duration::from_micros(gap),
+            count,
+        },
+        Grant::At(at) => Release::At(clock.to_local(at)),
+        Grant::Blocked { until } => Release::Blocked {
+            until: clock.to_local(until),
+        },
+    }
+}
+
+/// `state` as a [`View`], at store time `now`.
+pub(crate) fn view(state: &SharedState, rules: &Rules<'_>, clock: &Clock, now: Micros) -> View {
+    let (mode, paused_until) = match state.mode {
+        Mode::Open => (PacingMode::Open, None),
+        Mode::Probing => (PacingMode::Probing, None),
+        Mode::Ramping { .. } => (PacingMode::Ramping, None),
+        Mode::Paused { until, .. } => (PacingMode::Paused, Some(clock.to_local(until))),
+    };
+    View {
+        mode,
+        rate: state.rate(rules),
+        peers: state.peers(now),
+        paused_until,
+        probes: state.probes,
+    }
+}
+
+/// `state` as last heard of, moved on to `now` (a pause that ended, a ramp with no demand
+/// left); an open endpoint costs nothing.
+pub(crate) fn cached_view(
+    state: &SharedState,
+    rules: &Rules<'_>,
+    clock: &Clock,
+    now: Instant,
+) -> View {
+    if let Mode::Open = state.mode {
+        return View::OPEN;
+    }
+    let at = clock.to_store(now);
+    let mut moved = state.clone();
+    moved.apply(rules, 0, Op::Refresh, at);
+    view(&moved, rules, clock, at)
+}
