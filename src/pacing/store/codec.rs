@@ -4,7 +4,7 @@
 //! open endpoint.
 //!
 //! ```text
-//! u8 format (1) · mode · u64 next_probe, next_lease, tat, last_demand, probes
+//! u8 format (1) · mode · u64 next_probe, next_lease, last_slot, last_demand, probes
 //! · u8 n, n × (u64 id, holder, expires) leases · u16 n, n × (u64 holder, seen) peers
 //! mode:  u8 0 open | 1 probing | 2 ramping: ramp, u64 interval_start, u32 successes,
 //!        u32 losses, u64 cut_settles_at, f64 last_accepted | 3 paused: u64 until, u8 0 | 1 ramp
@@ -56,7 +56,7 @@ pub(crate) fn encode(state: &SharedState) -> Vec<u8> {
     for value in [
         state.next_probe,
         state.next_lease,
-        state.tat,
+        state.last_slot,
         state.last_demand,
         state.probes,
     ] {
@@ -133,7 +133,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SharedState, Malformed> {
         mode,
         next_probe: input.u64()?,
         next_lease: input.u64()?,
-        tat: input.u64()?,
+        last_slot: input.u64()?,
         last_demand: input.u64()?,
         probes: input.u64()?,
         ..SharedState::new()
@@ -243,7 +243,7 @@ mod tests {
                     expires: 30,
                 }],
                 next_lease: 2,
-                tat: 40,
+                last_slot: 40,
                 last_demand: 50,
                 peers: vec![Peer {
                     holder: 3,
