@@ -1,4 +1,5 @@
-//! Real servers from Debian, started by the tests on loopback ports.
+//! Real servers from Debian, started by the tests on loopback ports. The interop suite and the
+//! fleet suite (`tests/fleet/`, Redis) include this file.
 //!
 //! Each server gets a fresh directory under the system's temp dir, its config rendered there from
 //! a template kept in `tests/interop/conf/` (`{{NAME}}` placeholders: ports, the directory, the
@@ -36,6 +37,11 @@ pub const NGINX: Program = Program {
 pub const HAPROXY: Program = Program {
     binary: "haproxy",
     package: "haproxy",
+};
+
+pub const REDIS: Program = Program {
+    binary: "redis-server",
+    package: "redis-server",
 };
 
 /// Where `program` is installed, looked up on `PATH` and in the `sbin` directories Debian puts
@@ -176,6 +182,30 @@ impl Server {
             .spawn()
             .expect("start haproxy");
         Server::started(dir, child, None, "haproxy", ports)
+    }
+
+    /// Redis on `127.0.0.1:port`, in the foreground, with nothing saved to disk (`--save ''
+    /// --appendonly no`); its log is the directory's `error.log`. Redis cannot listen on port 0:
+    /// take one from [`free_port`], and the same one to start it again once the first is dropped.
+    pub fn redis(binary: &Path, port: u16) -> Server {
+        let dir = scratch_dir("redis");
+        let child = Command::new(binary)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("error.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        Server::started(dir, child, None, "redis", &[port])
+    }
+
+    /// The server's process id (to stop it with a signal, as a test of a stalled server does).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn started(

@@ -1,0 +1,164 @@
+//! The in-process store and the Redis store run one transition function: given the same events
+//! at the same instants, two processes on each answer alike, reply for reply.
+
+use crate::{pacing, Redis};
+use std::time::Duration;
+use tokio::time::Instant;
+use tower_http_retry::pacing::store::{
+    Applied, Event, InProcessStore, Lease, PacingStore, Release, Reply,
+};
+use tower_http_retry::Pacing;
+
+/// An answer as text with its instants taken out, and the instants in microseconds after
+/// `base`. Two processes map Redis's clock each with an offset of its own, measured to within
+/// half a round trip: the instants of two Redis processes agree to a fraction of a
+/// millisecond, not to the microsecond, so the script keeps its times a few ms away from the
+/// state's own (a probe due at 100 ms is asked for at 103 ms).
+fn normal(applied: &Applied, base: Instant) -> (String, Vec<f64>) {
+    let mut times = Vec::new();
+    let mut at = |t: Instant| times.push((t - base).as_secs_f64() * 1e6);
+    let replies: Vec<String> = applied
+        .replies
+        .iter()
+        .map(|reply| match reply {
+            Reply::Release(Release::Probe(lease)) => {
+                at(lease.expires());
+                "probe".to_owned()
+            }
+            Reply::Release(Release::Slots { first, gap, count }) => {
+                at(*first);
+                format!("{count} slots every {gap:?}")
+            }
+            Reply::Release(Release::At(t)) => {
+                at(*t);
+                "at".to_owned()
+            }
+            Reply::Release(Release::Blocked { until }) => {
+                at(*until);
+                "blocked".to_owned()
+            }
+            other => format!("{other:?}"),
+        })
+        .collect();
+    let view = &applied.view;
+    if let Some(until) = view.paused_until {
+        at(until);
+    }
+    let text = format!(
+        "{replies:?} {:?} rate {} peers {} probes {} fallback {:?}",
+        view.mode, view.rate, view.peers, view.probes, applied.fallback
+    );
+    (text, times)
+}
+
+/// One event of the script: as is, or made from what the process holds and the script's base.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Send(Event),
+    /// Ends the probe the process was granted.
+    ProbeDone {
+        success: bool,
+    },
+    /// A pause until `base + ms`.
+    PauseUntil(u64),
+}
+
+struct Pair<S> {
+    stores: [S; 2],
+    leases: [Option<Lease>; 2],
+}
+
+impl<S: PacingStore> Pair<S> {
+    /// Process `who` sends `steps` at `base + ms`.
+    async fn send(
+        &mut self,
+        pacing: &Pacing,
+        base: Instant,
+        (ms, who, steps): &(u64, usize, Vec<Step>),
+    ) -> (String, Vec<f64>) {
+        let events: Vec<Event> = steps
+            .iter()
+            .map(|step| match *step {
+                Step::Send(event) => event,
+                Step::ProbeDone { success } => Event::ProbeDone {
+                    lease: self.leases[*who].take().expect("a probe was granted"),
+                    success,
+                },
+                Step::PauseUntil(ms) => Event::Pause {
+                    until: base + Duration::from_millis(ms),
+                },
+            })
+            .collect();
+        let now = base + Duration::from_millis(*ms);
+        let applied = self.stores[*who]
+            .apply(pacing, "differential", &events, now)
+            .await;
+        if let Some(Release::Probe(lease)) = applied.release() {
+            self.leases[*who] = Some(lease);
+        }
+        normal(&applied, base)
+    }
+}
+
+#[tokio::test]
+async fn the_in_process_and_redis_stores_answer_alike() {
+    let Some(redis) = Redis::start("the_in_process_and_redis_stores_answer_alike") else {
+        return;
+    };
+    let pacing = pacing();
+    let memory = InProcessStore::new();
+    let mut local = Pair {
+        stores: [memory.clone(), memory.peer()],
+        leases: [None, None],
+    };
+    let mut remote = Pair {
+        stores: [
+            redis.store("differential", |b| b).await,
+            redis.store("differential", |b| b).await,
+        ],
+        leases: [None, None],
+    };
+    // Both Redis clocks measured before the script.
+    for store in &remote.stores {
+        for _ in 0..3 {
+            crate::call(store, &pacing, &[Event::Refresh]).await;
+        }
+    }
+    let ask = |want| Step::Send(Event::Release { want, jitter: 0.3 });
+    let report = |successes, losses| Step::Send(Event::Report { successes, losses });
+    let refresh = Step::Send(Event::Refresh);
+    // Probes are due 100 ms after the down report (jitter 0.5 of a 100 ms interval); the ramp
+    // starts at 153 ms with one slot every 100 ms (10/s), and grows with the reports.
+    let script: Vec<(u64, usize, Vec<Step>)> = vec![
+        (0, 0, vec![Step::Send(Event::Down { jitter: 0.5 })]),
+        (10, 1, vec![ask(3)]),
+        (103, 1, vec![ask(3)]),
+        (108, 0, vec![ask(1)]),
+        (153, 1, vec![Step::ProbeDone { success: true }, ask(2)]),
+        (163, 0, vec![report(30, 0), ask(50)]),
+        (307, 1, vec![ask(50)]),
+        (313, 0, vec![report(20, 10)]),
+        (421, 1, vec![ask(50)]),
+        (507, 0, vec![ask(50)]),
+        (553, 1, vec![Step::PauseUntil(2000)]),
+        (603, 0, vec![ask(1)]),
+        (2005, 1, vec![ask(10)]),
+        (2107, 0, vec![refresh]),
+        (4003, 1, vec![refresh]),
+    ];
+    let base = Instant::now();
+    for step in &script {
+        let (text, times) = local.send(&pacing, base, step).await;
+        let (remote_text, remote_times) = remote.send(&pacing, base, step).await;
+        let context = format!("at +{} ms, process {}, {:?}", step.0, step.1, step.2);
+        assert_eq!(text, remote_text, "{context}");
+        assert_eq!(times.len(), remote_times.len(), "{context}");
+        for (a, b) in times.iter().zip(&remote_times) {
+            assert!(
+                (a - b).abs() <= 2000.0,
+                "{context}: {times:?} {remote_times:?}"
+            );
+        }
+        println!("+{:>4} ms p{}: {text} {times:?}", step.0, step.1);
+    }
+}
