@@ -1,7 +1,7 @@
 //! The project's own commands, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
-//! * `cargo xtask test [ARGS...]`: installs the Debian packages of the real servers the interop
-//!   suite starts (`tests/interop/`: nginx, HAProxy) when they are missing (with `apt-get` when
+//! * `cargo xtask test [ARGS...]`: installs the Debian packages of the real servers the tests
+//!   start (`tests/interop/`: nginx, HAProxy; `tests/fleet/`: Redis) when they are missing (with `apt-get` when
 //!   run as root; otherwise it prints what to install), then runs
 //!   `cargo test --all-features [ARGS...]` with `TOWER_HTTP_RETRY_REQUIRE_SERVERS=1`, so that a
 //!   missing server fails the run instead of skipping its tests.
@@ -20,10 +20,15 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-/// The servers the interop suite starts: the binary and the Debian package that installs it.
-const SERVERS: [(&str, &str); 2] = [("nginx", "nginx"), ("haproxy", "haproxy")];
+/// The servers the interop and fleet suites start: the binary and the Debian package that
+/// installs it.
+const SERVERS: [(&str, &str); 3] = [
+    ("nginx", "nginx"),
+    ("haproxy", "haproxy"),
+    ("redis-server", "redis-server"),
+];
 
-/// What the interop suite reads to fail, instead of skip, when a server is missing.
+/// What the interop and fleet suites read to fail, instead of skip, when a server is missing.
 const REQUIRE_SERVERS: &str = "TOWER_HTTP_RETRY_REQUIRE_SERVERS";
 
 fn main() -> ExitCode {
@@ -66,7 +71,7 @@ fn test(extra: Vec<String>) -> ExitCode {
 
 /// Installs the packages of the servers that are missing, or says how to.
 fn install_servers() {
-    let why = format!("the interop suite's tests fail without them ({REQUIRE_SERVERS}=1)");
+    let why = format!("the interop and fleet suites fail without them ({REQUIRE_SERVERS}=1)");
     install_debian(&SERVERS, &why);
 }
 
