@@ -15,7 +15,10 @@
 //!
 //! A run has one or more senders ("processes"): a fleet splits the deliveries between `n`
 //! independent clients (each its own layer, random seed and budget) that share nothing but the
-//! endpoint, as a fleet of uncoordinated senders does.
+//! endpoint, as a fleet of uncoordinated senders does. [`fleet_store`] is the shared pacing
+//! store for fleets that coordinate (an in-process store behind a simulated round trip).
+
+pub mod fleet_store;
 
 use http::header::HeaderName;
 use http::{HeaderValue, Request, Response, StatusCode};
