@@ -59,17 +59,26 @@ pub fn locate(program: Program) -> Option<PathBuf> {
 /// when servers are required). `test` names the caller in the message.
 pub fn require(program: Program, test: &str) -> Option<PathBuf> {
     let required = std::env::var(REQUIRE_SERVERS).is_ok_and(|v| v == "1");
-    require_with(program, locate(program), test, required)
-        .unwrap_or_else(|failure| panic!("{failure}"))
+    // Straight to the process's stderr: the test harness captures `eprintln!` of a test that
+    // passes, and a skip must be seen.
+    require_with(
+        program,
+        locate(program),
+        test,
+        required,
+        &mut std::io::stderr(),
+    )
+    .unwrap_or_else(|failure| panic!("{failure}"))
 }
 
 /// [`require`], given where the program was found and whether servers are required: the
-/// failure's message when it is missing and required.
+/// failure's message when it is missing and required; a skip is said on `loud`.
 fn require_with(
     program: Program,
     found: Option<PathBuf>,
     test: &str,
     required: bool,
+    loud: &mut dyn std::io::Write,
 ) -> Result<Option<PathBuf>, String> {
     if let Some(found) = found {
         return Ok(Some(found));
@@ -82,10 +91,12 @@ fn require_with(
     if required {
         return Err(format!("{test}: {message} ({REQUIRE_SERVERS}=1)"));
     }
-    eprintln!();
-    eprintln!("=================================================================");
-    eprintln!("SKIPPED {test}: {message}");
-    eprintln!("=================================================================");
+    let _ = writeln!(
+        loud,
+        "\n=================================================================\n\
+         SKIPPED {test}: {message}\n\
+         ================================================================="
+    );
     Ok(None)
 }
 
@@ -345,12 +356,22 @@ fn a_missing_server_skips_the_test_unless_servers_are_required() {
         package: "no-such-package",
     };
     assert_eq!(locate(ABSENT), None);
-    assert_eq!(require_with(ABSENT, None, "a test", false), Ok(None));
-    let failure = require_with(ABSENT, None, "a test", true).expect_err("required: a failure");
+    let mut said = Vec::new();
+    assert_eq!(
+        require_with(ABSENT, None, "a test", false, &mut said),
+        Ok(None)
+    );
+    let said = String::from_utf8(said).unwrap();
+    assert!(
+        said.contains("SKIPPED a test") && said.contains("no-such-package"),
+        "{said}"
+    );
+    let failure = require_with(ABSENT, None, "a test", true, &mut std::io::sink())
+        .expect_err("required: a failure");
     assert!(failure.contains("no-such-package"), "{failure}");
     let found = Some(PathBuf::from("/usr/sbin/nginx"));
     assert_eq!(
-        require_with(NGINX, found.clone(), "a test", true),
+        require_with(NGINX, found.clone(), "a test", true, &mut std::io::sink()),
         Ok(found)
     );
 }
