@@ -215,3 +215,40 @@ async fn records_expire_and_a_fleet_leaves_nothing_behind() {
         Some(Release::Unpaced)
     );
 }
+
+#[tokio::test]
+async fn an_open_endpoint_costs_no_call_and_what_is_known_is_refreshed_in_the_background() {
+    let Some(redis) = Redis::start(
+        "an_open_endpoint_costs_no_call_and_what_is_known_is_refreshed_in_the_background",
+    ) else {
+        return;
+    };
+    let pacing = pacing();
+    let one = redis.store("cached", |b| b).await;
+    let other = redis.store("cached", |b| b.view_ttl(100 * MS)).await;
+    let endpoint = "api.example.test";
+    // Never heard of: no answer, and a read in the background.
+    assert_eq!(other.cached(&pacing, endpoint, Instant::now()), None);
+    tokio::time::sleep(50 * MS).await;
+    let calls = other.stats().calls;
+    assert!((1..=2).contains(&calls), "{calls} calls");
+    for _ in 0..1000 {
+        let view = other.cached(&pacing, endpoint, Instant::now());
+        assert_eq!(view.map(|v| v.mode), Some(PacingMode::Open));
+    }
+    assert_eq!(
+        other.stats().calls,
+        calls,
+        "a thousand requests to an open endpoint"
+    );
+
+    call(&one, &pacing, &[Event::Down { jitter: 0.5 }]).await;
+    tokio::time::sleep(100 * MS).await;
+    // Stale now: this answer is the old one, and a read goes out behind it.
+    let view = other.cached(&pacing, endpoint, Instant::now());
+    assert_eq!(view.map(|v| v.mode), Some(PacingMode::Open));
+    tokio::time::sleep(50 * MS).await;
+    let view = other.cached(&pacing, endpoint, Instant::now());
+    assert_eq!(view.map(|v| v.mode), Some(PacingMode::Probing));
+    assert_eq!(other.stats().calls, calls + 1);
+}

@@ -210,7 +210,8 @@ where
             }
         });
         let stale = now.saturating_duration_since(entry.read_at) >= inner.view_ttl;
-        if stale && !entry.refreshing && entry.fallback.is_none() {
+        // While Redis is away, the next try is the calls' to make, not a refresh's per request.
+        if stale && !entry.refreshing && !inner.is_away(now) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 entry.refreshing = true;
                 let (inner, pacing, endpoint) =
@@ -480,6 +481,11 @@ where
                 None
             }
         }
+    }
+
+    /// Whether Redis is away and not due for another try (without claiming the try).
+    fn is_away(&self, now: Instant) -> bool {
+        matches!(*lock(&self.health), Health::Away { retry_at, .. } if now < retry_at)
     }
 
     /// Redis failed: the fallback from now on, logged and counted once per episode.
