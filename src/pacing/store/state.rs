@@ -283,8 +283,8 @@ impl SharedState {
                     let until = self.leases.iter().map(|l| l.expires).min().unwrap_or(now);
                     return Grant::Blocked { until };
                 }
-                if now < self.next_probe {
-                    return Grant::At(self.next_probe);
+                if now < self.next_probe || want == 0 {
+                    return Grant::At(self.next_probe.max(now));
                 }
                 let lease = LeaseEntry {
                     id: self.next_lease,
@@ -610,6 +610,20 @@ mod tests {
         let per_second = f64::from(probes) / 10.0;
         assert!((1.4..=3.0).contains(&per_second), "{per_second}/s");
         assert_eq!(s.peers(10_000 * MS), 100);
+    }
+
+    #[test]
+    fn asking_with_nothing_waiting_takes_no_probe() {
+        let config = config();
+        let rules = rules(&config);
+        let mut s = down(&rules, 0);
+        let due = s.next_probe;
+        assert_eq!(release(&mut s, &rules, 0, due), Grant::At(due));
+        assert_eq!(s.probes, 0);
+        assert!(matches!(
+            release(&mut s, &rules, 1, due),
+            Grant::Probe { .. }
+        ));
     }
 
     #[test]
