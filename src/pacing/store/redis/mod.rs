@@ -2,16 +2,18 @@
 //! changed by a compare-and-set script; the transitions run in the process (the crate's one
 //! transition function), Redis only orders the writes and tells the time.
 
+mod builder;
 mod script;
+
+pub use builder::RedisStoreBuilder;
 
 use super::backend::{PacingStore, StoreCall};
 use super::clock::Clock;
 use super::codec::encode;
 use super::fallback::Fallback;
 use super::protocol::{Applied, Event, StoreError, StoreStats, View};
-use super::run::{cached_view, holder_id, run, view, Timing};
+use super::run::{cached_view, run, view, Timing};
 use super::state::SharedState;
-use crate::error::{positive_duration, InvalidConfig};
 use crate::pacing::config::PacingConfig;
 use crate::pacing::Pacing;
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -138,13 +140,7 @@ where
 
     /// A builder starting from the defaults.
     pub fn builder(connection: C) -> RedisStoreBuilder<C> {
-        RedisStoreBuilder {
-            connection,
-            prefix: "tower-http-retry:pacing".to_owned(),
-            call_timeout: Duration::from_millis(5),
-            view_ttl: Duration::from_secs(1),
-            timing: Timing::DEFAULT,
-        }
+        RedisStoreBuilder::new(connection)
     }
 
     /// The Redis key of `endpoint`'s record.
@@ -524,82 +520,5 @@ where
                 "pacing store back: the fleet's shared state is used again"
             );
         }
-    }
-}
-
-/// Configures a [`RedisStore`]; [`build`](Self::build) checks every value.
-///
-/// | setter | default | why |
-/// |---|---|---|
-/// | [`prefix`](Self::prefix) | `tower-http-retry:pacing` | fleets on one server keep apart |
-/// | [`call_timeout`](Self::call_timeout) | 5 ms | a slow Redis costs a request at most this before the fallback answers |
-/// | [`view_ttl`](Self::view_ttl) | 1 s | how stale an open endpoint's mode may be; refreshed off the request path |
-/// | [`lease_ttl`](Self::lease_ttl) | 10 s | a dead process's probe is taken back |
-/// | [`record_ttl`](Self::record_ttl) | 60 s | records of endpoints nobody paces expire |
-#[derive(Clone, Debug)]
-#[must_use]
-pub struct RedisStoreBuilder<C> {
-    connection: C,
-    prefix: String,
-    call_timeout: Duration,
-    view_ttl: Duration,
-    timing: Timing,
-}
-
-impl<C> RedisStoreBuilder<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    /// The start of every key, `{prefix}:{endpoint}`: processes with the same prefix on the
-    /// same server are one fleet.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The longest wait for one Redis call; past it, the fallback answers.
-    pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = timeout;
-        self
-    }
-
-    /// How old what a process knows of an endpoint may be before it is read again, in the
-    /// background ([`PacingStore::cached`]).
-    pub fn view_ttl(mut self, ttl: Duration) -> Self {
-        self.view_ttl = ttl;
-        self
-    }
-
-    /// How long a probe lease lasts if its holder never ends it.
-    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.timing.lease_ttl = ttl;
-        self
-    }
-
-    /// How long a record is kept past the last time it holds and its last write.
-    pub fn record_ttl(mut self, ttl: Duration) -> Self {
-        self.timing.record_ttl = ttl;
-        self
-    }
-
-    /// Checks every value: fails, naming the field, on a zero or over-long duration.
-    pub fn build(self) -> Result<RedisStore<C>, InvalidConfig> {
-        positive_duration("store.call_timeout", self.call_timeout)?;
-        positive_duration("store.view_ttl", self.view_ttl)?;
-        Ok(RedisStore {
-            inner: Arc::new(Inner {
-                connection: self.connection,
-                prefix: self.prefix,
-                call_timeout: self.call_timeout,
-                view_ttl: self.view_ttl,
-                timing: self.timing.check()?,
-                holder: holder_id(),
-                scripts: Scripts::new(),
-                clock: Mutex::new(None),
-                cache: Mutex::new(HashMap::new()),
-                health: Mutex::new(Health::Joined),
-                counters: Counters::default(),
-            }),
-        })
     }
 }
