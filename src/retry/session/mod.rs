@@ -26,7 +26,7 @@ mod pacing;
 pub(crate) mod tests;
 mod trail;
 
-pub(crate) use pacing::AfterSleep;
+pub(crate) use pacing::{AfterSleep, FirstQueue};
 
 use ladder::Facts;
 use trail::Trail;
