@@ -96,6 +96,9 @@ enum Mode {
         /// Congestion outcomes since the last success: enough of them, with nothing taken for a
         /// whole interval, and the endpoint is down again.
         congested_in_a_row: u32,
+        /// A hint came in this interval while the endpoint took requests: a rate signal, one
+        /// cut when the interval closes.
+        hinted: bool,
         /// The current measuring interval: when it started, successes and losses in it.
         interval_start: Instant,
         successes: u32,
@@ -446,21 +449,10 @@ impl EndpointState {
         let takes = self.takes_requests(config, now);
         match &mut self.mode {
             Mode::Open { .. } if takes => false,
-            Mode::Ramping {
-                ramp,
-                interval_start,
-                successes,
-                cut_settles_at,
-                last_accepted,
-                ..
-            } if takes => {
-                if *interval_start >= *cut_settles_at {
-                    let interval = config.ramp_interval;
-                    let now_accepted = f64::from(*successes) / interval.as_secs_f64();
-                    ramp.lose(&config.rate, last_accepted.max(now_accepted));
-                    *cut_settles_at = *interval_start + interval * 2;
-                    self.remember_capacity(config);
-                }
+            Mode::Ramping { hinted, .. } if takes => {
+                // Cut when the interval closes, from what the endpoint took in it: the interval
+                // before it was measured at a rate the ramp has since doubled.
+                *hinted = true;
                 false
             }
             _ => {
@@ -597,6 +589,7 @@ impl EndpointState {
             idle_since,
             cut_settles_at,
             last_accepted,
+            hinted,
             ..
         } = &mut self.mode
         else {
@@ -611,8 +604,9 @@ impl EndpointState {
             } else {
                 f64::from(*losses) / f64::from(total)
             };
-            // A loss or two at a low rate is noise (a stray 503), not the endpoint's limit.
-            if loss > config.loss_threshold && *losses >= MIN_LOSSES_TO_CUT {
+            // A loss or two at a low rate is noise (a stray 503), not the endpoint's limit; a
+            // hint is the endpoint's own word that it takes less.
+            if (loss > config.loss_threshold && *losses >= MIN_LOSSES_TO_CUT) || *hinted {
                 if *interval_start >= *cut_settles_at {
                     let accepted = f64::from(*successes) / interval.as_secs_f64();
                     ramp.lose(&config.rate, accepted);
@@ -626,6 +620,7 @@ impl EndpointState {
             }
             *successes = 0;
             *losses = 0;
+            *hinted = false;
             *interval_start += interval;
             if now >= *interval_start + interval * 8 {
                 // A long quiet spell: skip to the current interval instead of looping.
@@ -656,6 +651,7 @@ impl EndpointState {
         self.mode = Mode::Ramping {
             ramp: Ramp::start(&config.rate),
             congested_in_a_row: 0,
+            hinted: false,
             interval_start: now,
             successes: 0,
             losses: 0,
@@ -950,25 +946,31 @@ mod tests {
     fn a_hint_while_the_endpoint_takes_requests_cuts_the_ramp_once_and_pauses_nothing() {
         let config = config();
         let (mut s, at) = ramping_at_1000(&config, Instant::now());
-        let before = s.rate(&config);
         assert!(
             !s.hinted(&config, at + 1000 * MS, at),
             "a rate signal, not a pause"
         );
         assert_eq!(s.mode(), PacingMode::Ramping);
-        let cut = s.rate(&config);
-        assert!(cut < before, "{cut} not below {before}");
-        assert!((cut - 1000.0 * config.rate.decrease).abs() < 1.0, "{cut}");
-        // More hints of the same loss event: one cut.
+        // More hints in the same interval, and 150 more successes (1,510/s taken in all).
         for _ in 0..20 {
             assert!(!s.hinted(&config, at + 1000 * MS, at + MS));
         }
-        assert_eq!(s.rate(&config), cut);
+        for _ in 0..150 {
+            s.record(&config, Some(Pass::Paced), Signal::Success, at + 2 * MS);
+        }
+        let before = s.rate(&config);
+        // One cut, when the interval closes, from what the endpoint took in it.
+        s.tick(&config, at + config.ramp_interval);
+        let cut = s.rate(&config);
+        assert!(cut < before, "{cut} not below {before}");
+        assert!((cut - 1510.0 * config.rate.decrease).abs() < 1.0, "{cut}");
         assert!(
-            s.capacity.is_some_and(|c| (c - 1000.0).abs() < 1.0),
+            s.capacity.is_some_and(|c| (c - 1510.0).abs() < 1.0),
             "{:?}",
             s.capacity
         );
+        s.tick(&config, at + config.ramp_interval * 2);
+        assert!(s.rate(&config) >= cut, "cut once");
     }
 
     #[test]
