@@ -510,7 +510,9 @@ impl Unsent {
 
 impl fmt::Display for Unsent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("not sent: its endpoint is down and it would wait past its deadline")?;
+        f.write_str(
+            "not sent: its endpoint is down or paused, and its queue could not take it in time",
+        )?;
         if let Some(after) = self.report.resend_after {
             write!(f, "; send it again in {after:?}")?;
         }

@@ -16,7 +16,7 @@
 
 use super::config::PacingConfig;
 use super::rate::Ramp;
-use super::schedule::{Resend, Schedule};
+use super::schedule::{Growth, Resend, Schedule};
 use crate::random::uniform;
 use rand::rngs::SmallRng;
 use std::collections::VecDeque;
@@ -136,10 +136,10 @@ pub(crate) struct EndpointState {
     /// The rate the endpoint took at its last loss (a ramp's cut), per second: what a ramp
     /// after the next outage is predicted to reach.
     capacity: Option<f64>,
-    /// Requests turned away whose resend time is still to come: each takes the next place
-    /// behind the queue, so a burst of them is spread over the predicted releases. Forgotten
-    /// once the last of those times, `horizon`, has passed.
-    deferred_ahead: usize,
+    /// The predicted release of the last place a request turned away was given: the next one
+    /// turned away takes the place after it (or after the queue, if that is later), so a burst
+    /// of them is spread over the predicted releases; the places before it drain as the
+    /// schedule moves on (or as those requests come back and join the queue).
     horizon: Instant,
 }
 
@@ -158,7 +158,6 @@ impl EndpointState {
             deferred: 0,
             last_success: None,
             capacity: None,
-            deferred_ahead: 0,
             horizon: now,
         }
     }
@@ -217,40 +216,47 @@ impl EndpointState {
     }
 
     /// When the pacer is predicted to release each place of the queue, from `now`: at once
-    /// while open; at the current rate while ramping; from the next probe (or the end of the
-    /// pause) while down or paused, in slow start from the probe rate up to the rate the
-    /// endpoint took at its last loss (or at the rate a pause will resume with).
+    /// while open; while ramping, from the current rate, doubling every interval in slow start
+    /// up to the rate the endpoint took at its last loss, or after a loss regaining that loss's
+    /// rate by the end of the regain time; from the next probe (or the end of the pause) while
+    /// down or paused, as the ramp it will start (or resume) would.
     pub(crate) fn schedule(&self, config: &PacingConfig, now: Instant) -> Schedule {
         let floor = config.rate.floor;
-        let slow_start = |first: Instant| Schedule {
-            first: first.max(now),
-            rate: floor,
-            doubling: Some(config.ramp_interval),
+        let doubling = Growth::Doubling {
+            interval: config.ramp_interval,
             cap: self.capacity.unwrap_or(config.rate.ceiling),
+        };
+        let from = |first: Instant, ramp: Option<&Ramp>| match ramp {
+            None => Schedule {
+                first: first.max(now),
+                rate: floor,
+                growth: doubling,
+            },
+            Some(ramp) => Schedule {
+                first: first.max(now),
+                rate: ramp.rate(&config.rate),
+                growth: match *ramp {
+                    Ramp::SlowStart { .. } => doubling,
+                    Ramp::Cubic {
+                        last_max,
+                        since_loss_secs,
+                    } => Growth::Step {
+                        after: Duration::from_secs_f64(
+                            (config.rate.regain_secs - since_loss_secs).max(0.0),
+                        ),
+                        to: last_max,
+                    },
+                },
+            },
         };
         match &self.mode {
             Mode::Open { .. } => Schedule::now(now),
-            Mode::Probing { .. } => slow_start(self.next_release),
+            Mode::Probing { .. } => from(self.next_release, None),
             Mode::Paused { until, resume } => {
-                let first = (*until).max(self.next_release);
-                match resume {
-                    Some(ramp) => Schedule {
-                        first: first.max(now),
-                        rate: ramp.rate(&config.rate),
-                        doubling: None,
-                        cap: ramp.rate(&config.rate),
-                    },
-                    None => slow_start(first),
-                }
+                from((*until).max(self.next_release), resume.as_ref())
             }
             Mode::Ramping { ramp, .. } => {
-                let rate = ramp.rate(&config.rate);
-                Schedule {
-                    first: (self.last_slot + gap(rate)).max(now),
-                    rate,
-                    doubling: None,
-                    cap: rate,
-                }
+                from(self.last_slot + gap(ramp.rate(&config.rate)), Some(ramp))
             }
         }
     }
@@ -263,7 +269,7 @@ impl EndpointState {
         now: Instant,
     ) -> Duration {
         self.schedule(config, now)
-            .release_at(position)
+            .release_at(position as f64)
             .saturating_duration_since(now)
     }
 
@@ -283,27 +289,26 @@ impl EndpointState {
     /// What [`turn_away`](Self::turn_away) would say, without taking the place (a first
     /// attempt turned away is sent instead, unless its classifier hands it back unsent).
     pub(crate) fn peek_turn_away(&self, config: &PacingConfig, now: Instant) -> Resend {
-        self.resend_from(config, self.turn_away_position(now), now)
+        let schedule = self.schedule(config, now);
+        self.resend_on(&schedule, self.turn_away_position(&schedule, now), now)
     }
 
     /// Takes the next place behind the queue for a request turned away at `now`.
     pub(crate) fn take_turn_away(&mut self, config: &PacingConfig, now: Instant) {
-        let position = self.turn_away_position(now);
-        if now >= self.horizon {
-            self.deferred_ahead = 0;
-        }
-        self.deferred_ahead = self.deferred_ahead.saturating_add(1);
-        let at = self.schedule(config, now).release_at(position);
+        let schedule = self.schedule(config, now);
+        let at = schedule.release_at(self.turn_away_position(&schedule, now));
         self.horizon = self.horizon.max(at);
     }
 
-    fn turn_away_position(&self, now: Instant) -> usize {
-        let ahead = if now >= self.horizon {
-            0
+    /// The place a request turned away at `now` takes: after the queue, and after the last
+    /// place given to a request turned away before it, while that one's time is to come.
+    fn turn_away_position(&self, schedule: &Schedule, now: Instant) -> f64 {
+        let behind_queue = self.queue.len() as f64;
+        if self.horizon > now {
+            behind_queue.max(schedule.released_by(self.horizon) + 1.0)
         } else {
-            self.deferred_ahead
-        };
-        self.queue.len().saturating_add(ahead)
+            behind_queue
+        }
     }
 
     /// When a request at `position` (in the queue, or the place behind it a request turned away
@@ -315,7 +320,10 @@ impl EndpointState {
         position: usize,
         now: Instant,
     ) -> Resend {
-        let schedule = self.schedule(config, now);
+        self.resend_on(&self.schedule(config, now), position as f64, now)
+    }
+
+    fn resend_on(&self, schedule: &Schedule, position: f64, now: Instant) -> Resend {
         Resend {
             after: schedule.release_at(position).saturating_duration_since(now),
             spread: schedule.gap_at(position),
@@ -440,15 +448,17 @@ impl EndpointState {
     /// A hint (`Retry-After`) on one response, asking that request to wait until `until`
     /// (RFC 9110, section 10.2.3: how long the user agent ought to wait before a follow-up
     /// request; it says nothing of every other request). While the endpoint takes requests, it is
-    /// a rate signal: a ramp is cut once, as for a loss (one cut per loss event), an open
-    /// endpoint has no rate to cut, and the request alone waits its hint. When nothing gets
-    /// through (down, paused, or nothing taken for an interval) the whole endpoint pauses until
-    /// then. Returns whether it did.
+    /// a rate signal: a ramp is cut once, as for a loss (one cut per loss event), and the request
+    /// alone waits its hint; an open endpoint (not known to be down: the outage rule decides
+    /// that) has no rate to cut. When nothing gets through (down, paused, or ramping with
+    /// nothing taken for an interval) the whole endpoint pauses until then. Returns whether it
+    /// did.
     pub(crate) fn hinted(&mut self, config: &PacingConfig, until: Instant, now: Instant) -> bool {
         self.tick(config, now);
         let takes = self.takes_requests(config, now);
         match &mut self.mode {
-            Mode::Open { .. } if takes => false,
+            // Not known to be down: the hint is this request's alone.
+            Mode::Open { .. } => false,
             Mode::Ramping { hinted, .. } if takes => {
                 // Cut when the interval closes, from what the endpoint took in it: the interval
                 // before it was measured at a rate the ramp has since doubled.
@@ -977,10 +987,6 @@ mod tests {
     fn a_hint_when_nothing_gets_through_pauses_the_whole_endpoint() {
         let config = config();
         let now = Instant::now();
-        // Never answered a success: nothing gets through.
-        let mut fresh = state(now);
-        assert!(fresh.hinted(&config, now + 1000 * MS, now));
-        assert_eq!(fresh.mode(), PacingMode::Paused);
         // Down: probing.
         let mut s = down(&config, now);
         assert!(s.hinted(&config, now + 1000 * MS, now));
@@ -996,14 +1002,18 @@ mod tests {
     }
 
     #[test]
-    fn a_hint_to_an_open_endpoint_that_takes_requests_pauses_nothing() {
+    fn a_hint_to_an_open_endpoint_pauses_nothing() {
         let config = config();
         let now = Instant::now();
+        // Taking requests, or not known yet: the outage rule, not one hint, says it is down.
         let mut s = state(now);
         s.record(&config, None, Signal::Success, now);
         s.record(&config, None, Signal::Congestion, now + MS);
         assert!(!s.hinted(&config, now + 1000 * MS, now + MS));
         assert_eq!(s.mode(), PacingMode::Open);
+        let mut fresh = state(now);
+        assert!(!fresh.hinted(&config, now + 1000 * MS, now));
+        assert_eq!(fresh.mode(), PacingMode::Open);
     }
 
     #[test]

@@ -41,15 +41,25 @@ pub(crate) enum FirstQueue {
     TurnedAway(Lane, Resend),
 }
 
+/// The endpoint an outcome was booked to, and whether the server's hint on it paused the whole
+/// endpoint.
+pub(crate) struct Booked {
+    lane: Lane,
+    paused: bool,
+}
+
 impl<Req: RetryRequest, C> Session<Req, C> {
-    /// Tells the pacer what the outcome says of the endpoint; returns the endpoint (`None`
-    /// without pacing, or when its map is full and the request is not paced).
+    /// Tells the pacer what the outcome says of the endpoint: its load, and what the server's
+    /// hint (clamped) says, whatever becomes of this request. A used-up quota (on a success, or
+    /// a hint that is the quota's reset) pauses the endpoint until its reset; any other hint
+    /// pauses it only when nothing gets through, else it is a rate signal. Returns the endpoint
+    /// (`None` without pacing, or when its map is full and the request is not paced).
     pub(super) fn book<Res, E, F>(
         &mut self,
         facts: &Facts,
         result: &Result<Res, E>,
         now: &mut Now<F>,
-    ) -> Option<Lane>
+    ) -> Option<Booked>
     where
         Res: RetryResponse,
         C: Classify<Res, E>,
@@ -67,27 +77,42 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         };
         let signal = signal_of(facts.classified, congestion, result);
         let now = now.get();
-        match self.waits.as_mut().and_then(|waits| waits.pass.take()) {
-            Some(pass) => {
-                let lane = pass.lane();
-                pass.record(signal, now);
-                Some(lane)
+        let pass = self.waits.as_mut().and_then(|waits| waits.pass.take());
+        let lane = match &pass {
+            Some(pass) => pass.lane(),
+            None => pacer.lane(self.authority().as_deref())?,
+        };
+        // The hint first, against what the pacer knew before this answer: an endpoint this
+        // very answer marks down is paused by the next hint, not by this one.
+        let hint = self.hint_delay(&facts.hint);
+        let paused = match hint.map(|after| now + after.min(config.retry_after_clamp)) {
+            Some(until) if facts.outcome == Outcome::Success => {
+                // A success that used up the quota: the next requests wait for its reset.
+                config.counters.quota_paused();
+                lane.pause_until(until, now);
+                true
             }
-            None => {
-                let lane = pacer.lane(self.authority().as_deref())?;
-                lane.record(signal, now);
-                Some(lane)
+            Some(until) if facts.hint.is_quota_reset() => {
+                lane.pause_until(until, now);
+                true
             }
+            Some(until) => lane.hinted(until, now),
+            None => false,
+        };
+        match pass {
+            Some(pass) => pass.record(signal, now),
+            None => lane.record(signal, now),
         }
+        Some(Booked { lane, paused })
     }
 
     /// The ladder's verdict with pacing, rewritten in this one place:
-    /// * a success that used up the quota pauses the endpoint until its reset;
     /// * a breaker's refusal pauses the endpoint until the breaker lets a probe through; a
     ///   request that may be sent again then waits in the queue (if it may wait at all), not
     ///   stopping as `CircuitOpen`;
     /// * a breaker's hold pauses the endpoint, and the ladder goes on: the request waits;
-    /// * a retry whose wait came from the server's hint pauses the endpoint until then;
+    /// * a retry whose wait came from the server's hint, to an endpoint that still takes other
+    ///   requests, sleeps the hint (a floor for it), then waits its turn;
     /// * a retry to an endpoint that is paced waits in its queue instead of sleeping (neither
     ///   the deadline's check of the sleep nor the budget applies: the queue has its own);
     /// * an empty budget paces the endpoint instead of dropping the request.
@@ -97,21 +122,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         &mut self,
         verdict: Verdict,
         facts: &Facts,
-        lane: &Lane,
+        booked: &Booked,
         now: Instant,
     ) -> Next {
+        let lane = &booked.lane;
         let stop = match verdict {
-            Verdict::Retry(retry) => return self.pace_retry(retry, facts, lane, now),
+            Verdict::Retry(retry) => return self.pace_retry(retry, booked, now),
             Verdict::Stop(stop) => stop,
         };
         match stop.lift {
-            _ if stop.reason == StopReason::Success => {
-                if let Some(after) = self.hint_delay(&facts.hint) {
-                    self.config.counters.quota_paused();
-                    lane.pause_until(now + after.min(self.config.retry_after_clamp), now);
-                }
-                self.stop(stop)
-            }
             Some(Lift::Refused { wait }) => {
                 lane.breaker_refused(wait, now);
                 if self.not_retryable.is_some() {
@@ -128,7 +147,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
             Some(Lift::Held { .. }) => match lift_hold(stop, lane, now) {
                 Ok(listener) => match self.wait_for(facts, listener, now) {
-                    Verdict::Retry(retry) => self.pace_retry(retry, facts, lane, now),
+                    Verdict::Retry(retry) => self.pace_retry(retry, booked, now),
                     Verdict::Stop(stop) => self.stop(stop),
                 },
                 Err(stop) => self.stop(stop),
@@ -138,26 +157,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// A retry, with pacing (see [`pace`](Self::pace)).
-    fn pace_retry(&mut self, retry: Retry, facts: &Facts, lane: &Lane, now: Instant) -> Next {
+    fn pace_retry(&mut self, retry: Retry, booked: &Booked, now: Instant) -> Next {
+        let lane = &booked.lane;
         if retry.source != DelaySource::Refused {
             let hinted = matches!(
                 retry.source,
                 DelaySource::RetryAfter | DelaySource::RetryAfterClamped
             );
-            if hinted {
-                let until = now + retry.delay;
-                let paused = if facts.hint.is_quota_reset() {
-                    // The quota the endpoint shares is used up: everyone waits for its reset.
-                    lane.pause_until(until, now);
-                    true
-                } else {
-                    // This request's wait: the endpoint pauses only if nothing gets through.
-                    lane.hinted(until, now)
-                };
-                if !paused && lane.is_paced() {
-                    // A floor for this request: it sleeps its hint, then waits its turn.
-                    return self.floor(retry, now);
-                }
+            if hinted && !booked.paused && lane.is_paced() {
+                // A floor for this request: it sleeps its hint, then waits its turn.
+                return self.floor(retry, now);
             }
             if lane.is_paced() {
                 return self.enter_queue(lane, retry.listener, now);
