@@ -17,14 +17,20 @@
 //! independent clients (each its own layer, random seed and budget) that share nothing but the
 //! endpoint, as a fleet of uncoordinated senders does.
 
+mod endpoint;
+mod scenario;
+
+pub use scenario::{
+    flap, flap_targets, redeliver, redelivery_targets, Flap, FlapMetrics, FlapRun, Redelivery,
+    RedeliveryMetrics, RedeliveryRun, Resend, FLAPPING_FOR, FLAP_PERIOD,
+};
+
+use endpoint::Endpoint;
 use http::header::HeaderName;
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response};
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{ready, Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
@@ -82,6 +88,10 @@ pub struct Params {
     pub tower_jitter: f64,
     /// Senders in the fleet runs, each with `deliveries / fleet` deliveries.
     pub fleet: usize,
+    /// The redelivery rows: every request's deadline (`RetryLayerBuilder::deadline`).
+    pub redelivery_deadline: Duration,
+    /// The redelivery rows: a delivery is given up after this many resends.
+    pub max_rounds: u32,
 }
 
 impl Params {
@@ -109,6 +119,8 @@ impl Params {
             tower_ttl: Duration::from_secs(10),
             tower_jitter: 0.99,
             fleet: 10,
+            redelivery_deadline: Duration::from_secs(5),
+            max_rounds: 50,
         }
     }
 
@@ -383,9 +395,15 @@ impl Row {
         )
     }
 
-    /// Our layer configured for this row, or `None` for tower's rows. A new row of ours is one
-    /// arm here: the common settings, then its own.
+    /// Our layer configured for this row, or `None` for tower's rows.
     pub fn layer(self, p: &Params, seed: u64) -> Option<RetryLayer> {
+        let builder = self.builder(p, seed)?;
+        Some(builder.build().expect("valid row configuration"))
+    }
+
+    /// The builder of our layer for this row (a scenario may add to it), or `None` for tower's
+    /// rows. A new row of ours is one arm here: the common settings, then its own.
+    pub fn builder(self, p: &Params, seed: u64) -> Option<RetryLayerBuilder> {
         let common = |backoff: Backoff| -> RetryLayerBuilder {
             RetryLayer::builder()
                 .max_attempts(p.max_attempts)
@@ -416,7 +434,7 @@ impl Row {
                 .pacing(Pacing::builder().first_attempts(false).build().unwrap()),
             Row::Tower | Row::TowerBackoffOnly => return None,
         };
-        Some(builder.build().expect("valid row configuration"))
+        Some(builder)
     }
 }
 
@@ -602,134 +620,11 @@ where
 }
 
 /// A webhook: a POST that carries its own idempotency key, so retrying it is safe.
-fn webhook(id: usize) -> Request<String> {
+pub(crate) fn webhook(id: usize) -> Request<String> {
     Request::post("/hook")
         .header("idempotency-key", id)
         .body(String::new())
         .expect("a valid request")
-}
-
-/// The endpoint: decides each outcome from the virtual time of the call, and answers
-/// [`Params::latency`] later.
-#[derive(Clone)]
-struct Endpoint {
-    state: Arc<Mutex<EndpointState>>,
-    model: Model,
-    outage: Duration,
-    latency: Duration,
-    tick: Duration,
-    per_tick: u64,
-    burst: u64,
-    retry_after: HeaderValue,
-}
-
-struct EndpointState {
-    start: Instant,
-    arrivals: Vec<Arrival>,
-    /// Model B: the bucket's tokens, and the tick (counted from recovery) they are up to date with.
-    tokens: u64,
-    refilled: u64,
-}
-
-impl Endpoint {
-    fn new(p: &Params, model: Model, start: Instant) -> Self {
-        Self {
-            state: Arc::new(Mutex::new(EndpointState {
-                start,
-                arrivals: Vec::with_capacity(p.deliveries * 4),
-                tokens: p.capacity_burst,
-                refilled: 0,
-            })),
-            model,
-            outage: p.outage,
-            latency: p.latency,
-            tick: p.capacity_tick,
-            per_tick: p.tokens_per_tick(),
-            burst: p.capacity_burst,
-            retry_after: HeaderValue::from(p.retry_after_secs),
-        }
-    }
-
-    fn take_arrivals(&self) -> Vec<Arrival> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        std::mem::take(&mut state.arrivals)
-    }
-
-    /// Model B: takes a token if there is one, `since_recovery` after the outage ended.
-    fn admit(&self, state: &mut EndpointState, since_recovery: Duration) -> bool {
-        let tick = (since_recovery.as_nanos() / self.tick.as_nanos()) as u64;
-        if tick > state.refilled {
-            let added = (tick - state.refilled).saturating_mul(self.per_tick);
-            state.tokens = state.tokens.saturating_add(added).min(self.burst);
-            state.refilled = tick;
-        }
-        state.tokens > 0 && {
-            state.tokens -= 1;
-            true
-        }
-    }
-}
-
-impl Service<Request<String>> for Endpoint {
-    type Response = Response<String>;
-    type Error = Infallible;
-    type Future = Respond;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<String>) -> Self::Future {
-        let attempt = header(&request, ATTEMPT.as_str()).unwrap_or(1);
-        let delivery = header(&request, "idempotency-key").expect("every webhook has a key");
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = state.start.elapsed();
-        let recovered = at >= self.outage;
-        let ok = recovered
-            && match self.model {
-                Model::HardOutage => true,
-                Model::Capacity { .. } => self.admit(&mut state, at - self.outage),
-            };
-        state.arrivals.push(Arrival {
-            at,
-            delivery,
-            attempt,
-            ok,
-        });
-        drop(state);
-        let mut response = Response::new(String::new());
-        if !ok {
-            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            if recovered && self.model == (Model::Capacity { retry_after: true }) {
-                response
-                    .headers_mut()
-                    .insert(http::header::RETRY_AFTER, self.retry_after.clone());
-            }
-        }
-        Respond {
-            latency: Box::pin(tokio::time::sleep(self.latency)),
-            response: Some(response),
-        }
-    }
-}
-
-fn header<T: std::str::FromStr>(request: &Request<String>, name: &str) -> Option<T> {
-    request.headers().get(name)?.to_str().ok()?.parse().ok()
-}
-
-/// The endpoint's response, once its latency has passed.
-struct Respond {
-    latency: Pin<Box<Sleep>>,
-    response: Option<Response<String>>,
-}
-
-impl Future for Respond {
-    type Output = Result<Response<String>, Infallible>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        ready!(self.latency.as_mut().poll(cx));
-        Poll::Ready(Ok(self.response.take().expect("polled after completion")))
-    }
 }
 
 /// The `tower::retry::Policy` a user of tower writes: 5xx is retried up to the attempt limit if
@@ -1035,6 +930,17 @@ pub mod target {
     pub const ACCEPTED_OF_CAPACITY: f64 = 0.8;
     /// Fleets: every process's share within this of the fair share.
     pub const FAIR_SHARE_TOLERANCE: f64 = 0.25;
+
+    /// Issue 19, model B: 99 % delivered within N/C plus this of recovery.
+    pub const B_SLACK_19: Duration = Duration::from_millis(1500);
+    /// Issue 19, model B: overload 503s at most this share of N.
+    pub const B_OVERLOAD_19: f64 = 0.01;
+    /// Issue 19, model B+RA: 99 % delivered within N/C plus this of recovery.
+    pub const B_RA_SLACK_19: Duration = Duration::from_secs(2);
+    /// Issue 19, model B+RA: overload 503s at most this share of N.
+    pub const B_RA_OVERLOAD_19: f64 = 0.02;
+    /// Issue 19, model B+RA: accepted rate once ramped at least this share of capacity.
+    pub const B_RA_ACCEPTED_19: f64 = 0.9;
 }
 
 /// Which side of its bound a figure must be on.
@@ -1071,6 +977,27 @@ impl Check {
     /// Seeds on which the target is met.
     pub fn met(&self) -> usize {
         self.figures.iter().filter(|&&f| self.passes(f)).count()
+    }
+
+    /// Judged on the mean of the seeds' figures (a seed without one is a miss): "met: 2.1
+    /// (2.0–2.3) s", "missed by 0.4 s: 7.4 (7.1–7.6) s".
+    pub fn mean_verdict(&self) -> String {
+        let seen: Vec<f64> = self.figures.iter().flatten().copied().collect();
+        if seen.len() < self.figures.len() || seen.is_empty() {
+            return format!("missed: {} in some seeds", self.missing);
+        }
+        let mean = seen.iter().sum::<f64>() / seen.len() as f64;
+        let figure = format!("{}{}", spread(&seen, self.decimals), self.unit);
+        let d = self.decimals;
+        match self.bound {
+            Bound::AtMost(b) if mean > b => {
+                format!("missed by {:.d$}{}: {figure}", mean - b, self.unit)
+            }
+            Bound::AtLeast(b) if mean < b => {
+                format!("missed by {:.d$}{}: {figure}", b - mean, self.unit)
+            }
+            _ => format!("met: {figure}"),
+        }
     }
 
     /// "met: 2.1 s", "missed by 44.5 s: 47.5 s (47.4–47.6)", "met in 2 of 3 seeds: ...".
@@ -1212,5 +1139,63 @@ pub fn targets(
             missing: "none delivered in the window".to_string(),
         });
     }
+    checks
+}
+
+/// Issue 19's targets for the pacer in models B and B+RA (one row, one entry per seed), judged
+/// on the mean of the seeds; none in model A.
+pub fn targets_19(p: &Params, metrics: &[Metrics]) -> Vec<Check> {
+    use target::*;
+    let Some(first) = metrics.first() else {
+        return Vec::new();
+    };
+    let (slack, overload, accepted) = match first.model {
+        Model::HardOutage => return Vec::new(),
+        Model::Capacity { retry_after: false } => (B_SLACK_19, B_OVERLOAD_19, None),
+        Model::Capacity { retry_after: true } => {
+            (B_RA_SLACK_19, B_RA_OVERLOAD_19, Some(B_RA_ACCEPTED_19))
+        }
+    };
+    let bound = (p.drain_time() + slack).as_secs_f64();
+    let mut checks = vec![Check {
+        name: format!(
+            "99 % delivered ≤ {bound:.1} s after recovery (N/C + {:.1} s)",
+            slack.as_secs_f64()
+        ),
+        bound: Bound::AtMost(bound),
+        unit: " s",
+        decimals: 1,
+        figures: metrics
+            .iter()
+            .map(|m| m.t99_after_recovery.map(|t| t.as_secs_f64()))
+            .collect(),
+        missing: "never".to_string(),
+    }];
+    if let Some(share) = accepted {
+        let bound = p.capacity_per_second as f64 * share;
+        checks.push(Check {
+            name: format!(
+                "accepted/s once ramped ≥ {bound:.0} ({:.0} % of capacity)",
+                share * 100.0
+            ),
+            bound: Bound::AtLeast(bound),
+            unit: "/s",
+            decimals: 0,
+            figures: metrics.iter().map(|m| m.accepted_rate).collect(),
+            missing: "never ramped".to_string(),
+        });
+    }
+    let bound = p.deliveries as f64 * overload;
+    checks.push(Check {
+        name: format!(
+            "overload 503s ≤ {bound:.0} ({:.0} % of N)",
+            overload * 100.0
+        ),
+        bound: Bound::AtMost(bound),
+        unit: "",
+        decimals: 0,
+        figures: metrics.iter().map(|m| Some(m.overload as f64)).collect(),
+        missing: String::new(),
+    });
     checks
 }
