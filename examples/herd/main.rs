@@ -12,22 +12,24 @@
 //! requests per second over time into `docs/herd-a.svg` and `docs/herd-b.svg`. Everything runs on
 //! tokio's paused clock against an in-process endpoint, so no socket is opened and every run is
 //! reproducible. The endpoint, the rows, the metrics and the targets live in the `herd` crate
-//! (`herd/src/lib.rs`, a workspace member), shared with the test that checks the qualitative
-//! facts (`cargo test --all-features --test herd`).
+//! (`herd/src/`, a workspace member), shared with the test that checks the qualitative facts
+//! (`cargo test --all-features --test herd`). This file prints the tables of one outage and the
+//! fleets; `scenarios.rs` the issue-19 sections, `charts.rs` the charts.
+
+mod charts;
+mod scenarios;
 
 use herd::{
-    accepted_per_second, delivered_per_process, per_second, spread, Check, Flap, FlapMetrics,
-    Metrics, Model, Params, Redelivery, RedeliveryMetrics, Row, Run,
+    accepted_per_second, delivered_per_process, per_second, spread, Metrics, Model, Params, Row,
+    Run,
 };
-use plotters::prelude::*;
 use std::error::Error;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 use tower_http_retry::Jitter;
 
 /// The table shows the mean over these seeds, and the min–max when they differ.
-const SEEDS: [u64; 3] = [1, 2, 3];
+pub(crate) const SEEDS: [u64; 3] = [1, 2, 3];
 
 /// Why rows miss the targets (qualitative, so it does not go stale with the figures; a new
 /// row's misses need their own line).
@@ -132,7 +134,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         md.push_str(&table(&results, false)?);
         md.push_str(&targets_table(&p, &results, reference)?);
         if let Some((_, pacer)) = results.iter().find(|(row, _)| *row == Row::Pacer) {
-            md.push_str(&checks_on_mean(
+            md.push_str(&scenarios::checks_on_mean(
                 "Issue 19's targets for the pacer (mean of the seeds)",
                 &herd::targets_19(&p, pacer),
             )?);
@@ -174,8 +176,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
 
-    md.push_str(&flapping(&p, &mut runs)?);
-    md.push_str(&redelivery(&p, &mut runs)?);
+    md.push_str(&scenarios::flapping(&p, &mut runs)?);
+    md.push_str(&scenarios::redelivery(&p, &mut runs)?);
     md.push_str(WHY);
     writeln!(
         md,
@@ -190,7 +192,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
     std::fs::create_dir_all(&docs)?;
     std::fs::write(docs.join("herd.md"), &md)?;
-    draw_charts(&docs, &p, &charts)?;
+    charts::draw_charts(&docs, &p, &charts)?;
     eprintln!(
         "{runs} runs of {} deliveries in {:.1?} (wall clock)",
         p.deliveries,
@@ -199,202 +201,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn mean<M>(metrics: &[M], f: impl Fn(&M) -> f64) -> f64 {
+pub(crate) fn mean<M>(metrics: &[M], f: impl Fn(&M) -> f64) -> f64 {
     metrics.iter().map(f).sum::<f64>() / metrics.len() as f64
-}
-
-/// One line of `checks`, each judged on the mean of its seeds.
-fn checks_on_mean(title: &str, checks: &[Check]) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
-    if checks.is_empty() {
-        return Ok(out);
-    }
-    writeln!(out, "{title}:\n")?;
-    writeln!(out, "| target | verdict |\n|---|---|")?;
-    for check in checks {
-        writeln!(out, "| {} | {} |", check.name, check.mean_verdict())?;
-    }
-    writeln!(out)?;
-    Ok(out)
-}
-
-/// "mean (min–max)" of one figure over the seeds, with a unit.
-fn seeds<M>(metrics: &[M], decimals: usize, unit: &str, f: impl Fn(&M) -> f64) -> String {
-    format!(
-        "{}{unit}",
-        spread(&metrics.iter().map(f).collect::<Vec<_>>(), decimals)
-    )
-}
-
-/// "mean (min–max) s" of a time that may be missing.
-fn seconds<M>(metrics: &[M], f: impl Fn(&M) -> Option<Duration>) -> String {
-    optional(
-        metrics.iter().map(|m| f(m).map(|d| d.as_secs_f64())),
-        1,
-        " s",
-        "never",
-    )
-}
-
-/// The flapping endpoints: tables and issue 19's targets.
-fn flapping(p: &Params, runs: &mut usize) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
-    writeln!(
-        out,
-        "## Flapping endpoints (model B after each outage)\n\n\
-         **A second outage as the first burst is delivered**: the endpoint is down for {:?}, \
-         recovers at capacity, and fails again for {:?} from the instant the last delivery of the \
-         first burst completes, when a second burst of {} is sent. Failed retries are counted \
-         while each outage lasts; each burst's 99 % from the end of its own outage. \
-         **{:?} up / {:?} down**: down first, for {:?}, then up; one burst of {} at t = 0.\n",
-        p.outage,
-        p.outage,
-        p.deliveries,
-        herd::FLAP_PERIOD,
-        herd::FLAP_PERIOD,
-        herd::FLAPPING_FOR,
-        p.deliveries
-    )?;
-    for flap in Flap::ALL {
-        writeln!(out, "### {}\n", flap.label())?;
-        let mut results = Vec::new();
-        for &row in flap.rows() {
-            let metrics: Vec<FlapMetrics> = SEEDS
-                .iter()
-                .map(|&seed| {
-                    *runs += 1;
-                    FlapMetrics::of(&herd::flap(p, flap, row, seed), p)
-                })
-                .collect();
-            results.push((row, metrics));
-        }
-        match flap {
-            Flap::SecondOutage => writeln!(
-                out,
-                "| policy | failed retries, first outage | failed retries, second outage | \
-                 hits while down, first outage | hits while down, second outage | \
-                 first burst 99 %, after its recovery | second burst 99 %, after its recovery | \
-                 delivered | total attempts |\n\
-                 |---|---:|---:|---:|---:|---:|---:|---:|---:|"
-            )?,
-            Flap::UpDown => writeln!(
-                out,
-                "| policy | 99 % delivered (from t = 0) | delivered | failed retries | hits while \
-                 down | total attempts |\n|---|---:|---:|---:|---:|---:|"
-            )?,
-        }
-        for (row, m) in &results {
-            match flap {
-                Flap::SecondOutage => writeln!(
-                    out,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    row.label(),
-                    seeds(m, 0, "", |m| m.failed_in_outages.0 as f64),
-                    seeds(m, 0, "", |m| m.failed_in_outages.1 as f64),
-                    seeds(m, 0, "", |m| m.hits_in_outages.0 as f64),
-                    seeds(m, 0, "", |m| m.hits_in_outages.1 as f64),
-                    seconds(m, |m| m.t99.0),
-                    seconds(m, |m| m.t99.1),
-                    seeds(m, 2, " %", |m| m.delivered * 100.0),
-                    seeds(m, 0, "", |m| m.attempts as f64),
-                )?,
-                Flap::UpDown => writeln!(
-                    out,
-                    "| {} | {} | {} | {} | {} | {} |",
-                    row.label(),
-                    seconds(m, |m| m.t99.0),
-                    seeds(m, 2, " %", |m| m.delivered * 100.0),
-                    seeds(m, 0, "", |m| m.failed_retries as f64),
-                    seeds(m, 0, "", |m| m.hits_while_down as f64),
-                    seeds(m, 0, "", |m| m.attempts as f64),
-                )?,
-            }
-        }
-        writeln!(out)?;
-        let full = results
-            .iter()
-            .find(|(row, _)| *row == Row::Full)
-            .map_or(0.0, |(_, m)| mean(m, |m| m.failed_retries as f64));
-        if let Some((_, pacer)) = results.iter().find(|(row, _)| *row == Row::Pacer) {
-            out.push_str(&checks_on_mean(
-                "Issue 19's targets for the pacer (mean of the seeds)",
-                &herd::flap_targets(p, pacer, full),
-            )?);
-        }
-    }
-    Ok(out)
-}
-
-/// The deadline with a durable redelivery queue: a table and issue 19's targets.
-fn redelivery(p: &Params, runs: &mut usize) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
-    writeln!(
-        out,
-        "## A deadline and a durable redelivery queue (model B)\n\n\
-         The pacer row with a {:?} deadline and `fail_unsent`, and a durable queue that sends every \
-         delivery that did not get through and did not stop for a final reason again at its \
-         report's `resend_after` (30 s when it has none), through the same layer, at most {} \
-         times; the pacer row without a deadline for reference. \"Hits while down\": attempts \
-         that reached the endpoint during the outage. \"First round\": the deliveries sent \
-         again once, and the spread of their resend times (latest − earliest), against N / the \
-         capacity. \"Inside a known pause\": resend times before the end of a pause the layer \
-         knew of when the request stopped (with the outage announced by `Retry-After`, its end; \
-         without, no pause is known).\n",
-        p.redelivery_deadline, p.max_rounds
-    )?;
-    writeln!(
-        out,
-        "| row | hits while down | delivered | 99 % delivered, after recovery | last delivery, \
-         after recovery | resends | of which unsent | first round | first round's spread | \
-         resend times inside the outage | inside a known pause | dead letters |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    )?;
-    let mut results = Vec::new();
-    for kind in Redelivery::ALL {
-        let metrics: Vec<RedeliveryMetrics> = SEEDS
-            .iter()
-            .map(|&seed| {
-                *runs += 1;
-                RedeliveryMetrics::of(&herd::redeliver(p, kind, seed), p)
-            })
-            .collect();
-        let m = &metrics;
-        writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            kind.label(),
-            seeds(m, 0, "", |m| m.hits_while_down as f64),
-            seeds(m, 2, " %", |m| m.delivered * 100.0),
-            seconds(m, |m| m.t99),
-            seconds(m, |m| m.last),
-            seeds(m, 0, "", |m| m.resends as f64),
-            seeds(m, 0, "", |m| m.unsent as f64),
-            seeds(m, 0, "", |m| m.first_round as f64),
-            seconds(m, |m| m.first_round_spread),
-            seeds(m, 0, "", |m| m.into_outage as f64),
-            seeds(m, 0, "", |m| m.inside_known_pause as f64),
-            seeds(m, 0, "", |m| m.dead_letters as f64),
-        )?;
-        results.push((kind, metrics));
-    }
-    writeln!(out)?;
-    let reference = results
-        .iter()
-        .find(|(kind, _)| *kind == Redelivery::NoDeadline)
-        .map_or(0.0, |(_, m)| mean(m, |m| m.hits_while_down as f64));
-    for (kind, metrics) in &results {
-        if *kind == Redelivery::NoDeadline {
-            continue;
-        }
-        out.push_str(&checks_on_mean(
-            &format!(
-                "Issue 19's targets for {} (mean of the seeds)",
-                kind.label()
-            ),
-            &herd::redelivery_targets(p, metrics, reference),
-        )?);
-    }
-    Ok(out)
 }
 
 /// A row's per-second requests and accepted requests at the endpoint.
@@ -479,7 +287,7 @@ fn table_row(row: Row, metrics: &[Metrics], fleet: bool) -> String {
 }
 
 /// "mean (min–max)" of the values that exist, saying in how many seeds they do not.
-fn optional(
+pub(crate) fn optional(
     values: impl Iterator<Item = Option<f64>>,
     decimals: usize,
     unit: &str,
@@ -613,182 +421,4 @@ fn delay_histogram(run: &Run, p: &Params) -> Result<String, std::fmt::Error> {
     }
     writeln!(out)?;
     Ok(out)
-}
-
-/// Colours that stay the same for a row in every chart.
-fn colour(row: Row) -> RGBColor {
-    match row {
-        Row::Plain => RGBColor(214, 39, 40),
-        Row::Tower => RGBColor(255, 127, 14),
-        Row::TowerBackoffOnly => RGBColor(140, 86, 75),
-        Row::Full => RGBColor(31, 119, 180),
-        Row::FullBudget => RGBColor(44, 160, 44),
-        Row::DecorrelatedBudget => RGBColor(148, 103, 189),
-        Row::Pacer => RGBColor(23, 190, 207),
-        _ => RGBColor(127, 127, 127),
-    }
-}
-
-/// Empty bins are drawn on this floor of the logarithmic axis.
-const FLOOR: f64 = 0.7;
-
-/// Per charted row: requests/s and accepted/s.
-type Series = Vec<(Row, Vec<u64>, Vec<u64>)>;
-
-fn draw_charts(docs: &Path, p: &Params, charts: &[(Model, Series)]) -> Result<(), Box<dyn Error>> {
-    let panel = |model: Model| {
-        charts
-            .iter()
-            .find(|(m, _)| *m == model)
-            .map(|(_, series)| (model, series))
-            .expect("every model was run")
-    };
-    let subtitle = format!(
-        "{} deliveries at t = 0, endpoint down 0–{} s, {:?} latency; base {:?}, cap {:?}, {} attempts; seed {}",
-        p.deliveries,
-        p.outage.as_secs(),
-        p.latency,
-        p.base,
-        p.cap,
-        p.max_attempts,
-        SEEDS[0]
-    );
-    draw(
-        docs.join("herd-a.svg"),
-        &format!("Model A: hard outage, then every request succeeds\n{subtitle}"),
-        &[panel(Model::HardOutage)],
-        p,
-    )?;
-    draw(
-        docs.join("herd-b.svg"),
-        &format!(
-            "Model B: after the outage a token bucket admits {}/s ({} per {:?}), the rest 503\n{subtitle}",
-            p.capacity_per_second,
-            p.tokens_per_tick(),
-            p.capacity_tick
-        ),
-        &[
-            panel(Model::Capacity { retry_after: false }),
-            panel(Model::Capacity { retry_after: true }),
-        ],
-        p,
-    )
-}
-
-/// A step line: each 1-s bin is a flat segment over its second.
-fn steps(bins: &[u64]) -> Vec<(f64, f64)> {
-    bins.iter()
-        .enumerate()
-        .flat_map(|(t, &count)| {
-            let y = (count as f64).max(FLOOR);
-            [(t as f64, y), (t as f64 + 1.0, y)]
-        })
-        .collect()
-}
-
-fn draw(
-    path: PathBuf,
-    title: &str,
-    panels: &[(Model, &Series)],
-    p: &Params,
-) -> Result<(), Box<dyn Error>> {
-    let height = 80 + 520 * panels.len() as u32;
-    let root = SVGBackend::new(&path, (1100, height)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (head, body) = root.split_vertically(80);
-    for (i, line) in title.lines().enumerate() {
-        let size = if i == 0 { 24 } else { 16 };
-        head.draw_text(
-            line,
-            &("sans-serif", size).into_font().color(&BLACK),
-            (20, 12 + 32 * i as i32),
-        )?;
-    }
-    let outage = p.outage.as_secs_f64();
-    for (area, (model, series)) in body.split_evenly((panels.len(), 1)).iter().zip(panels) {
-        let x_max = series
-            .iter()
-            .map(|(_, requests, _)| requests.len())
-            .max()
-            .unwrap_or(1) as f64
-            + 2.0;
-        let y_max = series
-            .iter()
-            .flat_map(|(_, requests, _)| requests.iter().copied())
-            .max()
-            .unwrap_or(1) as f64
-            * 100.0; // two empty decades on top hold the legend
-        let mut chart = ChartBuilder::on(area)
-            .caption(model.label(), ("sans-serif", 18))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(75)
-            .build_cartesian_2d(0f64..x_max, (FLOOR..y_max).log_scale())?;
-        chart
-            .configure_mesh()
-            .x_desc("virtual time since the deliveries started (s)")
-            .y_desc("per second at the endpoint (1-s bins, log scale)")
-            .x_label_formatter(&|v| format!("{v:.0}"))
-            .y_label_formatter(&|v| {
-                if *v < 1.0 {
-                    "0".to_string()
-                } else {
-                    format!("{v:.0}")
-                }
-            })
-            .light_line_style(WHITE)
-            .draw()?;
-        chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(0.0, FLOOR), (outage, y_max)],
-                BLACK.mix(0.08).filled(),
-            )))?
-            .label(format!("outage (0–{} s)", p.outage.as_secs()))
-            .legend(|(x, y)| {
-                Rectangle::new([(x, y - 6), (x + 20, y + 6)], BLACK.mix(0.15).filled())
-            });
-        if matches!(model, Model::Capacity { .. }) {
-            let capacity = p.capacity_per_second as f64;
-            chart
-                .draw_series(LineSeries::new(
-                    [(outage, capacity), (x_max, capacity)],
-                    BLACK.mix(0.4).stroke_width(1),
-                ))?
-                .label(format!("capacity ({}/s)", p.capacity_per_second))
-                .legend(|(x, y)| {
-                    PathElement::new([(x, y), (x + 20, y)], BLACK.mix(0.4).stroke_width(1))
-                });
-        }
-        for (row, requests, accepted) in series.iter() {
-            // Accepted as a shaded area under the requests line: where every request is accepted
-            // the two coincide, and a second line would hide under the first.
-            let ok = colour(*row).mix(0.3).filled();
-            chart
-                .draw_series(
-                    accepted
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &n)| n > 0)
-                        .map(|(t, &n)| {
-                            Rectangle::new([(t as f64, FLOOR), (t as f64 + 1.0, n as f64)], ok)
-                        }),
-                )?
-                .label(format!("{}: accepted (2xx)", row.label()))
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 20, y + 6)], ok));
-            let sent = colour(*row).stroke_width(2);
-            chart
-                .draw_series(LineSeries::new(steps(requests), sent))?
-                .label(format!("{}: requests", row.label()))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], sent));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.5))
-            .label_font(("sans-serif", 14))
-            .draw()?;
-    }
-    root.present()?;
-    Ok(())
 }
