@@ -38,6 +38,7 @@ mod config;
 mod endpoint;
 mod endpoints;
 mod rate;
+mod schedule;
 pub mod store;
 
 pub use config::{Pacing, PacingBuilder};
@@ -46,3 +47,4 @@ pub use endpoints::PacingStats;
 
 pub(crate) use endpoint::Signal;
 pub(crate) use endpoints::{Deferred, Lane, Pacer, PassGuard, QueueWait};
+pub(crate) use schedule::Resend;
