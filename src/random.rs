@@ -60,6 +60,13 @@ pub(crate) fn uniform<R: Rng + ?Sized>(low: Duration, high: Duration, rng: &mut 
         return low;
     }
     let fraction: f64 = rng.random();
+    uniform_at(low, high, fraction)
+}
+
+/// The point `fraction` (in `[0, 1)`) of the way from `low` to `high`: what [`uniform`] returns
+/// for that draw. (A fleet's shared state is given the draw, not the generator.)
+pub(crate) fn uniform_at(low: Duration, high: Duration, fraction: f64) -> Duration {
+    let span = high.saturating_sub(low);
     low + span.mul_f64(fraction).min(span)
 }
 

@@ -1,6 +1,7 @@
 //! [`Pacing`], the configuration of endpoint pacing, and its builder.
 
 use super::rate::RateConfig;
+use super::store::PacingStore;
 use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
 use http::StatusCode;
 use std::sync::Arc;
@@ -112,6 +113,8 @@ pub(crate) struct PacingConfig {
     pub(crate) first_attempts: bool,
     pub(crate) congestion: Vec<StatusCode>,
     pub(crate) rate: RateConfig,
+    /// Where a fleet keeps what it shares of each endpoint; `None`: this layer paces alone.
+    pub(crate) store: Option<Arc<dyn PacingStore>>,
 }
 
 impl Pacing {
@@ -152,6 +155,7 @@ impl Default for Pacing {
 /// | [`max_endpoints`](Self::max_endpoints) | 1,024 | the state kept is bounded |
 /// | [`first_attempts`](Self::first_attempts) | on | new requests to a dead endpoint wait too |
 /// | [`congestion`](Self::congestion) | 429, 502, 503, 504 | plus timeouts and connection failures |
+/// | [`store`](Self::store) | none: each layer paces alone | a fleet paces as one |
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct PacingBuilder {
@@ -165,6 +169,7 @@ pub struct PacingBuilder {
     max_endpoints: usize,
     first_attempts: bool,
     congestion: Vec<StatusCode>,
+    store: Option<Arc<dyn PacingStore>>,
 }
 
 impl Default for PacingBuilder {
@@ -182,6 +187,7 @@ impl Default for PacingBuilder {
             congestion: [429, 502, 503, 504]
                 .map(|code| StatusCode::from_u16(code).expect("a valid status"))
                 .to_vec(),
+            store: None,
         }
     }
 }
@@ -254,6 +260,25 @@ impl PacingBuilder {
         self
     }
 
+    /// Paces every endpoint together with the other processes of a fleet, through `store`:
+    /// one mode, one learned rate, one probe stream and fair shares of the releases for the
+    /// whole fleet, instead of one of each per process. Every process of the fleet gives the
+    /// same configuration and a handle on the same store (a
+    /// [`RedisStore`](crate::pacing::store::RedisStore) per process on one Redis, or
+    /// [`InProcessStore::peer`](crate::pacing::store::InProcessStore::peer) handles for layers
+    /// of one process).
+    ///
+    /// While an endpoint is open nothing changes: no call to the store is made on the request
+    /// path (the store's cached view says whether the fleet paces it). While it is paced, the
+    /// head of this layer's queue asks the store for releases in batches, and this layer's
+    /// outcomes are reported with the next call; see [`store`](crate::pacing::store) for what
+    /// is shared and what it costs, and what happens when the store fails (each process paces
+    /// on at its last known share, never unlimited).
+    pub fn store(mut self, store: impl PacingStore) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
     /// Checks every value.
     ///
     /// Fails, naming the field, on a zero or over-long interval, a zero count, or a threshold
@@ -280,6 +305,7 @@ impl PacingBuilder {
                 max_endpoints: self.max_endpoints,
                 first_attempts: self.first_attempts,
                 congestion: self.congestion,
+                store: self.store,
                 rate: RateConfig {
                     floor,
                     ceiling: 1e6_f64.max(floor),

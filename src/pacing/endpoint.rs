@@ -1,24 +1,19 @@
-//! One endpoint's pacing state: its mode, its release schedule and its queue of waiting
-//! requests. Every method takes `now`, so the state machine is unit-tested without a runtime.
-//!
-//! ```text
-//!   Open ── N congestion outcomes in a row, or an empty budget ──> Probing
-//!    ^                                                               │ a success  ^
-//!    │ queue empty, no loss, for a while                             v            │ N congestion
-//!    └──────────────────────────────────────────────────────────── Ramping ──────┘ outcomes in a
-//!                                    (slow start, then cubic after a loss)          row, nothing
-//!                                                                                   taken for an
-//!                                                                                   interval
-//!   any mode ── a quota's reset, or a hint when nothing gets through ──> Paused until then
-//!   Paused ── the pause is over ──> Ramping (from the probe rate, or the cut of the ramp it left)
-//!   Ramping, taking requests ── a hint ──> one multiplicative decrease (the request alone waits)
-//! ```
+//! One endpoint as a process holds it: the shared state of its rules (`shared/`), kept here
+//! when the process paces alone or as a replica of the fleet's when a store keeps it, and what
+//! only the process can hold: its queue of waiting requests and their wakers, its own run of
+//! congestion outcomes, the places it gave requests it turned away, and with a store, what
+//! `link.rs` holds (unused slots, a probe granted, events not sent yet). Every method takes
+//! `now`, so the state machine is unit-tested without a runtime.
 
+use super::clock::Clock;
 use super::config::PacingConfig;
-use super::rate::Ramp;
-use super::schedule::{Growth, Resend, Schedule};
+use super::link::Link;
+use super::schedule::{Resend, Schedule};
+use super::shared::{Batch, Grant, Mode, Rules, SharedState, Signal};
+use super::store::Lease;
 use crate::random::uniform;
 use rand::rngs::SmallRng;
+use rand::RngExt;
 use std::collections::VecDeque;
 use std::task::Waker;
 use std::time::Duration;
@@ -38,22 +33,25 @@ pub enum PacingMode {
     Paused,
 }
 
-/// What an outcome says about the endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Signal {
-    /// It took the request.
-    Success,
-    /// It is overloaded or unreachable (429, 502, 503, 504, a timeout, a connection failure).
-    Congestion,
-    /// Nothing about its load (a 404, a 500 the classifier calls transient but not congestion).
-    Neutral,
+impl PacingMode {
+    /// The mode's name in lower case (`open`, `probing`, `ramping`, `paused`): the label its
+    /// metrics carry.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PacingMode::Open => "open",
+            PacingMode::Probing => "probing",
+            PacingMode::Ramping => "ramping",
+            PacingMode::Paused => "paused",
+        }
+    }
 }
 
 /// How a released request was let through; its outcome is recorded with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pass {
-    /// One of the few requests in flight while the endpoint is down.
-    Probe,
+    /// One of the few requests in flight while the endpoint is down, on this lease of its probe
+    /// stream.
+    Probe(Lease),
     /// Released by the rate (or the endpoint is open).
     Paced,
 }
@@ -66,123 +64,91 @@ pub(crate) enum Release {
     At(Instant),
     /// When a probe in flight finishes.
     Blocked,
+    /// When the fleet's store answers (`link.rs`): the head waits for the call it asked for.
+    Asked,
 }
-
-/// Losses in one interval below this do not cut the rate, whatever their share.
-const MIN_LOSSES_TO_CUT: u32 = 3;
-
-/// The time between two releases at `rate` per second.
-fn gap(rate: f64) -> Duration {
-    Duration::from_secs_f64(1.0 / rate)
-}
-
-/// How far behind its schedule a ramp may release at once (see `try_release`).
-const BURST_WINDOW: Duration = Duration::from_millis(10);
 
 pub(crate) struct Waiter {
     pub(crate) id: u64,
     pub(crate) waker: Option<Waker>,
 }
 
-enum Mode {
-    Open {
-        congested_in_a_row: u32,
-    },
-    Probing {
-        in_flight: u32,
-    },
-    Ramping {
-        ramp: Ramp,
-        /// Congestion outcomes since the last success: enough of them, with nothing taken for a
-        /// whole interval, and the endpoint is down again.
-        congested_in_a_row: u32,
-        /// A hint came in this interval while the endpoint took requests: a rate signal, one
-        /// cut when the interval closes.
-        hinted: bool,
-        /// The current measuring interval: when it started, successes and losses in it.
-        interval_start: Instant,
-        successes: u32,
-        losses: u32,
-        /// Since when the queue has been empty with no loss, if it is.
-        idle_since: Option<Instant>,
-        /// Losses before this instant do not cut the rate again: they answer requests released
-        /// before the last cut, and one loss event deserves one cut.
-        cut_settles_at: Instant,
-        /// Successes per second in the last interval that closed.
-        last_accepted: f64,
-    },
-    Paused {
-        until: Instant,
-        /// The ramp to resume with after the pause: the one that was running, cut as for a
-        /// loss. `None` when none was (the release then ramps from the probe rate).
-        resume: Option<Ramp>,
-    },
-}
-
 pub(crate) struct EndpointState {
-    mode: Mode,
-    /// The earliest next release while probing or paused.
-    next_release: Instant,
-    /// While ramping: the slot of the last release. The next is due one gap (at the rate *now*)
-    /// later, so a rate that grows brings the next release forward.
-    last_slot: Instant,
+    /// The rules' state: this process's own, or its replica of the fleet's.
+    pub(crate) shared: SharedState,
+    /// Local instants in the shared state's time.
+    pub(crate) clock: Clock,
     pub(crate) queue: VecDeque<Waiter>,
     next_id: u64,
-    rng: SmallRng,
+    pub(crate) rng: SmallRng,
     pub(crate) probes: u64,
     pub(crate) deferred: u64,
-    /// When the endpoint last took a request (answered a success), if it ever did.
-    last_success: Option<Instant>,
-    /// The rate the endpoint took at its last loss (a ramp's cut), per second: what a ramp
-    /// after the next outage is predicted to reach.
-    capacity: Option<f64>,
+    /// The process's own congestion outcomes in a row while the endpoint is open or ramping
+    /// (since its last success or change of mode): enough of them, and it is down.
+    pub(crate) run: u32,
     /// The predicted release of the last place a request turned away was given: the next one
     /// turned away takes the place after it (or after the queue, if that is later), so a burst
     /// of them is spread over the predicted releases; the places before it drain as the
     /// schedule moves on (or as those requests come back and join the queue).
     horizon: Instant,
+    /// With a store: what the process holds of the fleet's state beyond its replica.
+    pub(crate) link: Option<Link>,
 }
 
 impl EndpointState {
-    pub(crate) fn new(now: Instant, rng: SmallRng) -> Self {
+    pub(crate) fn new(now: Instant, rng: SmallRng, link: Option<Link>) -> Self {
         Self {
-            mode: Mode::Open {
-                congested_in_a_row: 0,
-            },
-            next_release: now,
-            last_slot: now,
+            shared: SharedState::new(),
+            clock: Clock::local(now),
             queue: VecDeque::new(),
             next_id: 0,
             rng,
             probes: 0,
             deferred: 0,
-            last_success: None,
-            capacity: None,
+            run: 0,
             horizon: now,
+            link,
         }
     }
 
     pub(crate) fn mode(&self) -> PacingMode {
-        match self.mode {
-            Mode::Open { .. } => PacingMode::Open,
-            Mode::Probing { .. } => PacingMode::Probing,
-            Mode::Ramping { .. } => PacingMode::Ramping,
-            Mode::Paused { .. } => PacingMode::Paused,
-        }
+        self.shared.mode_kind()
     }
 
     /// Whether requests to the endpoint wait in the queue now (rather than on their own timers).
     pub(crate) fn is_paced(&self) -> bool {
-        !matches!(self.mode, Mode::Open { .. })
+        !self.shared.is_open()
+    }
+
+    /// Whether a success has nothing to tell the endpoint: it is open, counts no congestion in
+    /// a row, and nobody waits in its queue. Recording a success changes nothing then, so the
+    /// pacer lets a success skip every endpoint while all of them are so
+    /// ([`Pacer::all_settled`](super::endpoints::Pacer::all_settled)).
+    pub(crate) fn is_settled(&self) -> bool {
+        self.shared.is_open() && self.run == 0 && self.queue.is_empty()
     }
 
     /// The release rate now, per second (0 while open: unpaced).
     pub(crate) fn rate(&self, config: &PacingConfig) -> f64 {
-        match &self.mode {
-            Mode::Open { .. } => 0.0,
-            Mode::Probing { .. } | Mode::Paused { .. } => config.rate.floor,
-            Mode::Ramping { ramp, .. } => ramp.rate(&config.rate),
+        self.shared.rate(&Rules::alone(config))
+    }
+
+    fn at(&self, now: Instant) -> u64 {
+        self.clock.to_shared(now)
+    }
+
+    /// Takes the modes the shared state entered: each is traced, and a new mode starts a new
+    /// congestion run. Returns whether there was one.
+    pub(crate) fn settle(&mut self) -> bool {
+        let entered = self.shared.take_entered();
+        if !entered.any() {
+            return false;
         }
+        self.run = 0;
+        for mode in entered.each() {
+            trace(mode);
+        }
+        true
     }
 
     /// Joins the queue: its id, or `None` when the queue is full.
@@ -215,50 +181,17 @@ impl EndpointState {
         }
     }
 
-    /// When the pacer is predicted to release each place of the queue, from `now`: at once
-    /// while open; while ramping, from the current rate, doubling every interval in slow start
-    /// up to the rate the endpoint took at its last loss, or after a loss regaining that loss's
-    /// rate by the end of the regain time; from the next probe (or the end of the pause) while
-    /// down or paused, as the ramp it will start (or resume) would.
+    /// When the pacer is predicted to release each place of the fleet's queue (the shared
+    /// state's [`schedule`](SharedState::schedule)), from `now`.
     pub(crate) fn schedule(&self, config: &PacingConfig, now: Instant) -> Schedule {
-        let floor = config.rate.floor;
-        let doubling = Growth::Doubling {
-            interval: config.ramp_interval,
-            cap: self.capacity.unwrap_or(config.rate.ceiling),
-        };
-        let from = |first: Instant, ramp: Option<&Ramp>| match ramp {
-            None => Schedule {
-                first: first.max(now),
-                rate: floor,
-                growth: doubling,
-            },
-            Some(ramp) => Schedule {
-                first: first.max(now),
-                rate: ramp.rate(&config.rate),
-                growth: match *ramp {
-                    Ramp::SlowStart { .. } => doubling,
-                    Ramp::Cubic {
-                        last_max,
-                        since_loss_secs,
-                    } => Growth::Step {
-                        after: Duration::from_secs_f64(
-                            (config.rate.regain_secs - since_loss_secs).max(0.0),
-                        ),
-                        to: last_max,
-                    },
-                },
-            },
-        };
-        match &self.mode {
-            Mode::Open { .. } => Schedule::now(now),
-            Mode::Probing { .. } => from(self.next_release, None),
-            Mode::Paused { until, resume } => {
-                from((*until).max(self.next_release), resume.as_ref())
-            }
-            Mode::Ramping { ramp, .. } => {
-                from(self.last_slot + gap(ramp.rate(&config.rate)), Some(ramp))
-            }
-        }
+        self.shared
+            .schedule(&Rules::alone(config), self.clock, self.at(now))
+    }
+
+    /// How many places of the fleet's schedule one place of this process's queue stands for:
+    /// the peers share the releases (1 for a process pacing alone).
+    fn share(&self, now: Instant) -> f64 {
+        f64::from(self.shared.peers(self.at(now)))
     }
 
     /// The predicted wait of a request that joins the queue now at `position` (0: the head).
@@ -269,7 +202,7 @@ impl EndpointState {
         now: Instant,
     ) -> Duration {
         self.schedule(config, now)
-            .release_at(position as f64)
+            .release_at(position as f64 * self.share(now))
             .saturating_duration_since(now)
     }
 
@@ -296,7 +229,8 @@ impl EndpointState {
     /// Takes the next place behind the queue for a request turned away at `now`.
     pub(crate) fn take_turn_away(&mut self, config: &PacingConfig, now: Instant) {
         let schedule = self.schedule(config, now);
-        let at = schedule.release_at(self.turn_away_position(&schedule, now));
+        let position = self.turn_away_position(&schedule, now);
+        let at = schedule.release_at(position * self.share(now));
         self.horizon = self.horizon.max(at);
     }
 
@@ -305,7 +239,7 @@ impl EndpointState {
     fn turn_away_position(&self, schedule: &Schedule, now: Instant) -> f64 {
         let behind_queue = self.queue.len() as f64;
         if self.horizon > now {
-            behind_queue.max(schedule.released_by(self.horizon) + 1.0)
+            behind_queue.max(schedule.released_by(self.horizon) / self.share(now) + 1.0)
         } else {
             behind_queue
         }
@@ -324,52 +258,41 @@ impl EndpointState {
     }
 
     fn resend_on(&self, schedule: &Schedule, position: f64, now: Instant) -> Resend {
+        let share = self.share(now);
+        let place = position * share;
+        let gap = schedule.gap_at(place);
         Resend {
-            after: schedule.release_at(position).saturating_duration_since(now),
-            spread: schedule.gap_at(position),
+            after: schedule.release_at(place).saturating_duration_since(now),
+            // This process's next place is `share` places of the fleet's later.
+            spread: if share > 1.0 { gap.mul_f64(share) } else { gap },
         }
-    }
-
-    /// Whether the endpoint takes requests: it answered a success within the last measuring
-    /// interval. (What "nothing gets through" means below: a hint pauses the whole endpoint,
-    /// and a run of congestion while ramping is an outage.)
-    fn takes_requests(&self, config: &PacingConfig, now: Instant) -> bool {
-        self.last_success
-            .is_some_and(|at| now.saturating_duration_since(at) < config.ramp_interval)
     }
 
     /// Whether the head of the queue may go at `now`. Taking a release moves the schedule on.
     pub(crate) fn try_release(&mut self, config: &PacingConfig, now: Instant) -> Release {
-        self.tick(config, now);
-        match &mut self.mode {
-            Mode::Open { .. } => Release::Now(Pass::Paced),
-            Mode::Paused { until, .. } => Release::At(*until),
-            Mode::Probing { in_flight } => {
-                if *in_flight >= config.probes_in_flight {
-                    Release::Blocked
-                } else if now < self.next_release {
-                    Release::At(self.next_release)
-                } else {
-                    *in_flight += 1;
-                    self.probes += 1;
-                    let interval = config.probe_interval;
-                    // Jittered, so that a fleet that lost the endpoint together does not probe
-                    // in step.
-                    let gap = uniform(interval / 2, interval + interval / 2, &mut self.rng);
-                    self.next_release = now + gap;
-                    Release::Now(Pass::Probe)
-                }
-            }
-            Mode::Ramping { ramp, .. } => {
-                let due = self.last_slot + gap(ramp.rate(&config.rate));
-                if now < due {
-                    return Release::At(due);
-                }
-                // Releases due since the last one go now, up to a short window's worth: a timer
-                // wakes the queue at most once a millisecond, so a rate above 1,000/s needs a
-                // few releases per wake; an idle moment does not save up a burst beyond that.
-                self.last_slot = due.max(now.checked_sub(BURST_WINDOW).unwrap_or(now));
-                Release::Now(Pass::Paced)
+        if self.link.is_some() {
+            return self.release_linked(config, now);
+        }
+        let rules = Rules::alone(config);
+        let at = self.at(now);
+        self.shared.advance(&rules, self.queue.len() > 1, at);
+        self.settle();
+        let rng = &mut self.rng;
+        let grant = self
+            .shared
+            .release(&rules, 0, Batch::One, at, || rng.random());
+        self.settle();
+        match grant {
+            Grant::Unpaced | Grant::Slots { .. } => Release::Now(Pass::Paced),
+            Grant::At(t) => Release::At(self.clock.to_local(t)),
+            Grant::Blocked { .. } => Release::Blocked,
+            Grant::Probe { lease, .. } => {
+                self.probes += 1;
+                Release::Now(Pass::Probe(Lease {
+                    id: lease,
+                    expires: now,
+                    local: false,
+                }))
             }
         }
     }
@@ -383,156 +306,89 @@ impl EndpointState {
         signal: Signal,
         now: Instant,
     ) -> bool {
-        self.tick(config, now);
-        let mut changed = false;
-        if signal == Signal::Success {
-            self.last_success = Some(now);
-        }
-        if let (Some(Pass::Probe), Mode::Probing { in_flight }) = (pass, &mut self.mode) {
-            *in_flight = in_flight.saturating_sub(1);
-            changed = true;
-        }
-        let mut down = false;
-        match (&mut self.mode, signal) {
-            (Mode::Open { congested_in_a_row }, Signal::Congestion) => {
-                *congested_in_a_row += 1;
-                if *congested_in_a_row >= config.outage_after {
-                    self.enter_probing(config, now);
-                    changed = true;
-                }
-            }
-            (Mode::Open { congested_in_a_row }, Signal::Success) => *congested_in_a_row = 0,
-            (Mode::Probing { .. }, Signal::Success) => {
-                self.enter_ramping(config, now);
-                changed = true;
-            }
-            (
-                Mode::Ramping {
-                    ramp,
-                    congested_in_a_row,
-                    successes,
-                    losses,
-                    idle_since,
-                    ..
-                },
-                signal,
-            ) => match signal {
-                Signal::Success => {
-                    *successes += 1;
-                    *congested_in_a_row = 0;
-                    ramp.on_success(&config.rate, config.ramp_interval.as_secs_f64());
-                    // The rate may have grown: the head recomputes when it is due.
-                    changed = true;
-                }
-                Signal::Congestion => {
-                    *losses += 1;
-                    *congested_in_a_row += 1;
-                    *idle_since = None;
-                    // Down again: the same rule as for an open endpoint, once nothing has been
-                    // taken for a whole interval (a limit that rejects in runs while it still
-                    // takes requests is a rate to find, not an outage).
-                    down = *congested_in_a_row >= config.outage_after;
-                }
+        let rules = Rules::alone(config);
+        let at = self.at(now);
+        self.shared.advance(&rules, self.queue.len() > 1, at);
+        self.settle();
+        let paced = self.is_paced();
+        let lease = match pass {
+            Some(Pass::Probe(lease)) => Some(lease),
+            _ => None,
+        };
+        let mut changed = self
+            .shared
+            .outcome(&rules, signal, lease.map(|l| l.id), at);
+        let mut down = None;
+        // A new mode (a probe's success starts a ramp): the outcome was the old mode's, and the
+        // new mode's run starts at nothing.
+        if !self.settle() && matches!(self.shared.mode, Mode::Open | Mode::Ramping { .. }) {
+            match signal {
+                Signal::Success => self.run = 0,
+                Signal::Congestion => self.run += 1,
                 Signal::Neutral => {}
-            },
-            _ => {}
+            }
+            if signal == Signal::Congestion && self.run >= config.outage_after {
+                // Down (or down again while ramping, if nothing has been taken for an
+                // interval). A store hears of the run whatever this process concludes from it.
+                let draw = if self.link.is_some() {
+                    Some(self.rng.random())
+                } else {
+                    None
+                };
+                let rng = &mut self.rng;
+                changed |= self
+                    .shared
+                    .down(&rules, at, || draw.unwrap_or_else(|| rng.random()));
+                self.settle();
+                down = draw;
+            }
         }
-        if down && !self.takes_requests(config, now) {
-            self.remember_capacity(config);
-            self.enter_probing(config, now);
-            changed = true;
+        if let Some(link) = &mut self.link {
+            link.recorded(config, lease, signal, paced, down, now);
         }
         changed
     }
 
-    /// A hint (`Retry-After`) on one response, asking that request to wait until `until`
-    /// (RFC 9110, section 10.2.3: how long the user agent ought to wait before a follow-up
-    /// request; it says nothing of every other request). While the endpoint takes requests, it is
-    /// a rate signal: a ramp is cut once, as for a loss (one cut per loss event), and the request
-    /// alone waits its hint; an open endpoint (not known to be down: the outage rule decides
-    /// that) has no rate to cut. When nothing gets through (down, paused, or ramping with
-    /// nothing taken for an interval) the whole endpoint pauses until then. Returns whether it
-    /// did.
+    /// A hint (`Retry-After`) on one response, asking that request to wait until `until`: see
+    /// [`SharedState::hinted`]. Returns whether the whole endpoint paused.
     pub(crate) fn hinted(&mut self, config: &PacingConfig, until: Instant, now: Instant) -> bool {
-        self.tick(config, now);
-        let takes = self.takes_requests(config, now);
-        match &mut self.mode {
-            // Not known to be down: the hint is this request's alone.
-            Mode::Open { .. } => false,
-            Mode::Ramping { hinted, .. } if takes => {
-                // Cut when the interval closes, from what the endpoint took in it: the interval
-                // before it was measured at a rate the ramp has since doubled.
-                *hinted = true;
-                false
-            }
-            _ => {
-                self.pause_until(config, until, now);
-                self.is_paused(now)
-            }
+        let rules = Rules::alone(config);
+        let at = self.at(now);
+        self.shared.advance(&rules, self.queue.len() > 1, at);
+        self.settle();
+        let paused = self.shared.hinted(&rules, self.at(until), at);
+        self.settle();
+        if let Some(link) = &mut self.link {
+            link.hinted(until, paused);
         }
-    }
-
-    fn is_paused(&self, now: Instant) -> bool {
-        matches!(self.mode, Mode::Paused { until, .. } if until > now)
-    }
-
-    /// Keeps what the endpoint was seen to take (see `capacity`): the rate of the ramp's last
-    /// loss, or else the rate its last measured interval took.
-    fn remember_capacity(&mut self, config: &PacingConfig) {
-        let taken = match &self.mode {
-            Mode::Ramping {
-                ramp,
-                last_accepted,
-                ..
-            } => ramp
-                .last_max()
-                .or((*last_accepted > config.rate.floor).then_some(*last_accepted)),
-            Mode::Paused { resume, .. } => resume.as_ref().and_then(Ramp::last_max),
-            _ => None,
-        };
-        if let Some(taken) = taken {
-            self.capacity = Some(taken.max(config.rate.floor));
-        }
+        paused
     }
 
     /// An empty budget while open: the endpoint is failing more than the budget allows, so it
     /// is paced instead of refusing its requests.
     pub(crate) fn budget_empty(&mut self, config: &PacingConfig, now: Instant) {
-        if let Mode::Open { .. } = self.mode {
-            self.enter_probing(config, now);
+        if !self.shared.is_open() {
+            return;
+        }
+        let jitter: f64 = self.rng.random();
+        let rules = Rules::alone(config);
+        self.shared.down(&rules, self.at(now), || jitter);
+        self.settle();
+        if let Some(link) = &mut self.link {
+            link.down(jitter);
         }
     }
 
-    /// The endpoint said when to come back: every request waits until then. The release
-    /// afterwards ramps from the probe rate, so a hint shared by a herd cannot bring it back in
-    /// one instant; or, when a ramp was running (the endpoint is taking a known rate and asks
-    /// for less), from that ramp cut as for a loss.
+    /// The endpoint said when to come back: every request waits until then (see
+    /// [`SharedState::pause_until`]).
     pub(crate) fn pause_until(&mut self, config: &PacingConfig, until: Instant, now: Instant) {
-        if until <= now {
-            return;
-        }
-        match &mut self.mode {
-            Mode::Paused { until: current, .. } => *current = (*current).max(until),
-            Mode::Ramping {
-                ramp,
-                last_accepted,
-                ..
-            } => {
-                let mut cut = *ramp;
-                cut.lose(&config.rate, *last_accepted);
-                self.mode = Mode::Paused {
-                    until,
-                    resume: Some(cut),
-                };
-                self.remember_capacity(config);
-                trace(PacingMode::Paused);
-            }
-            _ => {
-                self.mode = Mode::Paused {
-                    until,
-                    resume: None,
-                };
-                trace(PacingMode::Paused);
+        let rules = Rules::alone(config);
+        self.shared
+            .pause_until(&rules, self.at(until), self.at(now));
+        self.settle();
+        if let Some(link) = &mut self.link {
+            if until > now {
+                link.pause(until);
             }
         }
     }
@@ -554,131 +410,29 @@ impl EndpointState {
     /// Moves the mode on with time when it is read, not only when a request comes: what
     /// [`PacingStats`](crate::pacing::PacingStats) says and what eviction sees are true at `now`.
     pub(crate) fn advance(&mut self, config: &PacingConfig, now: Instant) {
-        self.tick_for(config, now, 0);
-    }
-
-    /// Moves the mode on with time for a request asking to go (or reporting an outcome).
-    fn tick(&mut self, config: &PacingConfig, now: Instant) {
-        self.tick_for(config, now, 1);
-    }
-
-    /// Moves the mode on with time: a pause that ended, a measuring interval that closed, a
-    /// ramp that kept up with the demand. `asking` requests in the queue (at most the one
-    /// asking) still count as no demand.
-    fn tick_for(&mut self, config: &PacingConfig, now: Instant, asking: usize) {
-        let queue_empty = self.queue.len() <= asking;
-        if let Mode::Paused { until, resume } = self.mode {
-            if now >= until {
-                // Read late (no request came when it ended), the pause ended at `until`, and the
-                // endpoint has had no demand since: it ramps, and opens, as it would have then.
-                self.enter_ramping(config, until);
-                if let Mode::Ramping { idle_since, .. } = &mut self.mode {
-                    *idle_since = queue_empty.then_some(until);
-                }
-                if let (
-                    Some(cut),
-                    Mode::Ramping {
-                        ramp,
-                        last_accepted,
-                        ..
-                    },
-                ) = (resume, &mut self.mode)
-                {
-                    *ramp = cut;
-                    // Until an interval has been measured, the endpoint is taken to accept the
-                    // rate resumed with: another pause right away cuts from it, not from nothing.
-                    *last_accepted = cut.rate(&config.rate);
-                }
-            }
-        }
-        let Mode::Ramping {
-            ramp,
-            interval_start,
-            successes,
-            losses,
-            idle_since,
-            cut_settles_at,
-            last_accepted,
-            hinted,
-            ..
-        } = &mut self.mode
-        else {
-            return;
-        };
-        let interval = config.ramp_interval;
-        while now >= *interval_start + interval {
-            let total = *successes + *losses;
-            *last_accepted = f64::from(*successes) / interval.as_secs_f64();
-            let loss = if total == 0 {
-                0.0
-            } else {
-                f64::from(*losses) / f64::from(total)
-            };
-            // A loss or two at a low rate is noise (a stray 503), not the endpoint's limit; a
-            // hint is the endpoint's own word that it takes less.
-            if (loss > config.loss_threshold && *losses >= MIN_LOSSES_TO_CUT) || *hinted {
-                if *interval_start >= *cut_settles_at {
-                    let accepted = f64::from(*successes) / interval.as_secs_f64();
-                    ramp.lose(&config.rate, accepted);
-                    *cut_settles_at = *interval_start + interval * 2;
-                    if let Some(max) = ramp.last_max() {
-                        self.capacity = Some(max);
-                    }
-                }
-            } else {
-                ramp.interval_passed(interval.as_secs_f64());
-            }
-            *successes = 0;
-            *losses = 0;
-            *hinted = false;
-            *interval_start += interval;
-            if now >= *interval_start + interval * 8 {
-                // A long quiet spell: skip to the current interval instead of looping.
-                *interval_start = now;
-            }
-        }
-        if queue_empty {
-            let since = *idle_since.get_or_insert(now);
-            if now.saturating_duration_since(since) >= config.idle_to_open {
-                self.mode = Mode::Open {
-                    congested_in_a_row: 0,
-                };
-                trace(PacingMode::Open);
-            }
-        } else {
-            *idle_since = None;
-        }
-    }
-
-    fn enter_probing(&mut self, config: &PacingConfig, now: Instant) {
-        self.mode = Mode::Probing { in_flight: 0 };
-        let interval = config.probe_interval;
-        self.next_release = now + uniform(interval / 2, interval + interval / 2, &mut self.rng);
-        trace(PacingMode::Probing);
-    }
-
-    fn enter_ramping(&mut self, config: &PacingConfig, now: Instant) {
-        self.mode = Mode::Ramping {
-            ramp: Ramp::start(&config.rate),
-            congested_in_a_row: 0,
-            hinted: false,
-            interval_start: now,
-            successes: 0,
-            losses: 0,
-            idle_since: None,
-            cut_settles_at: now,
-            last_accepted: 0.0,
-        };
-        // The next waiter may go at once: the endpoint just answered.
-        self.last_slot = now.checked_sub(gap(config.rate.floor)).unwrap_or(now);
-        trace(PacingMode::Ramping);
+        let rules = Rules::alone(config);
+        let at = self.at(now);
+        self.shared.advance(&rules, !self.queue.is_empty(), at);
+        self.settle();
     }
 }
 
-fn trace(mode: PacingMode) {
+/// A mode entered, in the telemetry.
+pub(crate) fn trace(mode: PacingMode) {
     #[cfg(feature = "tracing")]
     tracing::debug!(target: "tower_http_retry::pacer", ?mode, "endpoint pacing");
-    crate::telemetry::pacer_mode(mode);
+    crate::telemetry::pacer_mode(mode.as_str());
+}
+
+impl EndpointState {
+    /// Moves the mode on with time as a request asking to go (or an outcome) does.
+    #[cfg(test)]
+    fn tick(&mut self, config: &PacingConfig, now: Instant) {
+        let at = self.at(now);
+        self.shared
+            .advance(&Rules::alone(config), self.queue.len() > 1, at);
+        self.settle();
+    }
 }
 
 #[cfg(test)]
@@ -693,8 +447,17 @@ mod tests {
         Pacing::new().config().clone()
     }
 
+    /// A probe's pass (its lease is not checked: the endpoint takes its outcome as a probe's).
+    fn probe() -> Pass {
+        Pass::Probe(Lease {
+            id: 0,
+            expires: Instant::now(),
+            local: false,
+        })
+    }
+
     fn state(now: Instant) -> EndpointState {
-        EndpointState::new(now, SmallRng::seed_from_u64(1))
+        EndpointState::new(now, SmallRng::seed_from_u64(1), None)
     }
 
     fn down(config: &PacingConfig, now: Instant) -> EndpointState {
@@ -730,13 +493,13 @@ mod tests {
         for _ in 0..100 {
             match s.try_release(&config, now) {
                 Release::Now(pass) => {
-                    assert_eq!(pass, Pass::Probe);
+                    assert!(matches!(pass, Pass::Probe(_)), "{pass:?}");
                     probes.push(now);
                     // The probe fails at once.
                     s.record(&config, Some(pass), Signal::Congestion, now);
                 }
                 Release::At(at) => now = at,
-                Release::Blocked => panic!("no probe is in flight"),
+                Release::Blocked | Release::Asked => panic!("no probe is in flight"),
             }
             if now > start + 10 * 1000 * MS {
                 break;
@@ -761,7 +524,7 @@ mod tests {
             match s.try_release(&config, later + passes * 1000 * MS) {
                 Release::Now(_) => passes += 1,
                 Release::Blocked => break,
-                Release::At(_) => panic!("time was given"),
+                Release::At(_) | Release::Asked => panic!("time was given"),
             }
         }
         assert_eq!(
@@ -775,7 +538,7 @@ mod tests {
         let config = config();
         let now = Instant::now();
         let mut s = down(&config, now);
-        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.record(&config, Some(probe()), Signal::Success, now);
         assert_eq!(s.mode(), PacingMode::Ramping);
         s.queue.push_back(Waiter { id: 0, waker: None });
         // Each success of a released request adds `1 / interval`: a rate whose releases all
@@ -797,7 +560,7 @@ mod tests {
         let config = config();
         let now = Instant::now();
         let mut s = down(&config, now);
-        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.record(&config, Some(probe()), Signal::Success, now);
         s.queue.push_back(Waiter { id: 0, waker: None });
         for _ in 0..10 {
             s.record(&config, Some(Pass::Paced), Signal::Success, now);
@@ -851,7 +614,7 @@ mod tests {
         let config = config();
         let now = Instant::now();
         let mut s = down(&config, now);
-        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.record(&config, Some(probe()), Signal::Success, now);
         s.tick(&config, now);
         s.tick(&config, now + config.idle_to_open);
         assert_eq!(s.mode(), PacingMode::Open);
@@ -873,7 +636,7 @@ mod tests {
         let config = config();
         let now = Instant::now();
         let mut s = down(&config, now);
-        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.record(&config, Some(probe()), Signal::Success, now);
         s.queue.push_back(Waiter { id: 0, waker: None });
         let mut at = now;
         let mut rates = Vec::new();
@@ -896,7 +659,7 @@ mod tests {
         let config = config();
         let now = Instant::now();
         let mut s = down(&config, now);
-        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.record(&config, Some(probe()), Signal::Success, now);
         s.queue.push_back(Waiter { id: 0, waker: None });
         for _ in 0..100 {
             s.record(&config, Some(Pass::Paced), Signal::Success, now);
@@ -920,7 +683,7 @@ mod tests {
         let config = config();
         let now = Instant::now();
         let mut s = down(&config, now);
-        s.record(&config, Some(Pass::Probe), Signal::Success, now);
+        s.record(&config, Some(probe()), Signal::Success, now);
         s.queue.push_back(Waiter { id: 0, waker: None });
         assert_eq!(
             s.try_release(&config, now),
@@ -941,7 +704,7 @@ mod tests {
     /// (1,000/s taken) and one more just now; a waiter keeps it from opening.
     fn ramping_at_1000(config: &PacingConfig, now: Instant) -> (EndpointState, Instant) {
         let mut s = down(config, now);
-        s.record(config, Some(Pass::Probe), Signal::Success, now);
+        s.record(config, Some(probe()), Signal::Success, now);
         s.queue.push_back(Waiter { id: 0, waker: None });
         for _ in 0..100 {
             s.record(config, Some(Pass::Paced), Signal::Success, now);
@@ -975,9 +738,9 @@ mod tests {
         assert!(cut < before, "{cut} not below {before}");
         assert!((cut - 1510.0 * config.rate.decrease).abs() < 1.0, "{cut}");
         assert!(
-            s.capacity.is_some_and(|c| (c - 1510.0).abs() < 1.0),
+            s.shared.capacity.is_some_and(|c| (c - 1510.0).abs() < 1.0),
             "{:?}",
-            s.capacity
+            s.shared.capacity
         );
         s.tick(&config, at + config.ramp_interval * 2);
         assert!(s.rate(&config) >= cut, "cut once");
@@ -1033,9 +796,9 @@ mod tests {
         );
         // The next outage's ramp is predicted to reach what this one took at its loss.
         assert!(
-            s.capacity.is_some_and(|c| c > config.rate.floor),
+            s.shared.capacity.is_some_and(|c| c > config.rate.floor),
             "{:?}",
-            s.capacity
+            s.shared.capacity
         );
     }
 
@@ -1066,7 +829,7 @@ mod tests {
         assert!((900 * MS..=1100 * MS).contains(&ramp), "{ramp:?}");
         // With a known rate of 1,000/s, the places past the slow start go at it.
         let mut known = down(&config, now);
-        known.capacity = Some(1000.0);
+        known.shared.capacity = Some(1000.0);
         let tail =
             known.predicted_wait(&config, 10_000, now) - known.predicted_wait(&config, 9_000, now);
         assert!((990 * MS..=1010 * MS).contains(&tail), "{tail:?}");
@@ -1078,7 +841,7 @@ mod tests {
         config.max_waiters = 1;
         let now = Instant::now();
         let mut s = down(&config, now);
-        s.capacity = Some(100.0);
+        s.shared.capacity = Some(100.0);
         assert!(s.enqueue(&config).is_some());
         let resends: Vec<Resend> = (0..500).map(|_| s.turn_away(&config, now)).collect();
         let first = resends[0].after;

@@ -1,39 +1,119 @@
-//! The paced endpoints of a layer, bounded in number, and what the retry layer holds of them:
-//! the map ([`Pacer`]), one endpoint ([`Lane`], the narrow handle it books outcomes and asks for
-//! pauses through), a request's place in the queue ([`QueueWait`]) and, once let through, its
-//! pass ([`PassGuard`]).
+//! The paced endpoints of a layer, bounded in number, and the narrow handle the retry layer
+//! holds of one ([`Lane`]): it books outcomes and asks for pauses through it, and joins its
+//! queue (`queue.rs`: a request's place, [`QueueWait`], and once let through its pass,
+//! [`PassGuard`]).
+//!
+//! The map is keyed by the authority's text in lower case, so a lookup borrows the request's
+//! authority and hashes it in one piece. A count of the endpoints that are not settled (open,
+//! no congestion counted, nobody queued) is kept under each endpoint's lock: while it is zero,
+//! a first attempt is not gated and a success records nothing, with no lock, no map lookup and
+//! no clock read.
 
 use super::config::{Pacing, PacingConfig};
-use super::endpoint::{EndpointState, PacingMode, Pass, Release, Signal};
+use super::endpoint::{EndpointState, PacingMode, Pass};
+use super::link::{pump, Link};
+use super::queue::QueueWait;
 use super::schedule::Resend;
+use super::shared::{SharedState, Signal};
 use crate::random::RandomSource;
 use http::uri::Authority;
-use pin_project_lite::pin_project;
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 /// Every endpoint's state; shared by every clone of a layer.
 pub(crate) struct Pacer {
     config: Pacing,
     random: RandomSource,
     map: Mutex<Map>,
+    /// How many endpoints are not [settled](EndpointState::is_settled); shared with each of
+    /// them, which keeps it up to date whenever its state is unlocked.
+    unsettled: Arc<AtomicUsize>,
 }
 
 #[derive(Default)]
 struct Map {
-    endpoints: HashMap<Option<Authority>, (Arc<Endpoint>, u64)>,
+    endpoints: HashMap<Box<str>, (Arc<Endpoint>, u64)>,
     clock: u64,
 }
 
+/// The map's key for `authority`: its text, ASCII-lowercased (authorities compare without
+/// regard to case, as `Authority`'s own `Eq` and `Hash` do), and `""` for none (no authority is
+/// empty). Borrowed unless the authority has an upper-case letter. It is also the endpoint's
+/// name in a fleet's store.
+fn key(authority: Option<&Authority>) -> Cow<'_, str> {
+    match authority.map(Authority::as_str) {
+        None => Cow::Borrowed(""),
+        Some(text) if text.bytes().any(|byte| byte.is_ascii_uppercase()) => {
+            Cow::Owned(text.to_ascii_lowercase())
+        }
+        Some(text) => Cow::Borrowed(text),
+    }
+}
+
 /// One endpoint: its state behind a lock whose critical sections are a few field updates.
-struct Endpoint {
-    config: Pacing,
-    state: Mutex<EndpointState>,
+pub(crate) struct Endpoint {
+    pub(crate) config: Pacing,
+    /// Its name in the map and in a fleet's store.
+    pub(crate) key: Arc<str>,
+    state: Mutex<Slot>,
+    /// The pacer's count of unsettled endpoints.
+    unsettled: Arc<AtomicUsize>,
+}
+
+/// An endpoint's state, and whether it is counted as unsettled.
+struct Slot {
+    state: EndpointState,
+    counted: bool,
+}
+
+/// An endpoint's state, locked. Unlocking it brings the pacer's count of unsettled endpoints
+/// up to date, so that the count changes under the same lock as the state it counts.
+pub(crate) struct Locked<'a> {
+    slot: MutexGuard<'a, Slot>,
+    unsettled: &'a AtomicUsize,
+}
+
+impl Deref for Locked<'_> {
+    type Target = EndpointState;
+
+    fn deref(&self) -> &EndpointState {
+        &self.slot.state
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut EndpointState {
+        &mut self.slot.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let unsettled = !self.slot.state.is_settled();
+        if unsettled != self.slot.counted {
+            self.slot.counted = unsettled;
+            if unsettled {
+                self.unsettled.fetch_add(1, Ordering::Release);
+            } else {
+                self.unsettled.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // Forgotten (evicted) while counted: it no longer needs attention.
+        let slot = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if slot.counted {
+            self.unsettled.fetch_sub(1, Ordering::Release);
+        }
+    }
 }
 
 /// The state and counters of one endpoint, as
@@ -41,13 +121,15 @@ struct Endpoint {
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct PacingStats {
-    /// What the endpoint is doing.
+    /// What the endpoint is doing (with a [store](crate::pacing::store), as this process last
+    /// heard from the fleet, moved on with time).
     pub mode: PacingMode,
-    /// The release rate, per second (0 while open: requests are not paced).
+    /// The release rate, per second (0 while open: requests are not paced); with a store, the
+    /// fleet's.
     pub rate: f64,
-    /// Requests waiting in its queue.
+    /// Requests waiting in its queue (this layer's).
     pub waiting: usize,
-    /// Probes let through since the endpoint was first seen.
+    /// Probes this layer let through since the endpoint was first seen.
     pub probes: u64,
     /// Requests turned away (queue full, or a wait beyond their deadline).
     pub deferred: u64,
@@ -59,6 +141,7 @@ impl Pacer {
             config,
             random,
             map: Mutex::default(),
+            unsettled: Arc::default(),
         }
     }
 
@@ -71,36 +154,87 @@ impl Pacer {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether every endpoint is [settled](EndpointState::is_settled) (or there is none): then
+    /// a success has nothing to record. An atomic load, no lock.
+    pub(crate) fn all_settled(&self) -> bool {
+        self.unsettled.load(Ordering::Acquire) == 0
+    }
+
     /// The endpoint of `authority`, made if needed; `None` when the map is full and no endpoint
     /// in it can be forgotten (the request is then not paced).
     pub(crate) fn lane(&self, authority: Option<&Authority>) -> Option<Lane> {
+        let key = key(authority);
         let mut map = self.map();
         map.clock += 1;
         let tick = map.clock;
-        if let Some((endpoint, used)) = map.endpoints.get_mut(&authority.cloned()) {
+        if let Some((endpoint, used)) = map.endpoints.get_mut(&*key) {
             *used = tick;
             return Some(Lane(Arc::clone(endpoint)));
         }
-        if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map, Instant::now()) {
+        let now = Instant::now();
+        if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map, now) {
             return None;
+        }
+        let key: Arc<str> = Arc::from(key);
+        let link = self.config().store.as_ref().map(|_| Link::default());
+        let mut state = EndpointState::new(now, self.random.stream(), link);
+        if let Some(store) = &self.config().store {
+            // What the fleet is known to be doing, without a call.
+            if let Some(view) = store.cached(&self.config, &key, now) {
+                state.shared = SharedState::from_view(&view, &state.clock, now);
+            }
         }
         let endpoint = Arc::new(Endpoint {
             config: self.config.clone(),
-            state: Mutex::new(EndpointState::new(Instant::now(), self.random.stream())),
+            key: Arc::clone(&key),
+            state: Mutex::new(Slot {
+                state,
+                counted: false,
+            }),
+            unsettled: Arc::clone(&self.unsettled),
         });
+        drop(endpoint.lock()); // counted if it starts paced
         map.endpoints
-            .insert(authority.cloned(), (Arc::clone(&endpoint), tick));
+            .insert(Box::from(&*key), (Arc::clone(&endpoint), tick));
         Some(Lane(endpoint))
     }
 
+    /// The endpoint of `authority` if the map has it (a success needs no new one). Counts as a
+    /// use of it.
+    pub(crate) fn existing(&self, authority: Option<&Authority>) -> Option<Lane> {
+        let mut map = self.map();
+        map.clock += 1;
+        let tick = map.clock;
+        let (endpoint, used) = map.endpoints.get_mut(&*key(authority))?;
+        *used = tick;
+        Some(Lane(Arc::clone(endpoint)))
+    }
+
     /// Whether requests to `authority` wait for the pacer now (its endpoint is known and
-    /// paced). Makes no endpoint.
+    /// paced; with a store, or the fleet is known to pace it). Makes no endpoint, unless the
+    /// fleet paces one this process has not met; takes no lock while every endpoint is settled
+    /// and no store is shared.
     pub(crate) fn is_paced(&self, authority: Option<&Authority>) -> bool {
-        let endpoint = match self.map().endpoints.get(&authority.cloned()) {
-            Some((endpoint, _)) => Arc::clone(endpoint),
-            None => return false,
-        };
-        endpoint.is_paced()
+        let store = self.config().store.as_ref();
+        if store.is_none() && self.all_settled() {
+            return false;
+        }
+        let endpoint = self
+            .map()
+            .endpoints
+            .get(&*key(authority))
+            .map(|(endpoint, _)| Arc::clone(endpoint));
+        match (endpoint, store) {
+            (Some(endpoint), _) => Lane(endpoint).is_paced(),
+            (None, None) => false,
+            (None, Some(store)) => {
+                let now = Instant::now();
+                let paced = store
+                    .cached(&self.config, &key(authority), now)
+                    .is_some_and(|view| view.mode != PacingMode::Open);
+                paced && self.lane(authority).is_some_and(|lane| lane.is_paced())
+            }
+        }
     }
 
     /// How long a request to `authority` that joined its queue at `now` would wait, if the
@@ -110,17 +244,18 @@ impl Pacer {
         authority: Option<&Authority>,
         now: Instant,
     ) -> Option<Duration> {
-        let endpoint = Arc::clone(&self.map().endpoints.get(&authority.cloned())?.0);
+        let endpoint = Arc::clone(&self.map().endpoints.get(&*key(authority))?.0);
         let mut state = endpoint.lock();
-        state.advance(endpoint.config(), now);
+        state.advance(endpoint.pacing(), now);
+        let waiting = state.queue.len();
         state
             .is_paced()
-            .then(|| state.predicted_wait(endpoint.config(), state.queue.len(), now))
+            .then(|| state.predicted_wait(endpoint.pacing(), waiting, now))
     }
 
     /// The state of `authority`'s endpoint, if it has one.
     pub(crate) fn stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
-        let endpoint = self.map().endpoints.get(&authority.cloned())?.0.clone();
+        let endpoint = self.map().endpoints.get(&*key(authority))?.0.clone();
         Some(endpoint.stats())
     }
 }
@@ -135,7 +270,7 @@ fn evict(map: &mut Map, now: Instant) -> bool {
             Arc::strong_count(endpoint) == 1 && {
                 // Nobody holds it, so nobody waits on it: its mode is moved on without a wake.
                 let mut state = endpoint.lock();
-                state.advance(endpoint.config(), now);
+                state.advance(endpoint.pacing(), now);
                 state.mode() == PacingMode::Open
             }
         })
@@ -152,72 +287,51 @@ pub(crate) struct Deferred {
 }
 
 impl Endpoint {
-    fn lock(&self) -> MutexGuard<'_, EndpointState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn lock(&self) -> Locked<'_> {
+        Locked {
+            slot: self.state.lock().unwrap_or_else(PoisonError::into_inner),
+            unsettled: &self.unsettled,
+        }
     }
 
-    fn config(&self) -> &PacingConfig {
+    pub(crate) fn pacing(&self) -> &PacingConfig {
         self.config.config()
     }
 
     fn stats(&self) -> PacingStats {
-        self.update(|state, config| {
-            state.advance(config, Instant::now());
-            false
-        });
-        let state = self.lock();
+        let mut state = self.lock();
+        let before = state.mode();
+        state.advance(self.pacing(), Instant::now());
+        if state.mode() != before {
+            state.wake_head();
+        }
         PacingStats {
             mode: state.mode(),
-            rate: state.rate(self.config()),
+            rate: state.rate(self.pacing()),
             waiting: state.queue.len(),
             probes: state.probes,
             deferred: state.deferred,
         }
     }
 
-    /// Whether requests to this endpoint wait in its queue now.
-    fn is_paced(&self) -> bool {
-        self.lock().is_paced()
-    }
-
     /// Applies `change` to the state; wakes the head of the queue when it says the head may
     /// look again, and on every change of mode: a head waits on a timer, or on nothing while a
-    /// probe is in flight, and a new mode may mean a new time to go (or a first one).
-    fn update(&self, change: impl FnOnce(&mut EndpointState, &PacingConfig) -> bool) {
-        let mut state = self.lock();
-        let before = state.mode();
-        if change(&mut state, self.config()) || state.mode() != before {
-            state.wake_head();
+    /// probe is in flight, and a new mode may mean a new time to go (or a first one). With a
+    /// store, what the change has to tell the fleet is sent.
+    fn update(self: &Arc<Self>, change: impl FnOnce(&mut EndpointState, &PacingConfig) -> bool) {
+        {
+            let mut state = self.lock();
+            let before = state.mode();
+            if change(&mut state, self.pacing()) || state.mode() != before {
+                state.wake_head();
+            }
         }
+        pump(self);
     }
 
     /// Records what an outcome says; wakes the head of the queue if that may let it go.
-    fn record(&self, pass: Option<Pass>, signal: Signal, now: Instant) {
+    pub(crate) fn record(self: &Arc<Self>, pass: Option<Pass>, signal: Signal, now: Instant) {
         self.update(|state, config| state.record(config, pass, signal, now));
-    }
-
-    /// The retry budget said no while the endpoint is open: pace it.
-    fn budget_empty(&self, now: Instant) {
-        self.update(|state, config| {
-            state.budget_empty(config, now);
-            false
-        });
-    }
-
-    /// The endpoint asked for a pause until `until`.
-    fn pause_until(&self, until: Instant, now: Instant) {
-        self.update(|state, config| {
-            state.pause_until(config, until, now);
-            false
-        });
-    }
-
-    /// A circuit breaker refused a request for `wait` (zero: its half-open probe is in flight).
-    fn breaker_refused(&self, wait: Duration, now: Instant) {
-        self.update(|state, config| {
-            state.breaker_refused(config, wait, now);
-            false
-        });
     }
 
     /// Joins the queue, unless it is full or the predicted wait is longer than `room`. A
@@ -230,7 +344,7 @@ impl Endpoint {
         now: Instant,
         first: bool,
     ) -> Result<QueueWait, Deferred> {
-        let config = self.config();
+        let config = self.pacing();
         let mut state = self.lock();
         let wait = state.predicted_wait(config, state.queue.len(), now);
         if wait > room || state.queue.len() >= config.max_waiters {
@@ -243,24 +357,38 @@ impl Endpoint {
             return Err(Deferred { resend });
         }
         let id = state.enqueue(config).expect("the queue has room");
-        Ok(QueueWait {
-            endpoint: Arc::clone(self),
-            id,
-            timer: None,
-            done: false,
-        })
+        Ok(QueueWait::new(Arc::clone(self), id))
     }
 }
 
 /// What the retry layer holds of one endpoint: it books outcomes to it, asks it to pause, and
 /// joins its queue, through this handle and nothing else.
 #[derive(Clone)]
-pub(crate) struct Lane(Arc<Endpoint>);
+pub(crate) struct Lane(pub(crate) Arc<Endpoint>);
 
 impl Lane {
-    /// Whether requests to this endpoint wait in its queue now.
+    /// Whether requests to this endpoint wait in its queue now. With a store, an endpoint this
+    /// process has open is looked up in what the store last heard of it (no call).
     pub(crate) fn is_paced(&self) -> bool {
-        self.0.is_paced()
+        let endpoint = &self.0;
+        if endpoint.lock().is_paced() {
+            return true;
+        }
+        let Some(store) = &endpoint.pacing().store else {
+            return false;
+        };
+        let now = Instant::now();
+        match store.cached(&endpoint.config, &endpoint.key, now) {
+            Some(view) if view.mode != PacingMode::Open => {
+                let mut state = endpoint.lock();
+                if !state.is_paced() {
+                    state.shared = SharedState::from_view(&view, &state.clock, now);
+                    state.settle();
+                }
+                state.is_paced()
+            }
+            _ => false,
+        }
     }
 
     /// Records what the outcome of an attempt that was not let through by the pacer says.
@@ -270,17 +398,26 @@ impl Lane {
 
     /// The retry budget said no while the endpoint is open: pace it.
     pub(crate) fn budget_empty(&self, now: Instant) {
-        self.0.budget_empty(now);
+        self.0.update(|state, config| {
+            state.budget_empty(config, now);
+            false
+        });
     }
 
     /// The endpoint asked for a pause until `until`.
     pub(crate) fn pause_until(&self, until: Instant, now: Instant) {
-        self.0.pause_until(until, now);
+        self.0.update(|state, config| {
+            state.pause_until(config, until, now);
+            false
+        });
     }
 
     /// A circuit breaker refused a request for `wait` (zero: its half-open probe is in flight).
     pub(crate) fn breaker_refused(&self, wait: Duration, now: Instant) {
-        self.0.breaker_refused(wait, now);
+        self.0.update(|state, config| {
+            state.breaker_refused(config, wait, now);
+            false
+        });
     }
 
     /// A hint asked the request it answered to wait until `until`: a rate signal while the
@@ -300,7 +437,7 @@ impl Lane {
     pub(crate) fn turned_away(&self, now: Instant) {
         let mut state = self.0.lock();
         state.deferred += 1;
-        state.take_turn_away(self.0.config(), now);
+        state.take_turn_away(self.0.pacing(), now);
     }
 
     /// Joins the queue, unless it is full or the predicted wait is longer than `room`: then the
@@ -316,130 +453,68 @@ impl Lane {
     }
 }
 
-pin_project! {
-    /// A request's place in an endpoint's queue; completes when the pacer lets it go.
-    /// Dropping it frees the place.
-    pub(crate) struct QueueWait {
-        endpoint: Arc<Endpoint>,
-        id: u64,
-        // Only the head of the queue waits on a timer, for the next release.
-        #[pin]
-        timer: Option<Sleep>,
-        done: bool,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn authority(text: &str) -> Authority {
+        text.parse().expect("a valid authority")
     }
 
-    impl PinnedDrop for QueueWait {
-        fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            if !*this.done {
-                this.endpoint.lock().remove(*this.id);
-            }
-        }
-    }
-}
-
-impl QueueWait {
-    /// The request's deadline came before the pacer let it go: it is counted as deferred, and
-    /// handed back with when to send it again (see [`resend_after`](Self::resend_after)).
-    pub(crate) fn defer(&self, now: Instant) -> Resend {
-        self.endpoint.lock().deferred += 1;
-        self.resend_after(now)
+    fn pacer(max_endpoints: usize) -> Pacer {
+        let config = Pacing::builder()
+            .outage_after(2)
+            .max_endpoints(max_endpoints)
+            .build()
+            .expect("a valid configuration");
+        Pacer::new(config, RandomSource::seeded(7))
     }
 
-    /// When a request that leaves its place now, unreleased, should be sent again, from `now`:
-    /// its place's predicted release, jittered within the place's gap (a burst that joined
-    /// together and leaves together is so spread by position).
-    pub(crate) fn resend_after(&self, now: Instant) -> Resend {
-        let state = self.endpoint.lock();
-        let position = state
-            .queue
-            .iter()
-            .position(|waiter| waiter.id == self.id)
-            .unwrap_or(state.queue.len());
-        state.resend_from(self.endpoint.config(), position, now)
+    #[test]
+    fn the_pacer_counts_the_endpoints_a_success_would_change() {
+        let pacer = pacer(8);
+        let a = authority("a.test");
+        assert!(pacer.all_settled());
+        let lane = pacer.lane(Some(&a)).expect("room in the map");
+        assert!(pacer.all_settled(), "a new endpoint is settled");
+        let now = Instant::now();
+        lane.record(Signal::Congestion, now);
+        assert!(!pacer.all_settled(), "a congestion in a row is counted");
+        assert!(!pacer.is_paced(Some(&a)), "still open");
+        lane.record(Signal::Success, now);
+        assert!(pacer.all_settled(), "a success resets the count");
+        lane.record(Signal::Congestion, now);
+        lane.record(Signal::Congestion, now);
+        assert!(pacer.is_paced(Some(&a)), "down after outage_after(2)");
+        let wait = lane.join(Duration::MAX, now, false).expect("room");
+        drop(wait);
+        assert!(!pacer.all_settled(), "probing, its queue empty again");
+        assert!(
+            pacer.existing(Some(&authority("A.Test"))).is_some(),
+            "authorities compare without regard to case"
+        );
+        assert!(pacer.existing(Some(&authority("b.test"))).is_none());
+        assert!(
+            pacer.existing(None).is_none(),
+            "a success makes no endpoint"
+        );
     }
 
-    /// A first attempt whose deadline came in the queue is handed back unsent: it counts as
-    /// deferred.
-    pub(crate) fn deferred(&self) {
-        self.endpoint.lock().deferred += 1;
-    }
-
-    /// `Ready` with the request's pass once the pacer lets it go.
-    pub(crate) fn poll_release(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PassGuard> {
-        let mut this = self.project();
-        loop {
-            let now = Instant::now();
-            let mut state = this.endpoint.lock();
-            let head = state.queue.front().map(|waiter| waiter.id);
-            if head != Some(*this.id) {
-                if let Some(waiter) = state.queue.iter_mut().find(|w| w.id == *this.id) {
-                    waiter.waker = Some(cx.waker().clone());
-                }
-                return Poll::Pending;
-            }
-            let release = state.try_release(this.endpoint.config(), now);
-            match release {
-                Release::Now(pass) => {
-                    state.queue.pop_front();
-                    crate::telemetry::queue_left(1);
-                    state.wake_head();
-                    *this.done = true;
-                    return Poll::Ready(PassGuard {
-                        endpoint: Arc::clone(this.endpoint),
-                        pass: Some(pass),
-                    });
-                }
-                Release::Blocked | Release::At(_) => {
-                    // Blocked behind a probe in flight: its outcome wakes the head, and so does
-                    // a change of mode; the timer is a backstop that looks again a probe
-                    // interval later, whatever happened meanwhile.
-                    let at = match release {
-                        Release::At(at) => at,
-                        _ => now + this.endpoint.config().probe_interval,
-                    };
-                    if let Some(waiter) = state.queue.front_mut() {
-                        waiter.waker = Some(cx.waker().clone());
-                    }
-                    drop(state);
-                    match this.timer.as_mut().as_pin_mut() {
-                        Some(timer) => timer.reset(at),
-                        None => this.timer.set(Some(tokio::time::sleep_until(at))),
-                    }
-                    let timer = this.timer.as_mut().as_pin_mut().expect("just set");
-                    if timer.poll(cx).is_pending() {
-                        return Poll::Pending;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// How an attempt was let through; its outcome is recorded with it. Dropped unrecorded (the
-/// request was cancelled), it gives a probe's slot back.
-pub(crate) struct PassGuard {
-    endpoint: Arc<Endpoint>,
-    pass: Option<Pass>,
-}
-
-impl PassGuard {
-    /// The endpoint the pass is for.
-    pub(crate) fn lane(&self) -> Lane {
-        Lane(Arc::clone(&self.endpoint))
-    }
-
-    /// Records the attempt's outcome.
-    pub(crate) fn record(mut self, signal: Signal, now: Instant) {
-        self.endpoint.record(self.pass.take(), signal, now);
-    }
-}
-
-impl Drop for PassGuard {
-    fn drop(&mut self) {
-        if let Some(pass) = self.pass.take() {
-            self.endpoint
-                .record(Some(pass), Signal::Neutral, Instant::now());
-        }
+    #[test]
+    fn an_endpoint_forgotten_while_counted_is_no_longer_counted() {
+        let pacer = pacer(1);
+        let now = Instant::now();
+        let a = pacer.lane(Some(&authority("a.test"))).expect("room");
+        a.record(Signal::Congestion, now);
+        drop(a);
+        assert!(!pacer.all_settled());
+        // The map is full: a.test, open and held by nobody, is forgotten for b.test.
+        let b = pacer.lane(Some(&authority("b.test"))).expect("a.test forgotten");
+        assert!(pacer.existing(Some(&authority("a.test"))).is_none());
+        assert!(
+            pacer.all_settled(),
+            "b.test is new, a.test's count went with it"
+        );
+        drop(b);
     }
 }

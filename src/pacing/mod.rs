@@ -29,22 +29,30 @@
 //! # }
 //! ```
 
-// `rate.rs` is the arithmetic of the rate, `endpoint.rs` one endpoint's state machine (both
-// pure, with `now` passed in), `endpoints.rs` the bounded map of endpoints and what a request
-// holds of one (its place in the queue, its pass). `store/` is the state a fleet of processes
-// shares of an endpoint, and the stores that keep it (in process, Redis).
+// `rate.rs` is the arithmetic of the rate, `schedule.rs` of the predicted releases, `shared/`
+// the rules (an endpoint's state as a fleet shares it, pure, with `now` passed in),
+// `endpoint.rs` what one process holds of an endpoint (its queue, its run of congestion, the
+// rules' state or its replica of the fleet's), `link.rs` how it paces with a store, and
+// `endpoints.rs` and `queue.rs` the bounded map of endpoints and what a request holds of one
+// (its place in the queue, its pass). `store/` keeps the shared state for a fleet (in process,
+// Redis).
 
+mod clock;
 mod config;
 mod endpoint;
 mod endpoints;
+mod link;
+mod queue;
 mod rate;
 mod schedule;
+mod shared;
 pub mod store;
 
 pub use config::{Pacing, PacingBuilder};
 pub use endpoint::PacingMode;
 pub use endpoints::PacingStats;
 
-pub(crate) use endpoint::Signal;
-pub(crate) use endpoints::{Deferred, Lane, Pacer, PassGuard, QueueWait};
+pub(crate) use endpoints::{Deferred, Lane, Pacer};
+pub(crate) use queue::{PassGuard, QueueWait};
 pub(crate) use schedule::Resend;
+pub(crate) use shared::Signal;

@@ -3,7 +3,6 @@
 //! Every key is a `static` (one per label value), so recording one costs the recorder's lookup
 //! and nothing else: no allocation, and no work at all while no recorder is installed.
 
-use crate::pacing::PacingMode;
 use crate::report::{DelaySource, StopReason};
 use metrics::{Key, KeyName, Label, Level, Metadata, SharedString, Unit};
 use std::time::Duration;
@@ -32,7 +31,7 @@ static METADATA: Metadata<'static> =
 /// | `http_client_retry_delay_seconds` | histogram | seconds | `source` | realised waits before retries (an aborted one with the time it lasted) |
 /// | `http_client_retry_budget_withdrawals_total` | counter | tokens | `result`: `granted`, `denied` | retries the budget was asked for |
 /// | `http_client_retry_budget_refunds_total` | counter | tokens | | granted tokens given back (the retry was not sent) |
-/// | `http_client_retry_pacer_mode_changes_total` | counter | changes | `mode`: `open`, `probing`, `ramping`, `paused` | an endpoint entered this [`PacingMode`] |
+/// | `http_client_retry_pacer_mode_changes_total` | counter | changes | `mode`: `open`, `probing`, `ramping`, `paused` | an endpoint entered this [`PacingMode`](crate::pacing::PacingMode) |
 /// | `http_client_retry_pacer_queue_depth` | gauge | requests | | requests waiting in pacing queues now, all endpoints |
 ///
 /// Every label has a fixed set of values: no authority, path or status is a label, so a client
@@ -119,15 +118,6 @@ macro_rules! by_source {
     }};
 }
 
-const fn mode_name(mode: PacingMode) -> &'static str {
-    match mode {
-        PacingMode::Open => "open",
-        PacingMode::Probing => "probing",
-        PacingMode::Ramping => "ramping",
-        PacingMode::Paused => "paused",
-    }
-}
-
 fn stop_key(reason: StopReason) -> &'static Key {
     macro_rules! arms {
         ($($reason:ident),* $(,)?) => {
@@ -159,12 +149,15 @@ fn stop_key(reason: StopReason) -> &'static Key {
     )
 }
 
-fn mode_key(mode: PacingMode) -> &'static Key {
+/// The key of a mode's changes; the mode's name is [`PacingMode::as_str`]'s.
+///
+/// [`PacingMode::as_str`]: crate::pacing::PacingMode::as_str
+fn mode_key(mode: &'static str) -> &'static Key {
     match mode {
-        PacingMode::Open => key!(MODE_CHANGES, "mode" => mode_name(PacingMode::Open)),
-        PacingMode::Probing => key!(MODE_CHANGES, "mode" => mode_name(PacingMode::Probing)),
-        PacingMode::Ramping => key!(MODE_CHANGES, "mode" => mode_name(PacingMode::Ramping)),
-        PacingMode::Paused => key!(MODE_CHANGES, "mode" => mode_name(PacingMode::Paused)),
+        "open" => key!(MODE_CHANGES, "mode" => "open"),
+        "probing" => key!(MODE_CHANGES, "mode" => "probing"),
+        "ramping" => key!(MODE_CHANGES, "mode" => "ramping"),
+        _ => key!(MODE_CHANGES, "mode" => "paused"),
     }
 }
 
@@ -207,8 +200,8 @@ pub(crate) fn budget_refunded() {
     count(key!(REFUNDS));
 }
 
-/// An endpoint entered `mode`.
-pub(crate) fn pacer_mode(mode: PacingMode) {
+/// An endpoint entered the mode named `mode` (`open`, `probing`, `ramping`, `paused`).
+pub(crate) fn pacer_mode(mode: &'static str) {
     count(mode_key(mode));
 }
 
@@ -255,6 +248,8 @@ mod tests {
         assert_eq!(label(key), ("source", "retry_after_clamped"));
         let key = by_source!(RETRIES, DelaySource::Refused);
         assert_eq!(label(key), ("source", "refused"));
-        assert_eq!(label(mode_key(PacingMode::Ramping)), ("mode", "ramping"));
+        for mode in ["open", "probing", "ramping", "paused"] {
+            assert_eq!(label(mode_key(mode)), ("mode", mode));
+        }
     }
 }

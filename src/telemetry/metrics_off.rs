@@ -1,6 +1,5 @@
 //! Without the `metrics` feature: every recording point is an empty inline function.
 
-use crate::pacing::PacingMode;
 use crate::report::{DelaySource, StopReason};
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ pub(crate) fn budget_denied() {}
 pub(crate) fn budget_refunded() {}
 
 #[inline(always)]
-pub(crate) fn pacer_mode(_mode: PacingMode) {}
+pub(crate) fn pacer_mode(_mode: &'static str) {}
 
 #[inline(always)]
 pub(crate) fn queue_joined() {}

@@ -1,43 +1,50 @@
 //! The shared state as bytes: what a remote store keeps in the record's `s` field. A fixed,
 //! little-endian layout behind a format byte, so that a record written by another version of the
 //! crate is recognised (and refused) instead of misread. Empty bytes are an absent record: an
-//! open endpoint.
+//! open endpoint. Times are nanoseconds of Redis `TIME`.
 //!
 //! ```text
-//! u8 format (1) · mode · u64 next_probe, next_lease, last_slot, last_demand, probes
+//! u8 format (2) · mode · u64 next_probe, next_lease, last_slot, demand_until, probes
+//! · opt u64 last_success · opt f64 capacity
 //! · u8 n, n × (u64 id, holder, expires) leases · u16 n, n × (u64 holder, seen) peers
-//! mode:  u8 0 open | 1 probing | 2 ramping: ramp, u64 interval_start, u32 successes,
-//!        u32 losses, u64 cut_settles_at, f64 last_accepted | 3 paused: u64 until, u8 0 | 1 ramp
+//! mode:  u8 0 open | 1 probing | 2 ramping: ramp, u8 hinted, u64 interval_start,
+//!        u32 successes, u32 losses, opt u64 idle_since, u64 cut_settles_at, f64 last_accepted
+//!        | 3 paused: u64 until, u8 0 | 1 ramp
 //! ramp:  u8 0 slow start: f64 rate | 1 cubic: f64 last_max, f64 since_loss_secs
+//! opt:   u8 0 | 1 value
 //! ```
 //!
-//! Some 60 bytes plus 24 per lease and 16 per peer: at most about 4 KiB with 256 peers.
+//! Some 80 bytes plus 24 per lease and 16 per peer: at most about 4 KiB with 256 peers.
 
-use super::state::{LeaseEntry, Mode, Peer, SharedState, MAX_PEERS};
 use crate::pacing::rate::Ramp;
+use crate::pacing::shared::{LeaseEntry, Mode, Peer, SharedState, MAX_PEERS};
 
-const FORMAT: u8 = 1;
+const FORMAT: u8 = 2;
 
 /// The bytes of `state`.
 pub(crate) fn encode(state: &SharedState) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + 24 * state.leases.len() + 16 * state.peers.len());
+    let mut out = Vec::with_capacity(96 + 24 * state.leases.len() + 16 * state.peers.len());
     out.push(FORMAT);
     match state.mode {
         Mode::Open => out.push(0),
         Mode::Probing => out.push(1),
         Mode::Ramping {
             ramp,
+            hinted,
             interval_start,
             successes,
             losses,
+            idle_since,
             cut_settles_at,
             last_accepted,
         } => {
             out.push(2);
             put_ramp(&mut out, ramp);
+            out.push(u8::from(hinted));
             out.extend_from_slice(&interval_start.to_le_bytes());
             out.extend_from_slice(&successes.to_le_bytes());
             out.extend_from_slice(&losses.to_le_bytes());
+            put_option(&mut out, idle_since.map(u64::to_le_bytes));
             out.extend_from_slice(&cut_settles_at.to_le_bytes());
             out.extend_from_slice(&last_accepted.to_le_bytes());
         }
@@ -57,11 +64,13 @@ pub(crate) fn encode(state: &SharedState) -> Vec<u8> {
         state.next_probe,
         state.next_lease,
         state.last_slot,
-        state.last_demand,
+        state.demand_until,
         state.probes,
     ] {
         out.extend_from_slice(&value.to_le_bytes());
     }
+    put_option(&mut out, state.last_success.map(u64::to_le_bytes));
+    put_option(&mut out, state.capacity.map(f64::to_le_bytes));
     let leases = &state.leases[..state.leases.len().min(usize::from(u8::MAX))];
     out.push(leases.len() as u8);
     for lease in leases {
@@ -76,6 +85,16 @@ pub(crate) fn encode(state: &SharedState) -> Vec<u8> {
         out.extend_from_slice(&peer.seen.to_le_bytes());
     }
     out
+}
+
+fn put_option(out: &mut Vec<u8>, value: Option<[u8; 8]>) {
+    match value {
+        None => out.push(0),
+        Some(bytes) => {
+            out.push(1);
+            out.extend_from_slice(&bytes);
+        }
+    }
 }
 
 fn put_ramp(out: &mut Vec<u8>, ramp: Ramp) {
@@ -113,9 +132,11 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SharedState, Malformed> {
         1 => Mode::Probing,
         2 => Mode::Ramping {
             ramp: input.ramp()?,
+            hinted: input.flag()?,
             interval_start: input.u64()?,
             successes: input.u32()?,
             losses: input.u32()?,
+            idle_since: input.option(Reader::u64)?,
             cut_settles_at: input.u64()?,
             last_accepted: input.f64()?,
         },
@@ -134,8 +155,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SharedState, Malformed> {
         next_probe: input.u64()?,
         next_lease: input.u64()?,
         last_slot: input.u64()?,
-        last_demand: input.u64()?,
+        demand_until: input.u64()?,
         probes: input.u64()?,
+        last_success: input.option(Reader::u64)?,
+        capacity: input.option(Reader::f64)?,
         ..SharedState::new()
     };
     for _ in 0..input.u8()? {
@@ -191,6 +214,25 @@ impl Reader<'_> {
         }
     }
 
+    fn flag(&mut self) -> Result<bool, Malformed> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Malformed),
+        }
+    }
+
+    fn option<T>(
+        &mut self,
+        read: impl FnOnce(&mut Self) -> Result<T, Malformed>,
+    ) -> Result<Option<T>, Malformed> {
+        if self.flag()? {
+            read(self).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
     fn ramp(&mut self) -> Result<Ramp, Malformed> {
         match self.u8()? {
             0 => Ok(Ramp::SlowStart { rate: self.f64()? }),
@@ -217,9 +259,11 @@ mod tests {
             Mode::Probing,
             Mode::Ramping {
                 ramp: Ramp::SlowStart { rate: 12.0 },
+                hinted: true,
                 interval_start: 1,
                 successes: 2,
                 losses: 3,
+                idle_since: Some(6),
                 cut_settles_at: 4,
                 last_accepted: 5.5,
             },
@@ -244,12 +288,15 @@ mod tests {
                 }],
                 next_lease: 2,
                 last_slot: 40,
-                last_demand: 50,
+                demand_until: 50,
+                last_success: Some(45),
+                capacity: Some(1500.0),
                 peers: vec![Peer {
                     holder: 3,
                     seen: 60,
                 }],
                 probes: 70,
+                ..SharedState::new()
             })
             .collect()
     }

@@ -4,7 +4,7 @@
 //! (the fleet still probes at about its one stream's rate), the rates times the share, and a
 //! learned rate capped at [`HEADROOM`] times this process's share of it (never unlimited).
 
-use super::state::{Mode, SharedState};
+use crate::pacing::shared::{Mode, SharedState};
 use crate::pacing::config::PacingConfig;
 use crate::pacing::rate::Ramp;
 use std::time::Duration;
@@ -67,6 +67,7 @@ impl Fallback {
 /// `state` with every rate multiplied by `factor`.
 fn scaled(state: &SharedState, factor: f64) -> SharedState {
     let mut state = state.clone();
+    state.capacity = state.capacity.map(|capacity| capacity * factor);
     match &mut state.mode {
         Mode::Ramping {
             ramp,
@@ -102,7 +103,7 @@ fn scale(ramp: Ramp, factor: f64) -> Ramp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacing::store::state::{LeaseEntry, Peer};
+    use crate::pacing::shared::{LeaseEntry, Peer};
     use crate::pacing::Pacing;
 
     fn ramping_at(rate: f64, peers: u64) -> SharedState {
@@ -112,9 +113,11 @@ mod tests {
                     last_max: rate,
                     since_loss_secs: 1.0,
                 },
+                hinted: false,
                 interval_start: 0,
                 successes: 0,
                 losses: 0,
+                idle_since: None,
                 cut_settles_at: 0,
                 last_accepted: rate,
             },

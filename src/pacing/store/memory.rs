@@ -3,10 +3,10 @@
 //! beyond its replies and no await point.
 
 use super::backend::{PacingStore, StoreCall};
-use super::clock::Clock;
 use super::protocol::{Applied, Event, StoreStats, View};
-use super::run::{cached_view, holder_id, run, view, Timing};
-use super::state::{Micros, SharedState};
+use super::run::{applied, cached_view, holder_id, run, Timing};
+use crate::pacing::clock::{Clock, Nanos, LOCAL_EPOCH};
+use crate::pacing::shared::SharedState;
 use crate::error::InvalidConfig;
 use crate::pacing::Pacing;
 use std::collections::HashMap;
@@ -15,9 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// The store time of the first call: far enough from 0 that earlier instants map too.
-const FIRST_CALL_AT: Micros = 1 << 40;
 
 /// A [`PacingStore`] in this process's memory: one state per endpoint under a lock.
 ///
@@ -41,7 +38,7 @@ struct Shared {
 
 struct Record {
     state: SharedState,
-    expires: Micros,
+    expires: Nanos,
 }
 
 impl InProcessStore {
@@ -81,7 +78,7 @@ impl InProcessStore {
 
     /// Endpoints with a record now (expired ones are gone).
     pub fn records(&self, now: Instant) -> usize {
-        let at = self.clock(now).to_store(now);
+        let at = self.clock(now).to_shared(now);
         let mut records = self.lock();
         records.retain(|_, record| record.expires > at);
         records.len()
@@ -91,7 +88,7 @@ impl InProcessStore {
         *self
             .shared
             .clock
-            .get_or_init(|| Clock::new(now, FIRST_CALL_AT))
+            .get_or_init(|| Clock::new(now, LOCAL_EPOCH))
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Record>> {
@@ -114,7 +111,7 @@ impl InProcessStore {
         let timing = self.shared.timing;
         let rules = timing.rules(pacing.config());
         let clock = self.clock(now);
-        let at = clock.to_store(now);
+        let at = clock.to_shared(now);
         let mut records = self.lock();
         let record = records
             .entry(endpoint.to_owned())
@@ -134,12 +131,8 @@ impl InProcessStore {
             now,
             false,
         );
-        record.expires = at.saturating_add(timing.expiry_ms(&record.state, at) * 1000);
-        Applied {
-            replies,
-            view: view(&record.state, &rules, &clock, at),
-            fallback: None,
-        }
+        record.expires = at.saturating_add(timing.expiry_ms(&record.state, at) * 1_000_000);
+        applied(replies, &record.state, &rules, clock, at)
     }
 }
 
@@ -173,7 +166,7 @@ impl PacingStore for InProcessStore {
         let clock = self.clock(now);
         let records = self.lock();
         let record = records.get(endpoint)?;
-        if record.expires <= clock.to_store(now) {
+        if record.expires <= clock.to_shared(now) {
             return None;
         }
         let rules = self.shared.timing.rules(pacing.config());

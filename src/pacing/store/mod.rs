@@ -86,7 +86,6 @@
 //! (restarted empty), the first process back writes its own state, scaled back to the fleet.
 
 mod backend;
-mod clock;
 // What only a remote store needs: the state as bytes, and the process's own pacing while the
 // store is away.
 #[cfg(any(test, feature = "redis"))]
@@ -98,7 +97,6 @@ mod protocol;
 #[cfg(feature = "redis")]
 mod redis;
 mod run;
-mod state;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{RedisStore, RedisStoreBuilder};

@@ -1,6 +1,8 @@
 //! What a process says to a [`PacingStore`](super::PacingStore) and what it hears back, in the
 //! process's own clock (tokio's [`Instant`]); every store maps it to its own.
 
+use crate::pacing::clock::Clock;
+use crate::pacing::shared::SharedState;
 use crate::pacing::PacingMode;
 use std::fmt;
 use std::time::Duration;
@@ -11,8 +13,9 @@ use tokio::time::Instant;
 #[non_exhaustive]
 pub enum Event {
     /// The process saw the endpoint fail (its own congestion outcomes in a row, or an empty
-    /// retry budget) while the fleet had it open: the fleet starts its one probe stream.
-    /// `jitter`, in `[0, 1)`, places the first probe within a probe interval.
+    /// retry budget): if the fleet has it open, or ramping with no success for a whole ramp
+    /// interval, the fleet starts its one probe stream. `jitter`, in `[0, 1)`, places the first
+    /// probe within a probe interval.
     Down {
         /// A uniform draw in `[0, 1)` from the process's random stream.
         jitter: f64,
@@ -21,6 +24,13 @@ pub enum Event {
     /// for the fleet before `until`; the latest pause wins.
     Pause {
         /// The end of the pause.
+        until: Instant,
+    },
+    /// A hint (`Retry-After`) asked one request to wait until `until`: while the fleet still
+    /// gets requests through, a rate signal (the fleet's ramp is cut once when its interval
+    /// closes); when nothing gets through, a pause of the whole fleet until then.
+    Hint {
+        /// Until when the hint asked its request to wait.
         until: Instant,
     },
     /// The process has `want` requests waiting: how many may go, and when? Answered by a
@@ -151,6 +161,10 @@ pub struct Applied {
     pub view: View,
     /// `Some` when the answer came from the fallback: why the store was not used.
     pub fallback: Option<StoreError>,
+    /// The endpoint's whole state after the events (the pacer's replica of it), and the clock
+    /// its times are on.
+    pub(crate) state: SharedState,
+    pub(crate) clock: Clock,
 }
 
 impl Applied {

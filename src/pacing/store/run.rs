@@ -1,12 +1,13 @@
-//! What every store does around the one transition function: turns a process's [`Event`]s
-//! (local time) into operations on a [`SharedState`] (store time) and the grants back into
-//! [`Reply`]s, describes a state as a [`View`], and says how long a record is kept.
+//! What every store does around the rules: turns a process's [`Event`]s (local time) into
+//! operations on a [`SharedState`] (shared time) and the grants back into [`Reply`]s, describes
+//! a state as a [`View`], and says how long a record is kept.
 
-use super::clock::Clock;
-use super::protocol::{Event, Lease, Release, Reply, View};
-use super::state::{micros, Grant, Leasing, Micros, Mode, Op, Rules, SharedState};
+use super::protocol::{Applied, Event, Lease, Release, Reply, View};
 use crate::error::{positive_duration, InvalidConfig};
+use crate::pacing::clock::{nanos, Clock, Nanos};
 use crate::pacing::config::PacingConfig;
+use crate::pacing::rate::Ramp;
+use crate::pacing::shared::{Grant, Mode, Op, Rules, SharedState};
 use crate::pacing::PacingMode;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -41,16 +42,14 @@ impl Timing {
     pub(crate) fn rules<'a>(&self, pacing: &'a PacingConfig) -> Rules<'a> {
         Rules {
             pacing,
-            leasing: Leasing {
-                lease_ttl: micros(self.lease_ttl),
-            },
+            lease_ttl: Some(nanos(self.lease_ttl)),
         }
     }
 
     /// The record's time to live from `now`, in milliseconds (at least 1).
-    pub(crate) fn expiry_ms(&self, state: &SharedState, now: Micros) -> u64 {
+    pub(crate) fn expiry_ms(&self, state: &SharedState, now: Nanos) -> u64 {
         let held = state.holds_until().saturating_sub(now);
-        (held.saturating_add(micros(self.record_ttl)) / 1000).max(1)
+        (held.saturating_add(nanos(self.record_ttl)) / 1_000_000).max(1)
     }
 }
 
@@ -59,8 +58,8 @@ pub(crate) fn holder_id() -> u64 {
     rand::random()
 }
 
-/// Applies `events` by `holder` at `now` to `state`. `local`: the state is the process's
-/// fallback copy, not the fleet's.
+/// Applies `events` by `holder` at `now` to `state`, and says what the process hears back.
+/// `local`: the state is the process's fallback copy, not the fleet's.
 pub(crate) fn run(
     state: &mut SharedState,
     rules: &Rules<'_>,
@@ -70,14 +69,17 @@ pub(crate) fn run(
     now: Instant,
     local: bool,
 ) -> Vec<Reply> {
-    let at = clock.to_store(now);
-    events
+    let at = clock.to_shared(now);
+    let replies = events
         .iter()
         .map(|event| {
             let op = match *event {
                 Event::Down { jitter } => Op::Down { jitter },
                 Event::Pause { until } => Op::Pause {
-                    until: clock.to_store(until),
+                    until: clock.to_shared(until),
+                },
+                Event::Hint { until } => Op::Hint {
+                    until: clock.to_shared(until),
                 },
                 Event::Release { want, jitter } => Op::Release { want, jitter },
                 Event::ProbeDone { lease, success } => Op::ProbeDone {
@@ -96,7 +98,10 @@ pub(crate) fn run(
                 Some(grant) => Reply::Release(release(grant, clock, local)),
             }
         })
-        .collect()
+        .collect();
+    // The modes entered are the process's to trace, from what it hears.
+    state.take_entered();
+    replies
 }
 
 fn release(grant: Grant, clock: &Clock, local: bool) -> Release {
@@ -109,7 +114,7 @@ fn release(grant: Grant, clock: &Clock, local: bool) -> Release {
         }),
         Grant::Slots { first, gap, count } => Release::Slots {
             first: clock.to_local(first),
-            gap: Duration::from_micros(gap),
+            gap: Duration::from_nanos(gap),
             count,
         },
         Grant::At(at) => Release::At(clock.to_local(at)),
@@ -119,16 +124,32 @@ fn release(grant: Grant, clock: &Clock, local: bool) -> Release {
     }
 }
 
-/// `state` as a [`View`], at store time `now`.
-pub(crate) fn view(state: &SharedState, rules: &Rules<'_>, clock: &Clock, now: Micros) -> View {
-    let (mode, paused_until) = match state.mode {
-        Mode::Open => (PacingMode::Open, None),
-        Mode::Probing => (PacingMode::Probing, None),
-        Mode::Ramping { .. } => (PacingMode::Ramping, None),
-        Mode::Paused { until, .. } => (PacingMode::Paused, Some(clock.to_local(until))),
+/// What a call answers: the replies, and `state` (on `clock`) as it is after them, at shared
+/// time `now`.
+pub(crate) fn applied(
+    replies: Vec<Reply>,
+    state: &SharedState,
+    rules: &Rules<'_>,
+    clock: Clock,
+    now: Nanos,
+) -> Applied {
+    Applied {
+        replies,
+        view: view(state, rules, &clock, now),
+        fallback: None,
+        state: state.clone(),
+        clock,
+    }
+}
+
+/// `state` as a [`View`], at shared time `now`.
+pub(crate) fn view(state: &SharedState, rules: &Rules<'_>, clock: &Clock, now: Nanos) -> View {
+    let paused_until = match state.mode {
+        Mode::Paused { until, .. } => Some(clock.to_local(until)),
+        _ => None,
     };
     View {
-        mode,
+        mode: state.mode_kind(),
         rate: state.rate(rules),
         peers: state.peers(now),
         paused_until,
@@ -147,8 +168,45 @@ pub(crate) fn cached_view(
     if let Mode::Open = state.mode {
         return View::OPEN;
     }
-    let at = clock.to_store(now);
+    let at = clock.to_shared(now);
     let mut moved = state.clone();
     moved.apply(rules, 0, Op::Refresh, at);
     view(&moved, rules, clock, at)
+}
+
+impl SharedState {
+    /// A guess of the fleet's state from a [`View`] (what a process knows of an endpoint it has
+    /// not called about yet), until a call brings the state itself: the mode, the pause's end,
+    /// the rate (as a slow start), the next probe now.
+    pub(crate) fn from_view(view: &View, clock: &Clock, now: Instant) -> SharedState {
+        let at = clock.to_shared(now);
+        let mode = match view.mode {
+            PacingMode::Open => Mode::Open,
+            PacingMode::Probing => Mode::Probing,
+            PacingMode::Paused => Mode::Paused {
+                until: view.paused_until.map_or(at, |until| clock.to_shared(until)),
+                resume: None,
+            },
+            PacingMode::Ramping => Mode::Ramping {
+                ramp: Ramp::SlowStart { rate: view.rate },
+                hinted: false,
+                interval_start: at,
+                successes: 0,
+                losses: 0,
+                idle_since: None,
+                cut_settles_at: at,
+                last_accepted: 0.0,
+            },
+        };
+        let mut state = SharedState {
+            mode,
+            next_probe: at,
+            last_slot: at,
+            ..SharedState::new()
+        };
+        if view.mode != PacingMode::Open {
+            state.entered.enter(view.mode);
+        }
+        state
+    }
 }

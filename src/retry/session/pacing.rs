@@ -76,15 +76,25 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             _ => false,
         };
         let signal = signal_of(facts.classified, congestion, result);
-        let now = now.get();
+        let hint = self.hint_delay(&facts.hint);
         let pass = self.waits.as_mut().and_then(|waits| waits.pass.take());
         let lane = match &pass {
             Some(pass) => pass.lane(),
+            // A success that was not let through by the pacer, with no hint, concerns no
+            // settled endpoint (open, no congestion counted, nobody queued): while every
+            // endpoint is, it takes no lock and reads no clock, and it never makes an endpoint
+            // (a new one would be settled).
+            None if signal == Signal::Success && hint.is_none() => {
+                if pacer.all_settled() {
+                    return None;
+                }
+                pacer.existing(self.authority().as_deref())?
+            }
             None => pacer.lane(self.authority().as_deref())?,
         };
+        let now = now.get();
         // The hint first, against what the pacer knew before this answer: an endpoint this
         // very answer marks down is paused by the next hint, not by this one.
-        let hint = self.hint_delay(&facts.hint);
         let paused = match hint.map(|after| now + after.min(config.retry_after_clamp)) {
             Some(until) if facts.outcome == Outcome::Success => {
                 // A success that used up the quota: the next requests wait for its reset.

@@ -8,12 +8,12 @@ mod script;
 pub use builder::RedisStoreBuilder;
 
 use super::backend::{PacingStore, StoreCall};
-use super::clock::Clock;
 use super::codec::encode;
 use super::fallback::Fallback;
 use super::protocol::{Applied, Event, StoreError, StoreStats, View};
-use super::run::{cached_view, run, view, Timing};
-use super::state::SharedState;
+use super::run::{applied, cached_view, run, Timing};
+use crate::pacing::clock::{Clock, LOCAL_EPOCH};
+use crate::pacing::shared::SharedState;
 use crate::pacing::config::PacingConfig;
 use crate::pacing::Pacing;
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -96,6 +96,19 @@ struct Cached {
     refreshing: bool,
     /// While the store is away: this process's own pacing of the endpoint.
     fallback: Option<Fallback>,
+}
+
+impl Cached {
+    /// An endpoint not read yet: due for a read in the background.
+    fn unread(now: Instant, view_ttl: Duration) -> Self {
+        Cached {
+            version: 0,
+            state: SharedState::new(),
+            read_at: now.checked_sub(view_ttl).unwrap_or(now),
+            refreshing: false,
+            fallback: None,
+        }
+    }
 }
 
 enum Health {
@@ -187,14 +200,11 @@ where
         let clock = *lock(&inner.clock);
         let mut cache = lock(&inner.cache);
         let known = cache.contains_key(endpoint);
+        if !known {
+            cache.insert(endpoint.to_owned(), Cached::unread(now, inner.view_ttl));
+        }
         // An endpoint not heard of yet is read in the background, as a stale one is.
-        let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
-            version: 0,
-            state: SharedState::new(),
-            read_at: now.checked_sub(inner.view_ttl).unwrap_or(now),
-            refreshing: false,
-            fallback: None,
-        });
+        let entry = cache.get_mut(endpoint).expect("just made");
         let seen = clock.map(|clock| match &entry.fallback {
             Some(fallback) => {
                 let rules = inner.timing.rules(&fallback.config);
@@ -311,14 +321,10 @@ where
         }
         for _ in 0..MAX_TRIES {
             let clock = self.clock_now().await?;
-            let at = clock.to_store(now);
+            let at = clock.to_shared(now);
             let mut state = found.state.clone();
             let replies = run(&mut state, &rules, self.holder, events, &clock, now, false);
-            let applied = |state: &SharedState| Applied {
-                replies: replies.clone(),
-                view: view(state, &rules, &clock, at),
-                fallback: None,
-            };
+            let applied = |state: &SharedState| applied(replies.clone(), state, &rules, clock, at);
             let changed = state != found.state;
             if !changed && fresh {
                 self.remember(endpoint, found.version, state.clone(), now);
@@ -428,8 +434,8 @@ where
         error: StoreError,
     ) -> Applied {
         bump(&self.counters.fallback_answers);
-        let clock = *lock(&self.clock).get_or_insert_with(|| Clock::new(now, 1 << 40));
-        let at = clock.to_store(now);
+        let clock = *lock(&self.clock).get_or_insert_with(|| Clock::new(now, LOCAL_EPOCH));
+        let at = clock.to_shared(now);
         let mut cache = lock(&self.cache);
         let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
             version: 0,
@@ -452,9 +458,8 @@ where
             true,
         );
         Applied {
-            replies,
-            view: view(&fallback.state, &rules, &clock, at),
             fallback: Some(error),
+            ..applied(replies, &fallback.state, &rules, clock, at)
         }
     }
 

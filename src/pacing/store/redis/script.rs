@@ -4,7 +4,8 @@
 
 use crate::pacing::store::codec::decode;
 use crate::pacing::store::protocol::StoreError;
-use crate::pacing::store::state::{Micros, SharedState};
+use crate::pacing::clock::Nanos;
+use crate::pacing::shared::SharedState;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, Value};
 use std::future::Future;
@@ -31,7 +32,7 @@ pub(super) struct Trip<T> {
     pub(super) answer: T,
     pub(super) sent: Instant,
     pub(super) received: Instant,
-    pub(super) server: Micros,
+    pub(super) server: Nanos,
 }
 
 /// The scripts, hashed once (`EVALSHA`, loaded again after `NOSCRIPT`: a restarted server).
@@ -156,9 +157,10 @@ fn integer(value: &Value) -> Result<u64, StoreError> {
     }
 }
 
-/// `TIME`'s seconds and microseconds as microseconds.
-fn server_time(seconds: &Value, micros: &Value) -> Result<Micros, StoreError> {
+/// `TIME`'s seconds and microseconds as nanoseconds.
+fn server_time(seconds: &Value, micros: &Value) -> Result<Nanos, StoreError> {
     Ok(integer(seconds)?
         .saturating_mul(1_000_000)
-        .saturating_add(integer(micros)?))
+        .saturating_add(integer(micros)?)
+        .saturating_mul(1_000))
 }

@@ -1,0 +1,422 @@
+//! With a [store](super::store): how a process paces an endpoint the fleet shares. Its
+//! [`EndpointState`] keeps a replica of the fleet's state (the last one a call returned, with
+//! this process's events since applied to it), which answers everything that needs no call: is
+//! the endpoint paced, what is the predicted wait, did a hint pause it. What this module adds:
+//!
+//! * **Releases from the fleet**: the head of the queue asks the store for a release only when
+//!   the replica is paced, not paused, and the process holds no unused slot and no probe; the
+//!   store answers with a probe of the fleet's one stream, a batch of slots (consumed here, one
+//!   per release, at their times), or when to ask again.
+//! * **Events**: what the process learns (its own outage run, a pause, a hint, a probe's end,
+//!   the outcomes of its releases) goes into an outbox, sent with the next call. A down report,
+//!   a pause, a hint that paused, and a probe's end are sent at once; outcomes with the next
+//!   ask, or once [`REPORT_EVERY`] are pending, or within a ramp interval when some were
+//!   losses, or within [`REPORT_WITHIN`] in any case.
+//! * **One call at a time** per endpoint, made outside the endpoint's lock: answered at once by
+//!   an in-process store, or awaited on a task of its own.
+//!
+//! A local burst of losses (enough of them to cut a rate, at more than the loss threshold)
+//! drops the unused slots: they were granted at a rate the endpoint no longer takes.
+
+use super::config::PacingConfig;
+use super::endpoint::{trace, EndpointState, Pass, Release};
+use super::endpoints::Endpoint;
+use super::shared::{Mode, Rules, Signal};
+use super::store::{Applied, Event, Lease};
+use rand::RngExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Outcomes pending past this many are reported without waiting for the next ask.
+pub(crate) const REPORT_EVERY: u32 = 12;
+/// Outcomes are reported within this, whatever else happens.
+pub(crate) const REPORT_WITHIN: Duration = Duration::from_secs(1);
+/// How far behind its time an unused slot may still be used (as a process alone catches up).
+const SLOT_GRACE: Duration = Duration::from_millis(10);
+/// Losses in the outbox below this are not a burst, whatever their share.
+const BURST_LOSSES: u32 = 3;
+
+/// What a process holds of an endpoint its fleet paces, beyond its replica.
+#[derive(Debug, Default)]
+pub(crate) struct Link {
+    slots: Option<Slots>,
+    /// A probe of the fleet's stream granted to this process, for the head of its queue.
+    ticket: Option<Lease>,
+    /// The store said not to ask again before then.
+    not_before: Option<Instant>,
+    outbox: Outbox,
+    /// A call is in flight.
+    calling: bool,
+    /// The head asked for a release that nothing in hand answers.
+    wanted: bool,
+    /// A timer is armed to send the outbox then.
+    timer: Option<Instant>,
+}
+
+/// Slots granted and not used yet: the next at `next`, then one `gap` apart.
+#[derive(Clone, Copy, Debug)]
+struct Slots {
+    next: Instant,
+    gap: Duration,
+    left: u32,
+}
+
+/// What the process has to tell the fleet.
+#[derive(Debug, Default)]
+struct Outbox {
+    down: Option<f64>,
+    pause: Option<Instant>,
+    hint: Option<Instant>,
+    done: Vec<(Lease, bool)>,
+    successes: u32,
+    losses: u32,
+    /// When the oldest outcome counted came.
+    oldest: Option<Instant>,
+    /// Something to send at once.
+    urgent: bool,
+}
+
+/// What the endpoint's store should do next.
+pub(crate) enum Next {
+    /// Nothing to send.
+    Nothing,
+    /// Send these events (the call is marked in flight).
+    Call(Vec<Event>),
+    /// Send the outcomes pending then, if nothing sends them first.
+    Timer(Instant),
+}
+
+impl Link {
+    /// An outcome was recorded: `lease` if it was a probe's, `paced`: whether the endpoint was
+    /// paced (an open endpoint's outcomes are nobody's business), `down`: the jitter of a down
+    /// report, if the process's run reached the outage rule.
+    pub(crate) fn recorded(
+        &mut self,
+        config: &PacingConfig,
+        lease: Option<Lease>,
+        signal: Signal,
+        paced: bool,
+        down: Option<f64>,
+        now: Instant,
+    ) {
+        let outbox = &mut self.outbox;
+        if let Some(lease) = lease {
+            outbox.done.push((lease, signal == Signal::Success));
+            outbox.urgent = true;
+        } else if paced && signal != Signal::Neutral {
+            match signal {
+                Signal::Success => outbox.successes = outbox.successes.saturating_add(1),
+                _ => outbox.losses = outbox.losses.saturating_add(1),
+            }
+            outbox.oldest.get_or_insert(now);
+        }
+        if let Some(jitter) = down {
+            self.down(jitter);
+        }
+        let outbox = &self.outbox;
+        let total = outbox.successes + outbox.losses;
+        if outbox.losses >= BURST_LOSSES
+            && f64::from(outbox.losses) > config.loss_threshold * f64::from(total)
+            && self.slots.take().is_some()
+        {
+            self.outbox.urgent = true;
+        }
+    }
+
+    /// A hint asked one request to wait until `until`; `paused`: the replica paused for it.
+    pub(crate) fn hinted(&mut self, until: Instant, paused: bool) {
+        self.outbox.hint = Some(self.outbox.hint.map_or(until, |h| h.max(until)));
+        self.outbox.urgent |= paused;
+    }
+
+    /// The process's run reached the outage rule (or its budget is empty).
+    pub(crate) fn down(&mut self, jitter: f64) {
+        self.outbox.down = Some(jitter);
+        self.outbox.urgent = true;
+    }
+
+    /// The endpoint (or a breaker) asked for a pause until `until`.
+    pub(crate) fn pause(&mut self, until: Instant) {
+        self.outbox.pause = Some(self.outbox.pause.map_or(until, |p| p.max(until)));
+        self.outbox.urgent = true;
+    }
+
+    /// The next unused slot: `Ok` if it is due now (and taken), `Err` with its time if not yet,
+    /// `None` when none is left. Slots whose time has long passed are dropped.
+    fn take_slot(&mut self, now: Instant) -> Option<Result<(), Instant>> {
+        let slots = self.slots.as_mut()?;
+        while slots.left > 0 && slots.next + SLOT_GRACE < now {
+            slots.next += slots.gap;
+            slots.left -= 1;
+        }
+        if slots.left == 0 {
+            self.slots = None;
+            return None;
+        }
+        if slots.next > now {
+            return Some(Err(slots.next));
+        }
+        slots.next += slots.gap;
+        slots.left -= 1;
+        Some(Ok(()))
+    }
+}
+
+impl EndpointState {
+    /// Whether the head's last ask was answered (no call for it in flight).
+    pub(crate) fn answered(&self) -> bool {
+        self.link
+            .as_ref()
+            .is_some_and(|link| !link.wanted && !link.calling)
+    }
+
+    fn link(&mut self) -> &mut Link {
+        self.link.as_mut().expect("a store's endpoint")
+    }
+
+    /// [`try_release`](Self::try_release) with a store: from the probe or slots in hand, or
+    /// the replica's pause, or else the store is asked.
+    pub(crate) fn release_linked(&mut self, config: &PacingConfig, now: Instant) -> Release {
+        let rules = Rules::alone(config);
+        let at = self.clock.to_shared(now);
+        self.shared.advance(&rules, self.queue.len() > 1, at);
+        self.settle();
+        match self.shared.mode {
+            Mode::Open => return Release::Now(Pass::Paced),
+            Mode::Paused { until, .. } => return Release::At(self.clock.to_local(until)),
+            _ => {}
+        }
+        let link = self.link();
+        if let Some(lease) = link.ticket.take() {
+            self.probes += 1;
+            return Release::Now(Pass::Probe(lease));
+        }
+        match link.take_slot(now) {
+            Some(Ok(())) => return Release::Now(Pass::Paced),
+            Some(Err(at)) => return Release::At(at),
+            None => {}
+        }
+        if let Some(at) = link.not_before.filter(|&at| at > now) {
+            return Release::At(at);
+        }
+        link.wanted = true;
+        Release::Asked
+    }
+
+    /// What to send the store now, if anything (a call is then in flight).
+    pub(crate) fn next_call(&mut self, config: &PacingConfig, now: Instant) -> Next {
+        let waiting = self.queue.len();
+        let open = self.shared.is_open();
+        let EndpointState { link, rng, .. } = self;
+        let link = link.as_mut().expect("a store's endpoint");
+        if link.calling {
+            return Next::Nothing;
+        }
+        let ask = link.wanted && waiting > 0 && !open;
+        let outbox = &link.outbox;
+        let counted = outbox.successes + outbox.losses;
+        let report_by = outbox.oldest.map(|oldest| {
+            let within = if outbox.losses > 0 {
+                config.ramp_interval
+            } else {
+                REPORT_WITHIN
+            };
+            oldest + within
+        });
+        let report = counted >= REPORT_EVERY || report_by.is_some_and(|by| by <= now);
+        if !(ask || outbox.urgent || report) {
+            return match report_by {
+                Some(by) if link.timer.map_or(true, |t| t > by) => {
+                    link.timer = Some(by);
+                    Next::Timer(by)
+                }
+                _ => Next::Nothing,
+            };
+        }
+        let outbox = std::mem::take(&mut link.outbox);
+        let mut events = Vec::with_capacity(4 + outbox.done.len());
+        if let Some(jitter) = outbox.down {
+            events.push(Event::Down { jitter });
+        }
+        if let Some(until) = outbox.pause {
+            events.push(Event::Pause { until });
+        }
+        if let Some(until) = outbox.hint {
+            events.push(Event::Hint { until });
+        }
+        for (lease, success) in outbox.done {
+            events.push(Event::ProbeDone { lease, success });
+        }
+        if counted > 0 {
+            events.push(Event::Report {
+                successes: outbox.successes,
+                losses: outbox.losses,
+            });
+        }
+        if ask {
+            let want = u32::try_from(waiting).unwrap_or(u32::MAX);
+            let jitter: f64 = rng.random();
+            events.push(Event::Release { want, jitter });
+        }
+        link.calling = true;
+        Next::Call(events)
+    }
+
+    /// A call made at `now` was answered (or could not be made: `None`). The replica becomes
+    /// the fleet's state, with the events recorded since the call applied to it again; a
+    /// release answered is kept for the head, which is woken.
+    pub(crate) fn adopt(&mut self, config: &PacingConfig, applied: Option<Applied>, now: Instant) {
+        let link = self.link();
+        link.calling = false;
+        link.timer = None;
+        let Some(applied) = applied else {
+            link.wanted = false;
+            link.not_before = Some(now + config.probe_interval);
+            self.wake_head();
+            return;
+        };
+        let before = self.shared.mode_kind();
+        self.shared = applied.state.clone();
+        self.clock = applied.clock;
+        self.replay(config, now);
+        self.shared.take_entered();
+        let after = self.shared.mode_kind();
+        if after != before {
+            trace(after);
+            self.run = 0;
+        }
+        let waiting = !self.queue.is_empty();
+        let link = self.link();
+        if let Some(release) = applied.release() {
+            link.wanted = false;
+            link.not_before = None;
+            match release {
+                super::store::Release::Probe(lease) if waiting => link.ticket = Some(lease),
+                super::store::Release::Probe(lease) => {
+                    // Nobody to send it: the lease goes back.
+                    link.outbox.done.push((lease, false));
+                    link.outbox.urgent = true;
+                }
+                super::store::Release::Slots { first, gap, count } => {
+                    link.slots = Some(Slots {
+                        next: first,
+                        gap,
+                        left: count,
+                    });
+                }
+                super::store::Release::At(at) => link.not_before = Some(at),
+                super::store::Release::Blocked { until } => {
+                    link.not_before = Some(until.min(now + config.probe_interval));
+                }
+                super::store::Release::Unpaced => {}
+            }
+        }
+        self.wake_head();
+    }
+
+    /// Applies the events not sent yet to the replica: it is the fleet's state as this process
+    /// will have made it.
+    fn replay(&mut self, config: &PacingConfig, now: Instant) {
+        let rules = Rules::alone(config);
+        let clock = self.clock;
+        let link = self.link.as_ref().expect("a store's endpoint");
+        let outbox = &link.outbox;
+        let now = clock.to_shared(now);
+        let (down, pause, hint) = (outbox.down, outbox.pause, outbox.hint);
+        let (successes, losses) = (outbox.successes, outbox.losses);
+        if let Some(jitter) = down {
+            self.shared.down(&rules, now, || jitter);
+        }
+        if let Some(until) = pause {
+            self.shared.pause_until(&rules, clock.to_shared(until), now);
+        }
+        if let Some(until) = hint {
+            self.shared.hinted(&rules, clock.to_shared(until), now);
+        }
+        for _ in 0..successes.min(REPORT_EVERY * 4) {
+            self.shared.outcome(&rules, Signal::Success, None, now);
+        }
+        for _ in 0..losses.min(REPORT_EVERY * 4) {
+            self.shared.outcome(&rules, Signal::Congestion, None, now);
+        }
+    }
+}
+
+/// Sends what `endpoint` has to send its store, until nothing is left: an answer ready at once
+/// (an in-process store) is taken in place; a pending one on a task of its own, which goes on
+/// from there when it is answered.
+pub(crate) fn pump(endpoint: &Arc<Endpoint>) {
+    let Some(store) = endpoint.config.config().store.clone() else {
+        return;
+    };
+    loop {
+        let now = Instant::now();
+        let next = endpoint.lock().next_call(endpoint.config.config(), now);
+        let events = match next {
+            Next::Nothing => return,
+            Next::Timer(at) => {
+                let endpoint = Arc::clone(endpoint);
+                spawn(async move {
+                    tokio::time::sleep_until(at).await;
+                    endpoint.lock().link().timer = None;
+                    pump(&endpoint);
+                });
+                return;
+            }
+            Next::Call(events) => events,
+        };
+        let pacing = endpoint.config.clone();
+        let key = Arc::clone(&endpoint.key);
+        let store = Arc::clone(&store);
+        let mut call = Box::pin(async move { store.apply(&pacing, &key, &events, now).await });
+        match poll_once(call.as_mut()) {
+            Some(applied) => endpoint.adopted(Some(applied), now),
+            None => {
+                let later = Arc::clone(endpoint);
+                let spawned = spawn(async move {
+                    let applied = call.await;
+                    later.adopted(Some(applied), now);
+                    pump(&later);
+                });
+                if !spawned {
+                    endpoint.adopted(None, now);
+                }
+                return;
+            }
+        }
+    }
+}
+
+impl Endpoint {
+    fn adopted(&self, applied: Option<Applied>, now: Instant) {
+        self.lock().adopt(self.config.config(), applied, now);
+    }
+}
+
+/// Runs `task` on the current tokio runtime; `false` outside one.
+fn spawn(task: impl Future<Output = ()> + Send + 'static) -> bool {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(task);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Polls `future` once, with a waker that does nothing: its answer if it has one already.
+fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> Option<F::Output> {
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    let waker = Waker::from(Arc::new(Noop));
+    match future.poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}

@@ -1,0 +1,162 @@
+//! A request's place in an endpoint's queue ([`QueueWait`]) and, once the pacer lets it go, its
+//! pass ([`PassGuard`]), which books the attempt's outcome to the endpoint.
+
+use super::endpoint::{Pass, Release};
+use super::endpoints::{Endpoint, Lane};
+use super::link::pump;
+use super::schedule::Resend;
+use super::shared::Signal;
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::time::{Instant, Sleep};
+
+pin_project! {
+    /// A request's place in an endpoint's queue; completes when the pacer lets it go.
+    /// Dropping it frees the place.
+    pub(crate) struct QueueWait {
+        endpoint: Arc<Endpoint>,
+        id: u64,
+        // Only the head of the queue waits on a timer, for the next release.
+        #[pin]
+        timer: Option<Sleep>,
+        done: bool,
+    }
+
+    impl PinnedDrop for QueueWait {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if !*this.done {
+                this.endpoint.lock().remove(*this.id);
+            }
+        }
+    }
+}
+
+impl QueueWait {
+    pub(crate) fn new(endpoint: Arc<Endpoint>, id: u64) -> Self {
+        Self {
+            endpoint,
+            id,
+            timer: None,
+            done: false,
+        }
+    }
+
+    /// The request's deadline came before the pacer let it go: it is counted as deferred, and
+    /// handed back with when to send it again (see [`resend_after`](Self::resend_after)).
+    pub(crate) fn defer(&self, now: Instant) -> Resend {
+        self.endpoint.lock().deferred += 1;
+        self.resend_after(now)
+    }
+
+    /// When a request that leaves its place now, unreleased, should be sent again, from `now`:
+    /// its place's predicted release, jittered within the place's gap (a burst that joined
+    /// together and leaves together is so spread by position).
+    pub(crate) fn resend_after(&self, now: Instant) -> Resend {
+        let state = self.endpoint.lock();
+        let position = state
+            .queue
+            .iter()
+            .position(|waiter| waiter.id == self.id)
+            .unwrap_or(state.queue.len());
+        state.resend_from(self.endpoint.pacing(), position, now)
+    }
+
+    /// A first attempt whose deadline came in the queue is handed back unsent: it counts as
+    /// deferred.
+    pub(crate) fn deferred(&self) {
+        self.endpoint.lock().deferred += 1;
+    }
+
+    /// `Ready` with the request's pass once the pacer lets it go.
+    pub(crate) fn poll_release(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PassGuard> {
+        let mut this = self.project();
+        // Looks again after an answer the store gave at once, but not forever.
+        let mut answered_at_once = 0;
+        loop {
+            let now = Instant::now();
+            let mut state = this.endpoint.lock();
+            let head = state.queue.front().map(|waiter| waiter.id);
+            if head != Some(*this.id) {
+                if let Some(waiter) = state.queue.iter_mut().find(|w| w.id == *this.id) {
+                    waiter.waker = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+            let release = state.try_release(this.endpoint.pacing(), now);
+            match release {
+                Release::Now(pass) => {
+                    state.queue.pop_front();
+                    crate::telemetry::queue_left(1);
+                    state.wake_head();
+                    *this.done = true;
+                    return Poll::Ready(PassGuard {
+                        endpoint: Arc::clone(this.endpoint),
+                        pass: Some(pass),
+                    });
+                }
+                Release::Blocked | Release::At(_) | Release::Asked => {
+                    // Blocked behind a probe in flight: its outcome wakes the head, and so does
+                    // a change of mode (or the store's answer, when one was asked); the timer is
+                    // a backstop that looks again a probe interval later, whatever happened
+                    // meanwhile.
+                    let at = match release {
+                        Release::At(at) => at,
+                        _ => now + this.endpoint.pacing().probe_interval,
+                    };
+                    if let Some(waiter) = state.queue.front_mut() {
+                        waiter.waker = Some(cx.waker().clone());
+                    }
+                    drop(state);
+                    if release == Release::Asked {
+                        // The call may be answered at once (an in-process store): look again.
+                        pump(this.endpoint);
+                        if answered_at_once < 2 && this.endpoint.lock().answered() {
+                            answered_at_once += 1;
+                            continue;
+                        }
+                    }
+                    match this.timer.as_mut().as_pin_mut() {
+                        Some(timer) => timer.reset(at),
+                        None => this.timer.set(Some(tokio::time::sleep_until(at))),
+                    }
+                    let timer = this.timer.as_mut().as_pin_mut().expect("just set");
+                    if timer.poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How an attempt was let through; its outcome is recorded with it. Dropped unrecorded (the
+/// request was cancelled), it gives a probe's slot back.
+pub(crate) struct PassGuard {
+    endpoint: Arc<Endpoint>,
+    pass: Option<Pass>,
+}
+
+impl PassGuard {
+    /// The endpoint the pass is for.
+    pub(crate) fn lane(&self) -> Lane {
+        Lane(Arc::clone(&self.endpoint))
+    }
+
+    /// Records the attempt's outcome.
+    pub(crate) fn record(mut self, signal: Signal, now: Instant) {
+        self.endpoint.record(self.pass.take(), signal, now);
+    }
+}
+
+impl Drop for PassGuard {
+    fn drop(&mut self) {
+        if let Some(pass) = self.pass.take() {
+            self.endpoint
+                .record(Some(pass), Signal::Neutral, Instant::now());
+        }
+    }
+}
