@@ -1,16 +1,18 @@
 //! The shared pacing store of a simulated fleet: [`InProcessStore`] behind a round trip on the
-//! paused clock, as a process of a real fleet reaches Redis. Ready for the fleet rows with a
-//! shared store (issue 21, phase 2), next to today's rows of independent processes.
+//! paused clock, as a process of a real fleet reaches Redis.
 //!
 //! Each call waits half the round trip, is applied (at the caller's `now`, as the Redis store
 //! applies at the process's own clock mapped onto Redis's), and waits the other half. The
 //! in-process store applies every call atomically on arrival: the round trip is simulated, a
 //! compare-and-set conflict is not (its cost is measured against a real Redis in
-//! `tests/fleet/`).
+//! `tests/fleet/`). What a handle knows without a call ([`PacingStore::cached`]) is what its
+//! last call or read brought, read again in the background once it is older than
+//! [`VIEW_TTL`], as [`RedisStore`](tower_http_retry::pacing::store::RedisStore) does.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower_http_retry::pacing::store::{
@@ -18,12 +20,32 @@ use tower_http_retry::pacing::store::{
 };
 use tower_http_retry::Pacing;
 
+/// How old a handle's view of an endpoint may be before it is read again in the background
+/// (`RedisStoreBuilder::view_ttl`'s default).
+pub const VIEW_TTL: Duration = Duration::from_secs(1);
+
 /// One simulated process's handle on the fleet's store, `rtt` away.
 #[derive(Clone, Debug)]
 pub struct DelayedStore<S = InProcessStore> {
     inner: S,
     rtt: Duration,
-    calls: Arc<AtomicU64>,
+    log: Arc<Log>,
+}
+
+/// What a handle did: its calls (when each was made), its background reads, and the views it
+/// heard.
+#[derive(Debug, Default)]
+struct Log {
+    calls: Mutex<Vec<Instant>>,
+    reads: AtomicU64,
+    views: Mutex<HashMap<String, Heard>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Heard {
+    view: Option<View>,
+    read_at: Instant,
+    reading: bool,
 }
 
 impl DelayedStore {
@@ -37,23 +59,65 @@ impl DelayedStore {
     }
 }
 
-impl<S: PacingStore> DelayedStore<S> {
+impl<S: PacingStore + Clone> DelayedStore<S> {
     /// `inner` with every call delayed by `rtt`.
     pub fn new(inner: S, rtt: Duration) -> Self {
         Self {
             inner,
             rtt,
-            calls: Arc::new(AtomicU64::new(0)),
+            log: Arc::default(),
         }
     }
 
     /// Calls made through this handle (the harness's "store calls per request").
     pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::Relaxed)
+        lock(&self.log.calls).len() as u64
+    }
+
+    /// When each call through this handle was made.
+    pub fn call_times(&self) -> Vec<Instant> {
+        lock(&self.log.calls).clone()
+    }
+
+    /// Background reads of views older than [`VIEW_TTL`] (not on any request's path).
+    pub fn reads(&self) -> u64 {
+        self.log.reads.load(Ordering::Relaxed)
+    }
+
+    /// Reads `endpoint` in the background, a round trip away.
+    fn read(&self, pacing: &Pacing, endpoint: &str) {
+        self.log.reads.fetch_add(1, Ordering::Relaxed);
+        let (inner, log, rtt) = (self.inner.clone(), Arc::clone(&self.log), self.rtt);
+        let (pacing, endpoint) = (pacing.clone(), endpoint.to_owned());
+        tokio::spawn(async move {
+            let applied = round_trip(rtt, async {
+                inner
+                    .apply(&pacing, &endpoint, &[Event::Refresh], Instant::now())
+                    .await
+            })
+            .await;
+            heard(&log, &endpoint, applied.view);
+        });
     }
 }
 
-impl<S: PacingStore> PacingStore for DelayedStore<S> {
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `view` of `endpoint` was heard just now.
+fn heard(log: &Log, endpoint: &str, view: View) {
+    lock(&log.views).insert(
+        endpoint.to_owned(),
+        Heard {
+            view: Some(view),
+            read_at: Instant::now(),
+            reading: false,
+        },
+    );
+}
+
+impl<S: PacingStore + Clone> PacingStore for DelayedStore<S> {
     fn apply<'a>(
         &'a self,
         pacing: &'a Pacing,
@@ -61,13 +125,20 @@ impl<S: PacingStore> PacingStore for DelayedStore<S> {
         events: &'a [Event],
         now: Instant,
     ) -> StoreCall<'a> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        StoreCall::pending(round_trip(self.rtt, async move {
-            self.inner.apply(pacing, endpoint, events, now).await
-        }))
+        lock(&self.log.calls).push(now);
+        StoreCall::pending(async move {
+            let applied = round_trip(self.rtt, async {
+                self.inner.apply(pacing, endpoint, events, now).await
+            })
+            .await;
+            heard(&self.log, endpoint, applied.view);
+            applied
+        })
     }
 
     fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
+        // The store's state as it is now, without a round trip: a Redis store's cache is up to
+        // its view TTL older (see the module's docs).
         self.inner.cached(pacing, endpoint, now)
     }
 
@@ -103,5 +174,23 @@ mod tests {
         assert_eq!(seen.view.mode, PacingMode::Probing);
         assert_eq!((fleet[0].calls(), fleet[1].calls()), (1, 1));
         assert_eq!(fleet[1].stats().calls, 2, "one store under both handles");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_view_is_what_the_last_call_or_read_brought() {
+        let pacing = Pacing::new();
+        let fleet = DelayedStore::fleet(2, Duration::from_millis(2));
+        let now = Instant::now();
+        assert_eq!(fleet[1].cached(&pacing, "hook", now), None, "never heard of");
+        let down = [Event::Down { jitter: 0.5 }];
+        fleet[0].apply(&pacing, "hook", &down, Instant::now()).await;
+        let mode = |i: usize| fleet[i].cached(&pacing, "hook", Instant::now()).map(|v| v.mode);
+        assert_eq!(mode(0), Some(PacingMode::Probing), "its own call");
+        assert_eq!(mode(1), Some(PacingMode::Open), "the read it made before the call");
+        tokio::time::sleep(VIEW_TTL).await;
+        assert_eq!(mode(1), Some(PacingMode::Open), "stale: read again");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(mode(1), Some(PacingMode::Probing));
+        assert_eq!(fleet[1].reads(), 2);
     }
 }

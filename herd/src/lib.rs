@@ -25,8 +25,14 @@
 pub mod fleet_store;
 
 mod endpoint;
+mod fleet;
 mod metrics;
 mod scenario;
+
+pub use fleet::{
+    fleet_targets, FleetRow, Sharing, StoreMetrics, StoreUse, FLEET_ROWS, OPEN_PHASE_RATE,
+    STORE_RTT,
+};
 
 pub use metrics::{
     accepted_per_second, delivered_per_process, per_second, shares, spread, target, targets,
@@ -53,6 +59,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::Policy;
 use tower::{Layer, Service, ServiceExt};
 use tower_http_retry::retry::{RandomSource, RetryLayerBuilder, RetryStats, TokenBucket};
+use fleet_store::DelayedStore;
 use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer, RetryReport, StopReason};
 
 /// The header both clients stamp with the attempt number (1 for the first attempt).
@@ -500,6 +507,8 @@ pub struct Run {
     /// Our rows only: each process's layer's counters.
     pub stats: Vec<RetryStats>,
     pub gave_up: GaveUp,
+    /// A fleet with a shared store: what the processes asked of it.
+    pub store: Option<StoreUse>,
 }
 
 /// Runs `row` against `model` with `seed`, one sender, on a fresh paused-clock runtime.
@@ -510,6 +519,19 @@ pub fn run(p: &Params, model: Model, row: Row, seed: u64) -> Run {
 /// Runs `row` as `processes` independent senders sharing the endpoint, each with
 /// `deliveries / processes` deliveries, its own layer, seed and budget.
 pub fn run_fleet(p: &Params, model: Model, row: Row, seed: u64, processes: usize) -> Run {
+    run_sharing(p, model, row, seed, processes, Sharing::Alone)
+}
+
+/// Runs `row` as `processes` senders sharing the endpoint and, with [`Sharing::Store`], one
+/// pacing store, each with `deliveries / processes` deliveries, its own layer, seed and budget.
+pub fn run_sharing(
+    p: &Params,
+    model: Model,
+    row: Row,
+    seed: u64,
+    processes: usize,
+    sharing: Sharing,
+) -> Run {
     assert!(
         processes > 0 && p.deliveries % processes == 0,
         "every process gets the same number of deliveries"
@@ -519,7 +541,7 @@ pub fn run_fleet(p: &Params, model: Model, row: Row, seed: u64, processes: usize
         .start_paused(true)
         .build()
         .expect("a current-thread runtime")
-        .block_on(simulate(p, model, row, seed, processes))
+        .block_on(simulate(p, model, row, seed, processes, sharing))
 }
 
 /// Process `i`'s seed: `seed` itself for the first, so a one-process run is the plain row.
@@ -527,16 +549,44 @@ fn process_seed(seed: u64, process: usize) -> u64 {
     seed ^ ((process as u64) << 32)
 }
 
-async fn simulate(p: &Params, model: Model, row: Row, seed: u64, processes: usize) -> Run {
+async fn simulate(
+    p: &Params,
+    model: Model,
+    row: Row,
+    seed: u64,
+    processes: usize,
+    sharing: Sharing,
+) -> Run {
     // Built inside the runtime: the budgets read the paused clock when created.
     let start = Instant::now();
     let endpoint = Endpoint::new(p, model, start);
     let seeds: Vec<u64> = (0..processes).map(|i| process_seed(seed, i)).collect();
-    let layers: Option<Vec<RetryLayer>> = seeds.iter().map(|&s| row.layer(p, s)).collect();
+    let stores = match sharing {
+        Sharing::Alone => Vec::new(),
+        Sharing::Store { rtt } => DelayedStore::fleet(processes, rtt),
+    };
+    let layers: Option<Vec<RetryLayer>> = seeds
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let builder = row.builder(p, s)?;
+            let builder = match stores.get(i) {
+                Some(store) => {
+                    builder.pacing(Pacing::builder().store(store.clone()).build().unwrap())
+                }
+                None => builder,
+            };
+            Some(builder.build().expect("valid row configuration"))
+        })
+        .collect();
+    let mut store = None;
     let (completions, delays, stats, gave_up) = match layers {
         Some(layers) => {
             let clients = layers.iter().map(|l| l.layer(endpoint.clone())).collect();
             let (completions, delays) = deliver(clients, p.deliveries, start).await;
+            if !stores.is_empty() {
+                store = Some(fleet::open_phase(&layers, &stores, &endpoint, start).await);
+            }
             let stats: Vec<RetryStats> = layers.iter().map(RetryLayer::stats).collect();
             let stopped = |reason| stats.iter().map(|s| s.stopped(reason)).sum();
             let gave_up = GaveUp {
@@ -564,11 +614,16 @@ async fn simulate(p: &Params, model: Model, row: Row, seed: u64, processes: usiz
             (completions, delays, Vec::new(), gave_up)
         }
     };
-    let arrivals = endpoint.take_arrivals();
+    let mut arrivals = endpoint.take_arrivals();
     if !stats.is_empty() {
         // The layers' own count and the endpoint's log must agree, or the harness is wrong.
         let attempts: u64 = stats.iter().map(|s| s.attempts).sum();
         assert_eq!(attempts, arrivals.len() as u64, "attempts of {row:?}");
+    }
+    if let Some(store) = &store {
+        // The open phase's requests are a figure of their own, not the run's.
+        arrivals.retain(|a| a.delivery < p.deliveries);
+        assert_eq!(store.open.sent, store.open.delivered, "the open phase delivers all");
     }
     Run {
         model,
@@ -578,6 +633,7 @@ async fn simulate(p: &Params, model: Model, row: Row, seed: u64, processes: usiz
         delays,
         stats,
         gave_up,
+        store,
     }
 }
 

@@ -66,6 +66,9 @@ pub struct Metrics {
     pub failed_retries: u64,
     /// 503s answered at or after recovery: for lack of capacity (model B only).
     pub overload: u64,
+    /// Attempts after the first that reached the endpoint while it was down, per second of
+    /// the outage: the load on a dead endpoint beyond the first attempts.
+    pub retries_while_down: f64,
     /// Model B: mean successes per second once ramped (see [`Params::describe`]); `None` in
     /// model A, and when the successes never reach [`RAMPED_SHARE`] of capacity in a second.
     pub accepted_rate: Option<f64>,
@@ -124,6 +127,12 @@ impl Metrics {
                 .iter()
                 .filter(|a| !a.ok && a.at >= p.outage)
                 .count() as u64,
+            retries_while_down: run
+                .arrivals
+                .iter()
+                .filter(|a| a.attempt > 1 && a.at < p.outage)
+                .count() as f64
+                / p.outage.as_secs_f64(),
             accepted_rate,
             attempts: run.arrivals.len() as u64,
             gave_up: run.gave_up,

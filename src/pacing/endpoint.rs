@@ -130,7 +130,17 @@ impl EndpointState {
 
     /// The release rate now, per second (0 while open: unpaced).
     pub(crate) fn rate(&self, config: &PacingConfig) -> f64 {
-        self.shared.rate(&Rules::alone(config))
+        self.shared.rate(&self.rules(config))
+    }
+
+    /// The rules this process applies to its state: a process alone's, or with a store the
+    /// fleet's (its replica is the fleet's state).
+    pub(crate) fn rules<'a>(&self, config: &'a PacingConfig) -> Rules<'a> {
+        match self.link {
+            None => Rules::alone(config),
+            // The replica grants no probe: the store's leases are the store's.
+            Some(_) => Rules::fleet(config, u64::MAX),
+        }
     }
 
     fn at(&self, now: Instant) -> u64 {
@@ -185,13 +195,13 @@ impl EndpointState {
     /// state's [`schedule`](SharedState::schedule)), from `now`.
     pub(crate) fn schedule(&self, config: &PacingConfig, now: Instant) -> Schedule {
         self.shared
-            .schedule(&Rules::alone(config), self.clock, self.at(now))
+            .schedule(&self.rules(config), self.clock, self.at(now))
     }
 
     /// How many places of the fleet's schedule one place of this process's queue stands for:
     /// the peers share the releases (1 for a process pacing alone).
     fn share(&self, now: Instant) -> f64 {
-        f64::from(self.shared.peers(self.at(now)))
+        f64::from(self.shared.active_peers(self.at(now)))
     }
 
     /// The predicted wait of a request that joins the queue now at `position` (0: the head).
@@ -273,7 +283,7 @@ impl EndpointState {
         if self.link.is_some() {
             return self.release_linked(config, now);
         }
-        let rules = Rules::alone(config);
+        let rules = self.rules(config);
         let at = self.at(now);
         self.shared.advance(&rules, self.queue.len() > 1, at);
         self.settle();
@@ -306,7 +316,7 @@ impl EndpointState {
         signal: Signal,
         now: Instant,
     ) -> bool {
-        let rules = Rules::alone(config);
+        let rules = self.rules(config);
         let at = self.at(now);
         self.shared.advance(&rules, self.queue.len() > 1, at);
         self.settle();
@@ -329,18 +339,16 @@ impl EndpointState {
             }
             if signal == Signal::Congestion && self.run >= config.outage_after {
                 // Down (or down again while ramping, if nothing has been taken for an
-                // interval). A store hears of the run whatever this process concludes from it.
-                let draw = if self.link.is_some() {
-                    Some(self.rng.random())
-                } else {
-                    None
-                };
+                // interval). A store hears of it when this process's replica went down: a
+                // run it saw while the fleet took requests is no outage, then or later.
                 let rng = &mut self.rng;
-                changed |= self
-                    .shared
-                    .down(&rules, at, || draw.unwrap_or_else(|| rng.random()));
+                let went = self.shared.down(&rules, at, || {
+                    let jitter = rng.random();
+                    down = Some(jitter);
+                    jitter
+                });
+                changed |= went;
                 self.settle();
-                down = draw;
             }
         }
         if let Some(link) = &mut self.link {
@@ -352,7 +360,7 @@ impl EndpointState {
     /// A hint (`Retry-After`) on one response, asking that request to wait until `until`: see
     /// [`SharedState::hinted`]. Returns whether the whole endpoint paused.
     pub(crate) fn hinted(&mut self, config: &PacingConfig, until: Instant, now: Instant) -> bool {
-        let rules = Rules::alone(config);
+        let rules = self.rules(config);
         let at = self.at(now);
         self.shared.advance(&rules, self.queue.len() > 1, at);
         self.settle();
@@ -371,7 +379,7 @@ impl EndpointState {
             return;
         }
         let jitter: f64 = self.rng.random();
-        let rules = Rules::alone(config);
+        let rules = self.rules(config);
         self.shared.down(&rules, self.at(now), || jitter);
         self.settle();
         if let Some(link) = &mut self.link {
@@ -382,7 +390,7 @@ impl EndpointState {
     /// The endpoint said when to come back: every request waits until then (see
     /// [`SharedState::pause_until`]).
     pub(crate) fn pause_until(&mut self, config: &PacingConfig, until: Instant, now: Instant) {
-        let rules = Rules::alone(config);
+        let rules = self.rules(config);
         self.shared
             .pause_until(&rules, self.at(until), self.at(now));
         self.settle();
@@ -410,7 +418,7 @@ impl EndpointState {
     /// Moves the mode on with time when it is read, not only when a request comes: what
     /// [`PacingStats`](crate::pacing::PacingStats) says and what eviction sees are true at `now`.
     pub(crate) fn advance(&mut self, config: &PacingConfig, now: Instant) {
-        let rules = Rules::alone(config);
+        let rules = self.rules(config);
         let at = self.at(now);
         self.shared.advance(&rules, !self.queue.is_empty(), at);
         self.settle();
@@ -430,7 +438,7 @@ impl EndpointState {
     fn tick(&mut self, config: &PacingConfig, now: Instant) {
         let at = self.at(now);
         self.shared
-            .advance(&Rules::alone(config), self.queue.len() > 1, at);
+            .advance(&self.rules(config), self.queue.len() > 1, at);
         self.settle();
     }
 }

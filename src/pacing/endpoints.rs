@@ -381,7 +381,7 @@ impl Lane {
         match store.cached(&endpoint.config, &endpoint.key, now) {
             Some(view) if view.mode != PacingMode::Open => {
                 let mut state = endpoint.lock();
-                if !state.is_paced() {
+                if !state.is_paced() && state.is_news(&view) {
                     state.shared = SharedState::from_view(&view, &state.clock, now);
                     state.settle();
                 }

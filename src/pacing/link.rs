@@ -19,9 +19,10 @@
 //! drops the unused slots: they were granted at a rate the endpoint no longer takes.
 
 use super::config::PacingConfig;
-use super::endpoint::{trace, EndpointState, Pass, Release};
+use super::endpoint::{trace, EndpointState, PacingMode, Pass, Release};
 use super::endpoints::Endpoint;
-use super::shared::{Mode, Rules, Signal};
+use super::rate::Ramp;
+use super::shared::{Mode, Signal};
 use super::store::{Applied, Event, Lease};
 use rand::RngExt;
 use std::future::Future;
@@ -32,7 +33,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Outcomes pending past this many are reported without waiting for the next ask.
-pub(crate) const REPORT_EVERY: u32 = 12;
+pub(crate) const REPORT_EVERY: u32 = 32;
 /// Outcomes are reported within this, whatever else happens.
 pub(crate) const REPORT_WITHIN: Duration = Duration::from_secs(1);
 /// How far behind its time an unused slot may still be used (as a process alone catches up).
@@ -46,23 +47,35 @@ pub(crate) struct Link {
     slots: Option<Slots>,
     /// A probe of the fleet's stream granted to this process, for the head of its queue.
     ticket: Option<Lease>,
-    /// The store said not to ask again before then.
-    not_before: Option<Instant>,
+    /// The store said not to ask again before then, in this mode and at this rate: a new mode
+    /// is a new answer (a ramp that starts has its first slot now, not at the next probe), and
+    /// so is a rate grown by [`STALE_GROWTH`] (the next slot came forward).
+    not_before: Option<NotBefore>,
     outbox: Outbox,
     /// A call is in flight.
     calling: bool,
     /// The head asked for a release that nothing in hand answers.
     wanted: bool,
+    /// The last ask said requests were waiting: when none are left, the fleet is told (the
+    /// process no longer counts for the shares).
+    asked: bool,
     /// A timer is armed to send the outbox then.
     timer: Option<Instant>,
+    /// When the outcomes were last reported (the next report's span starts there).
+    reported_at: Option<Instant>,
+    /// When the replica was last heard from the store: a cached view no newer than this says
+    /// nothing the replica does not know.
+    heard_at: Option<Instant>,
 }
 
-/// Slots granted and not used yet: the next at `next`, then one `gap` apart.
+/// Slots granted and not used yet: the next at `next`, then one `gap` apart, granted while
+/// the fleet's rate was `rate`.
 #[derive(Clone, Copy, Debug)]
 struct Slots {
     next: Instant,
     gap: Duration,
     left: u32,
+    rate: f64,
 }
 
 /// What the process has to tell the fleet.
@@ -79,6 +92,17 @@ struct Outbox {
     /// Something to send at once.
     urgent: bool,
 }
+
+/// A store's "not before then".
+#[derive(Clone, Copy, Debug)]
+struct NotBefore {
+    at: Instant,
+    mode: PacingMode,
+    rate: f64,
+}
+
+/// A rate grown by this factor since the store said when to ask again makes the answer stale.
+const STALE_GROWTH: f64 = 1.5;
 
 /// What the endpoint's store should do next.
 pub(crate) enum Next {
@@ -121,8 +145,10 @@ impl Link {
         let total = outbox.successes + outbox.losses;
         if outbox.losses >= BURST_LOSSES
             && f64::from(outbox.losses) > config.loss_threshold * f64::from(total)
-            && self.slots.take().is_some()
         {
+            // A burst of losses: the fleet hears of it at once, and the slots in hand, granted
+            // at a rate the endpoint no longer takes, go back.
+            self.slots = None;
             self.outbox.urgent = true;
         }
     }
@@ -167,6 +193,15 @@ impl Link {
 }
 
 impl EndpointState {
+    /// Whether `view` (what the store's cache says) is news to this process: heard after the
+    /// replica was.
+    pub(crate) fn is_news(&self, view: &super::store::View) -> bool {
+        self.link
+            .as_ref()
+            .and_then(|link| link.heard_at)
+            .map_or(true, |heard| view.heard_at > heard)
+    }
+
     /// Whether the head's last ask was answered (no call for it in flight).
     pub(crate) fn answered(&self) -> bool {
         self.link
@@ -181,7 +216,7 @@ impl EndpointState {
     /// [`try_release`](Self::try_release) with a store: from the probe or slots in hand, or
     /// the replica's pause, or else the store is asked.
     pub(crate) fn release_linked(&mut self, config: &PacingConfig, now: Instant) -> Release {
-        let rules = Rules::alone(config);
+        let rules = self.rules(config);
         let at = self.clock.to_shared(now);
         self.shared.advance(&rules, self.queue.len() > 1, at);
         self.settle();
@@ -200,7 +235,12 @@ impl EndpointState {
             Some(Err(at)) => return Release::At(at),
             None => {}
         }
-        if let Some(at) = link.not_before.filter(|&at| at > now) {
+        let mode = self.shared.mode_kind();
+        let rate = self.rate(config);
+        let link = self.link();
+        if let Some(NotBefore { at, .. }) = link.not_before.filter(|told| {
+            told.at > now && told.mode == mode && rate < told.rate * STALE_GROWTH
+        }) {
             return Release::At(at);
         }
         link.wanted = true;
@@ -211,16 +251,30 @@ impl EndpointState {
     pub(crate) fn next_call(&mut self, config: &PacingConfig, now: Instant) -> Next {
         let waiting = self.queue.len();
         let open = self.shared.is_open();
+        // In slow start every success grows the rate: the fleet hears of them within an
+        // interval, as of losses always.
+        let slow_start = matches!(
+            self.shared.mode,
+            Mode::Ramping {
+                ramp: Ramp::SlowStart { .. },
+                ..
+            }
+        );
         let EndpointState { link, rng, .. } = self;
         let link = link.as_mut().expect("a store's endpoint");
         if link.calling {
             return Next::Nothing;
         }
         let ask = link.wanted && waiting > 0 && !open;
+        // Nothing waits any more: the fleet hears it (within an interval), and splits its rate
+        // between the others.
+        let done = link.asked && waiting == 0 && !open;
         let outbox = &link.outbox;
         let counted = outbox.successes + outbox.losses;
         let report_by = outbox.oldest.map(|oldest| {
-            let within = if outbox.losses > 0 {
+            // Alone, a loss or two is no news (a burst is sent at once): outcomes are reported
+            // together, so that the fleet's intervals count successes and losses alike.
+            let within = if slow_start {
                 config.ramp_interval
             } else {
                 REPORT_WITHIN
@@ -228,7 +282,9 @@ impl EndpointState {
             oldest + within
         });
         let report = counted >= REPORT_EVERY || report_by.is_some_and(|by| by <= now);
-        if !(ask || outbox.urgent || report) {
+        // Told with the outcomes pending if there are any, else at once.
+        let done_now = done && counted == 0;
+        if !(ask || outbox.urgent || report || done_now) {
             return match report_by {
                 Some(by) if link.timer.map_or(true, |t| t > by) => {
                     link.timer = Some(by);
@@ -252,15 +308,26 @@ impl EndpointState {
             events.push(Event::ProbeDone { lease, success });
         }
         if counted > 0 {
+            // Since the last report, unless the outcomes began well after it.
+            let since = match (link.reported_at, outbox.oldest) {
+                (Some(reported), Some(oldest)) if oldest <= reported + config.ramp_interval => {
+                    reported
+                }
+                (_, Some(oldest)) => oldest,
+                (reported, None) => reported.unwrap_or(now),
+            };
             events.push(Event::Report {
                 successes: outbox.successes,
                 losses: outbox.losses,
+                over: now.saturating_duration_since(since).max(config.ramp_interval),
             });
+            link.reported_at = Some(now);
         }
-        if ask {
+        if ask || done {
             let want = u32::try_from(waiting).unwrap_or(u32::MAX);
             let jitter: f64 = rng.random();
             events.push(Event::Release { want, jitter });
+            link.asked = want > 0;
         }
         link.calling = true;
         Next::Call(events)
@@ -270,15 +337,19 @@ impl EndpointState {
     /// the fleet's state, with the events recorded since the call applied to it again; a
     /// release answered is kept for the head, which is woken.
     pub(crate) fn adopt(&mut self, config: &PacingConfig, applied: Option<Applied>, now: Instant) {
+        let mode = self.shared.mode_kind();
+        let rate = self.rate(config);
         let link = self.link();
         link.calling = false;
         link.timer = None;
         let Some(applied) = applied else {
             link.wanted = false;
-            link.not_before = Some(now + config.probe_interval);
+            let at = now + config.probe_interval;
+            link.not_before = Some(NotBefore { at, mode, rate });
             self.wake_head();
             return;
         };
+        link.heard_at = Some(applied.view.heard_at);
         let before = self.shared.mode_kind();
         self.shared = applied.state.clone();
         self.clock = applied.clock;
@@ -290,7 +361,11 @@ impl EndpointState {
             self.run = 0;
         }
         let waiting = !self.queue.is_empty();
-        let link = self.link();
+        let rate = self.rate(config);
+        if std::env::var_os("PACER_DEBUG").is_some() {
+            eprintln!("ADOPT {:?} rate {rate:.0} active {} mode {:?} release {:?} waiting {} state {:?} du {} ld {} at {}", now, self.shared.active_peers(self.clock.to_shared(now)), self.shared.mode_kind(), applied.release(), self.queue.len(), self.shared.mode, self.shared.demand_until, self.shared.last_demand, self.clock.to_shared(now));
+        }
+        let link = self.link.as_mut().expect("a store's endpoint");
         if let Some(release) = applied.release() {
             link.wanted = false;
             link.not_before = None;
@@ -306,14 +381,32 @@ impl EndpointState {
                         next: first,
                         gap,
                         left: count,
+                        rate,
                     });
                 }
-                super::store::Release::At(at) => link.not_before = Some(at),
+                super::store::Release::At(at) => {
+                    link.not_before = Some(NotBefore {
+                        at,
+                        mode: after,
+                        rate,
+                    });
+                }
                 super::store::Release::Blocked { until } => {
-                    link.not_before = Some(until.min(now + config.probe_interval));
+                    let at = until.min(now + config.probe_interval);
+                    link.not_before = Some(NotBefore {
+                        at,
+                        mode: after,
+                        rate,
+                    });
                 }
                 super::store::Release::Unpaced => {}
             }
+        } else if link
+            .slots
+            .is_some_and(|slots| rate * STALE_GROWTH < slots.rate)
+        {
+            // The fleet cut its rate: slots granted at the old one go back unused.
+            link.slots = None;
         }
         self.wake_head();
     }
@@ -321,7 +414,7 @@ impl EndpointState {
     /// Applies the events not sent yet to the replica: it is the fleet's state as this process
     /// will have made it.
     fn replay(&mut self, config: &PacingConfig, now: Instant) {
-        let rules = Rules::alone(config);
+        let rules = self.rules(config);
         let clock = self.clock;
         let link = self.link.as_ref().expect("a store's endpoint");
         let outbox = &link.outbox;

@@ -145,6 +145,7 @@ async fn ramp_at_700_per_second(store: &impl PacingStore, pacing: &Pacing) {
     let report = Event::Report {
         successes: 100,
         losses: 10,
+        over: Duration::ZERO,
     };
     call(store, pacing, &[done, report]).await;
     tokio::time::sleep(120 * MS).await;

@@ -6,6 +6,7 @@
 mod support;
 
 mod defects;
+mod fleet;
 mod loopback;
 mod model;
 mod resend;

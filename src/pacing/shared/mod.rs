@@ -26,6 +26,7 @@
 mod op;
 mod predict;
 mod release;
+mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -51,6 +52,9 @@ pub(crate) struct Rules<'a> {
     /// A probe lease not ended by then is taken back (its holder may be dead); `None` for an
     /// endpoint paced by one process, whose passes always end their lease.
     pub(crate) lease_ttl: Option<Nanos>,
+    /// How late outcomes may be heard of (a fleet's processes report them in batches; 0 for a
+    /// process alone): "nothing taken for an interval" waits this much longer.
+    pub(crate) report_lag: Nanos,
 }
 
 impl<'a> Rules<'a> {
@@ -59,6 +63,16 @@ impl<'a> Rules<'a> {
         Self {
             pacing,
             lease_ttl: None,
+            report_lag: 0,
+        }
+    }
+
+    /// The rules of a fleet's shared state, whose probe leases expire after `lease_ttl`.
+    pub(crate) fn fleet(pacing: &'a PacingConfig, lease_ttl: Nanos) -> Self {
+        Self {
+            pacing,
+            lease_ttl: Some(lease_ttl),
+            report_lag: nanos(crate::pacing::link::REPORT_WITHIN),
         }
     }
 
@@ -107,10 +121,38 @@ pub(crate) struct LeaseEntry {
 }
 
 /// A process that asked lately (the fleet's size, for fair shares and the fallback).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Peer {
     pub(crate) holder: u64,
     pub(crate) seen: Nanos,
+    /// While ramping: the last slot granted it, on the fleet's slot clock, and its time.
+    pub(crate) last: f64,
+    pub(crate) last_at: Nanos,
+    /// Where its slots fall in each cycle of the fleet's slots, as a fraction in 32 bits, once
+    /// `placed`.
+    pub(crate) phase: u32,
+    pub(crate) placed: bool,
+    /// It said it has nothing waiting (its last ask wanted nothing).
+    pub(crate) idle: bool,
+    /// Its successes per second over the span of its last report, and when it reported.
+    pub(crate) accepted: f32,
+    pub(crate) reported: Nanos,
+}
+
+impl Peer {
+    pub(crate) fn new(holder: u64, seen: Nanos) -> Self {
+        Self {
+            holder,
+            seen,
+            last: 0.0,
+            last_at: 0,
+            phase: 0,
+            placed: false,
+            idle: false,
+            accepted: 0.0,
+            reported: 0,
+        }
+    }
 }
 
 /// The modes entered since they were last taken ([`SharedState::take_entered`]), for the
@@ -177,6 +219,12 @@ pub(crate) struct SharedState {
     pub(crate) last_slot: Nanos,
     /// While ramping, with a store: slots granted ahead are demand until then.
     pub(crate) demand_until: Nanos,
+    /// The last time requests were seen waiting (a fleet's demand is heard only when a process
+    /// asks: a ramp nobody asked of for a while has had no demand since then).
+    pub(crate) last_demand: Nanos,
+    /// With a store: the fleet's slot clock (`slots.rs`), slots passed at `slots_at`.
+    pub(crate) slots: f64,
+    pub(crate) slots_at: Nanos,
     /// When the endpoint last took a request (answered a success), if it ever did.
     pub(crate) last_success: Option<Nanos>,
     /// The rate the endpoint took at its last loss (a ramp's cut), per second: what a ramp
@@ -205,6 +253,9 @@ impl SharedState {
             next_lease: 0,
             last_slot: 0,
             demand_until: 0,
+            last_demand: 0,
+            slots: 0.0,
+            slots_at: 0,
             last_success: None,
             capacity: None,
             peers: Vec::new(),
@@ -246,8 +297,9 @@ impl SharedState {
     /// interval. (What "nothing gets through" means below: a hint pauses the whole endpoint,
     /// and a run of congestion while ramping is an outage.)
     pub(crate) fn takes_requests(&self, rules: &Rules<'_>, now: Nanos) -> bool {
+        let within = nanos(rules.pacing.ramp_interval).saturating_add(rules.report_lag);
         self.last_success
-            .is_some_and(|at| now.saturating_sub(at) < nanos(rules.pacing.ramp_interval))
+            .is_some_and(|at| now.saturating_sub(at) < within)
     }
 
     /// Moves the mode on with time: a pause that ended, a measuring interval that closed, a
@@ -255,6 +307,16 @@ impl SharedState {
     /// one asking, when one asks).
     pub(crate) fn advance(&mut self, rules: &Rules<'_>, demand: bool, now: Nanos) {
         let demand = demand || now < self.demand_until;
+        if demand {
+            self.last_demand = self.last_demand.max(now);
+        }
+        // A process alone sees its queue at every step; a fleet's store only when a process
+        // asks, so its quiet spell began at the last demand it heard of.
+        let quiet_since = if rules.lease_ttl.is_some() {
+            self.last_demand.max(self.demand_until).min(now)
+        } else {
+            now
+        };
         if let Mode::Paused { until, resume } = self.mode {
             if now >= until {
                 // Read late (nobody asked when it ended), the pause ended at `until`, and the
@@ -279,6 +341,7 @@ impl SharedState {
                 }
             }
         }
+        let reported = self.reported_accepted(now);
         let Mode::Ramping {
             ramp,
             interval_start,
@@ -295,6 +358,12 @@ impl SharedState {
         let interval = rules.interval();
         let secs = rules.pacing.ramp_interval.as_secs_f64();
         while now >= interval_start.saturating_add(interval) {
+            // The slot clock runs at the rate of the interval that closes.
+            let closes = interval_start.saturating_add(interval);
+            if rules.lease_ttl.is_some() && closes > self.slots_at {
+                self.slots += (closes - self.slots_at) as f64 / 1e9 * ramp.rate(&rules.pacing.rate);
+                self.slots_at = closes;
+            }
             let total = *successes + *losses;
             *last_accepted = f64::from(*successes) / secs;
             let loss = if total == 0 {
@@ -306,9 +375,21 @@ impl SharedState {
             // hint is the endpoint's own word that it takes less.
             if (loss > rules.pacing.loss_threshold && *losses >= MIN_LOSSES_TO_CUT) || *hinted {
                 if *interval_start >= *cut_settles_at {
-                    let accepted = f64::from(*successes) / secs;
+                    // A fleet's outcomes come in reports, whose times are not the outcomes':
+                    // the interval may hold a burst of losses and few of the successes beside
+                    // them. What the peers' last reports took is what the fleet takes, if more.
+                    let counted = f64::from(*successes) / secs;
+                    let accepted = match reported {
+                        Some(reported) => counted.max(reported),
+                        None => counted,
+                    };
                     ramp.lose(&rules.pacing.rate, accepted);
-                    *cut_settles_at = *interval_start + interval * 2;
+                    // Losses answer releases made before the cut until the slots a fleet was
+                    // granted ahead at the old rate are used, an interval after, and are heard
+                    // of up to the fleet's report lag later (neither for a process alone).
+                    *cut_settles_at = (*interval_start + interval * 2)
+                        .max(self.demand_until.saturating_add(interval))
+                        .saturating_add(rules.report_lag);
                     if let Some(max) = ramp.last_max() {
                         self.capacity = Some(max);
                     }
@@ -325,10 +406,14 @@ impl SharedState {
                 *interval_start = now;
             }
         }
+        if rules.lease_ttl.is_some() && now > self.slots_at {
+            self.slots += (now - self.slots_at) as f64 / 1e9 * ramp.rate(&rules.pacing.rate);
+            self.slots_at = now;
+        }
         if demand {
             *idle_since = None;
         } else {
-            let since = *idle_since.get_or_insert(now);
+            let since = *idle_since.get_or_insert(quiet_since);
             if now.saturating_sub(since) >= nanos(rules.pacing.idle_to_open) {
                 self.mode = Mode::Open;
                 self.entered.enter(PacingMode::Open);
@@ -513,6 +598,7 @@ impl SharedState {
         };
         // The next waiter may go at once: the endpoint just answered.
         self.last_slot = now.saturating_sub(gap(rules.pacing.rate.floor));
+        self.slots_at = now;
         self.entered.enter(PacingMode::Ramping);
     }
 }

@@ -24,8 +24,13 @@ pub(crate) enum Op {
     Release { want: u32, jitter: f64 },
     /// A probe ended; `success`: the endpoint took it.
     ProbeDone { lease: u64, success: bool },
-    /// Outcomes of released requests since the process last reported.
-    Report { successes: u32, losses: u32 },
+    /// Outcomes of released requests since the process last reported, `over` that long (0:
+    /// unknown).
+    Report {
+        successes: u32,
+        losses: u32,
+        over: Nanos,
+    },
     /// Nothing: read the state as it is now.
     Refresh,
 }
@@ -75,7 +80,17 @@ impl SharedState {
                 self.outcome(rules, signal, Some(lease), now);
                 None
             }
-            Op::Report { successes, losses } => {
+            Op::Report {
+                successes,
+                losses,
+                over,
+            } => {
+                if over > 0 {
+                    if let Some(peer) = self.peers.iter_mut().find(|p| p.holder == holder) {
+                        peer.accepted = (f64::from(successes) * 1e9 / over as f64) as f32;
+                        peer.reported = now;
+                    }
+                }
                 for _ in 0..successes.min(MAX_REPORTED) {
                     self.outcome(rules, Signal::Success, None, now);
                 }

@@ -11,12 +11,18 @@ use crate::pacing::rate::Ramp;
 /// a millisecond, so a rate above 1,000/s needs a few releases per wake; an idle moment does not
 /// save up a burst beyond that.
 const BURST_WINDOW: Nanos = 10_000_000;
-/// A fleet's release batch aims at this many slots, so that a process takes slots about once per
-/// this many releases.
-pub(crate) const SLOTS_PER_CALL: u64 = 24;
+/// A fleet's release batch aims at this many slots, so that a process calls the store about
+/// once per this many releases.
+pub(crate) const SLOTS_PER_CALL: u64 = 16;
 /// Slots are never granted further ahead than this: a rate learned now is used within it. A
-/// fleet of 100 at 2,000/s (20/s each) needs about this much to take 24 at a time.
-const MAX_AHEAD: Nanos = 2_000_000_000;
+/// fleet of 100 at 2,000/s (20/s each) needs about this much to take 16 at a time.
+const MAX_AHEAD: Nanos = 1_000_000_000;
+/// A batch's slots are granted evenly spaced: it ends where the predicted spacing moves by
+/// more than this share of its first.
+const SPACING_DRIFT: f64 = 0.05;
+/// A peer that has not asked for this long has no requests waiting that count for the shares
+/// (a peer with work asks at least once per batch, at most [`MAX_AHEAD`] apart).
+const ACTIVE_TTL: Nanos = 2 * MAX_AHEAD + 500_000_000;
 /// A process that has not asked for this long is no longer counted among the peers.
 pub(crate) const PEER_TTL: Nanos = 10_000_000_000;
 
@@ -104,7 +110,9 @@ impl SharedState {
                 let gap = gap(ramp.rate(&rules.pacing.rate));
                 match batch {
                     Batch::One => self.release_one(gap, now),
-                    Batch::Fleet { want } => self.release_batch(rules, &ramp, gap, want, now),
+                    Batch::Fleet { want } => {
+                        self.release_batch(rules, holder, &ramp, gap, want, now)
+                    }
                 }
             }
         }
@@ -125,61 +133,133 @@ impl SharedState {
         }
     }
 
-    /// Up to `want` slots, a whole batch of them or none yet: a process told to come back when
-    /// its batch fits is not handed one slot at a time as the window frees. The window holds
-    /// two batches per peer (the one in use and the next), so the fleet's rate is split between
-    /// the processes that ask. A process with more waiting than it takes (or told to come back)
-    /// is demand until its last slot: the ramp does not open meanwhile.
+    /// Slots of `holder`'s share of the rate, for about [`SLOTS_PER_CALL`] releases. The
+    /// fleet's rate is split between the peers that have requests waiting: on the fleet's slot
+    /// clock (`slots.rs`), cut into cycles of as many slots as there are such peers, each peer
+    /// has one slot per cycle, at its phase in the cycle. Phases are spread (a new one takes
+    /// the middle of the widest gap between the others'), so that the slots of the fleet
+    /// interleave as one process's would and every process with work gets the same rate. A
+    /// peer's slots follow on from its last batch's; a new stream starts with one slot (its
+    /// share is set once the processes asking with it are known). A batch covers an interval
+    /// in slow start (the rate doubles every interval: slots granted further ahead would hold
+    /// it back), else up to [`MAX_AHEAD`], and is cut where the predicted rate moves by more
+    /// than [`SPACING_DRIFT`] (its slots are granted evenly spaced). A process told to come
+    /// back, or given more than one slot, is demand until its last: the ramp does not open
+    /// meanwhile. `want == 0`: the process has nothing waiting, and no longer counts.
     fn release_batch(
         &mut self,
         rules: &Rules<'_>,
+        holder: u64,
         ramp: &Ramp,
         gap: Nanos,
         want: u32,
         now: Nanos,
     ) -> Grant {
-        let next = self.last_slot.saturating_add(gap);
+        let Some(index) = self.peers.iter().position(|peer| peer.holder == holder) else {
+            // Not among the peers (a state without them): the fleet's next slot.
+            return self.release_one(gap, now);
+        };
         if want == 0 {
-            return Grant::At(next.max(now));
+            self.peers[index].idle = true;
+            return Grant::At(now);
         }
-        let ahead = self.ahead(rules, ramp, gap, now);
-        let first = next.max(now.saturating_sub(BURST_WINDOW));
-        let reach = now.saturating_add(ahead);
-        let window = ahead / gap;
-        let fair = (window / (2 * u64::from(self.peers(now)))).max(1);
-        let count = u64::from(want).min(fair);
-        let last = first.saturating_add((count - 1) * gap);
-        if last > reach {
-            let at = last - ahead;
+        let peers = f64::from(self.active_peers(now));
+        let share = gap.saturating_mul(peers as u64).max(1);
+        let period = match ramp {
+            Ramp::SlowStart { .. } => rules.interval(),
+            Ramp::Cubic { .. } => share
+                .saturating_mul(SLOTS_PER_CALL)
+                .clamp(rules.interval(), MAX_AHEAD.max(rules.interval())),
+        };
+        let reach = now.saturating_add(period);
+        // The clock a burst window ago: a slot due since then still goes.
+        let rate = ramp.rate(&rules.pacing.rate);
+        let floor = self.slots - BURST_WINDOW as f64 / 1e9 * rate;
+        let peer = self.peers[index];
+        // A stream that starts (or starts again after a lapse) takes a phase.
+        let lapsed = peer.last_at.saturating_add(2 * share + rules.interval()) < now;
+        let fresh = !peer.placed || peer.idle || lapsed;
+        if !peer.placed || peer.idle {
+            let phase = self.widest_phase(index, now);
+            let peer = &mut self.peers[index];
+            (peer.phase, peer.placed, peer.idle) = (phase, true, false);
+        }
+        let phase = f64::from(self.peers[index].phase) / 4_294_967_296.0 * peers;
+        let lower = if fresh {
+            floor
+        } else {
+            floor.max(peer.last + peers / 2.0)
+        };
+        let first_slot = ((lower - phase) / peers).ceil() * peers + phase;
+        let Some(first) = self.slot_time(rules, first_slot, reach) else {
+            // Beyond this batch's reach: ask again then (in slow start, whose rate doubles
+            // every interval, within an interval).
+            let at = match ramp {
+                Ramp::SlowStart { .. } => reach,
+                Ramp::Cubic { .. } => self
+                    .slot_time(rules, first_slot, now.saturating_add(MAX_AHEAD * 4))
+                    .map_or(reach, |at| at.saturating_sub(period).max(now)),
+            };
             if want > 1 {
                 self.demand_until = self.demand_until.max(at);
             }
             return Grant::At(at);
+        };
+        let mut last = (first_slot, first);
+        let mut count = 1u32;
+        let mut spacing = None;
+        while !fresh && count < want {
+            let slot = last.0 + peers;
+            let Some(at) = self.slot_time(rules, slot, reach) else {
+                break;
+            };
+            let step = at.saturating_sub(last.1);
+            let spaced = *spacing.get_or_insert(step) as f64;
+            if (step as f64 - spaced).abs() > spaced * SPACING_DRIFT {
+                break;
+            }
+            last = (slot, at);
+            count += 1;
         }
-        self.last_slot = last;
-        if u64::from(want) > count || count > 1 {
-            self.demand_until = self.demand_until.max(last);
+        (self.peers[index].last, self.peers[index].last_at) = last;
+        if want > count || count > 1 {
+            self.demand_until = self.demand_until.max(last.1);
         }
+        let gap = if count > 1 {
+            (last.1 - first) / u64::from(count - 1)
+        } else {
+            share
+        };
         Grant::Slots {
-            first,
+            first: first.max(now.saturating_sub(BURST_WINDOW)),
             gap,
-            count: u32::try_from(count).unwrap_or(u32::MAX),
+            count,
         }
     }
 
-    /// How far ahead of `now` slots may be granted (a batch is granted whole, or not yet): two
-    /// batches of [`SLOTS_PER_CALL`] slots per peer, at least a ramp interval, at most
-    /// [`MAX_AHEAD`] — and a ramp interval in slow start, whose rate doubles every interval
-    /// (slots granted further ahead would hold it back).
-    fn ahead(&self, rules: &Rules<'_>, ramp: &Ramp, gap: Nanos, now: Nanos) -> Nanos {
-        let interval = rules.interval();
-        if let Ramp::SlowStart { .. } = ramp {
-            return interval;
+    /// The middle of the widest gap between the phases of the other peers with a stream (peer
+    /// `index` excluded), as a fraction of a cycle in 32 bits; 0 when there are none.
+    fn widest_phase(&self, index: usize, now: Nanos) -> u32 {
+        let mut phases: Vec<u64> = self
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|&(i, peer)| i != index && peer.placed && peer.is_active(now))
+            .map(|(_, peer)| u64::from(peer.phase))
+            .collect();
+        if phases.is_empty() {
+            return 0;
         }
-        let wanted = gap
-            .saturating_mul(2 * SLOTS_PER_CALL)
-            .saturating_mul(u64::from(self.peers(now)));
-        wanted.clamp(interval, MAX_AHEAD.max(interval))
+        phases.sort_unstable();
+        // The gap after each phase, to the next one (the last wraps round to the first).
+        let (mut best, mut widest) = (0, 0);
+        for (i, &phase) in phases.iter().enumerate() {
+            let to = phases.get(i + 1).copied().unwrap_or(phases[0] + (1 << 32));
+            if to - phase > widest {
+                (best, widest) = (phase, to - phase);
+            }
+        }
+        ((best + widest / 2) % (1 << 32)) as u32
     }
 
     /// `holder` asked at `now`: it counts among the peers for [`PEER_TTL`].
@@ -188,12 +268,31 @@ impl SharedState {
             peer.seen = peer.seen.max(now);
             return;
         }
-        let peer = Peer { holder, seen: now };
+        let peer = Peer::new(holder, now);
         if self.peers.len() < MAX_PEERS {
             self.peers.push(peer);
         } else if let Some(oldest) = self.peers.iter_mut().min_by_key(|peer| peer.seen) {
             *oldest = peer;
         }
+    }
+
+    /// Processes that asked in the last [`ACTIVE_TTL`] with requests waiting (at least 1):
+    /// the fleet's rate is split between them.
+    pub(crate) fn active_peers(&self, now: Nanos) -> u32 {
+        let live = self.peers.iter().filter(|peer| peer.is_active(now)).count();
+        u32::try_from(live).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// What the peers that reported lately say the endpoint takes, per second: the sum of
+    /// their success rates over their last reports (`None` without any: a process alone).
+    pub(crate) fn reported_accepted(&self, now: Nanos) -> Option<f64> {
+        let mut reported = self
+            .peers
+            .iter()
+            .filter(|peer| peer.reported != 0 && now.saturating_sub(peer.reported) < ACTIVE_TTL)
+            .peekable();
+        reported.peek()?;
+        Some(reported.map(|peer| f64::from(peer.accepted)).sum())
     }
 
     /// Processes seen in the last [`PEER_TTL`] (at least 1: the one asking).
@@ -227,3 +326,9 @@ impl SharedState {
     }
 }
 
+impl Peer {
+    /// Whether it counts for the shares: it asked with requests waiting lately.
+    fn is_active(&self, now: Nanos) -> bool {
+        !self.idle && now.saturating_sub(self.seen) < ACTIVE_TTL
+    }
+}

@@ -13,10 +13,7 @@ fn config() -> PacingConfig {
 }
 
 fn rules(config: &PacingConfig) -> Rules<'_> {
-    Rules {
-        pacing: config,
-        lease_ttl: Some(10_000 * MS),
-    }
+    Rules::fleet(config, 10_000 * MS)
 }
 
 fn release(s: &mut SharedState, rules: &Rules<'_>, want: u32, now: Nanos) -> Grant {
@@ -165,6 +162,7 @@ fn reported_successes_grow_the_rate_and_slots_follow_it() {
         Op::Report {
             successes: 3,
             losses: 0,
+            over: 0,
         },
         now,
     );
@@ -190,6 +188,7 @@ fn a_rate_that_grows_brings_the_next_slot_forward() {
     let report = Op::Report {
         successes: 1,
         losses: 0,
+        over: 0,
     };
     s.apply(&rules, HOLDER, report, now);
     // 12/s now: the next slot is 83 ms after the first, within the ramp interval's reach.
@@ -262,7 +261,11 @@ fn losses_above_the_threshold_cut_the_fleet_rate_once_per_loss_event() {
     let rules = rules(&config);
     let (mut s, start) = ramping(&rules, 0);
     let interval = nanos(config.ramp_interval);
-    let report = |successes, losses| Op::Report { successes, losses };
+    let report = |successes, losses| Op::Report {
+        successes,
+        losses,
+        over: 0,
+    };
     s.apply(&rules, 1, report(10, 10), start);
     s.apply(&rules, 2, report(0, 0), start + interval);
     let accepted = 10.0 / config.ramp_interval.as_secs_f64();
@@ -298,6 +301,7 @@ fn a_pause_during_a_ramp_resumes_from_the_cut_ramp() {
     let report = Op::Report {
         successes: 100,
         losses: 0,
+        over: 0,
     };
     s.apply(&rules, 1, report, start);
     s.apply(&rules, 1, Op::Refresh, start + interval);
@@ -375,4 +379,17 @@ fn the_state_holds_on_until_its_latest_pause_or_lease() {
     let at = s.next_probe;
     release(&mut s, &rules, 1, at);
     assert_eq!(s.holds_until(), at + rules.lease_ttl.unwrap());
+}
+
+#[test]
+fn scratch_a_ramp_asked_one_at_a_time_opens() {
+    let config = config();
+    let rules = rules(&config);
+    let (mut s, at) = ramping(&rules, 0);
+    for k in 0..3000u64 {
+        let now = at + k * MS;
+        let g = s.apply(&rules, (k % 8) + 1, Op::Release { want: 1, jitter: 0.5 }, now);
+        if k % 250 == 0 { eprintln!("{k} {:?} {:?}", g, s.mode); }
+        if s.is_open() { eprintln!("open at {k}"); break; }
+    }
 }

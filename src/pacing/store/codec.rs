@@ -4,9 +4,13 @@
 //! open endpoint. Times are nanoseconds of Redis `TIME`.
 //!
 //! ```text
-//! u8 format (2) · mode · u64 next_probe, next_lease, last_slot, demand_until, probes
+//! u8 format (2) · mode · u64 next_probe, next_lease, last_slot, demand_until, last_demand,
+//! probes, slots_at · f64 slots
 //! · opt u64 last_success · opt f64 capacity
-//! · u8 n, n × (u64 id, holder, expires) leases · u16 n, n × (u64 holder, seen) peers
+//! · u8 n, n × (u64 id, holder, expires) leases · u16 n, n × (u64 holder, seen, f64 last, u64 last_at, u32 phase, u8 placed,
+//!   u8 idle,
+//!   f32 accepted, u64 reported)
+//!   peers
 //! mode:  u8 0 open | 1 probing | 2 ramping: ramp, u8 hinted, u64 interval_start,
 //!        u32 successes, u32 losses, opt u64 idle_since, u64 cut_settles_at, f64 last_accepted
 //!        | 3 paused: u64 until, u8 0 | 1 ramp
@@ -14,7 +18,7 @@
 //! opt:   u8 0 | 1 value
 //! ```
 //!
-//! Some 80 bytes plus 24 per lease and 16 per peer: at most about 4 KiB with 256 peers.
+//! Some 80 bytes plus 24 per lease and 50 per peer: at most about 12.5 KiB with 256 peers.
 
 use crate::pacing::rate::Ramp;
 use crate::pacing::shared::{LeaseEntry, Mode, Peer, SharedState, MAX_PEERS};
@@ -23,7 +27,7 @@ const FORMAT: u8 = 2;
 
 /// The bytes of `state`.
 pub(crate) fn encode(state: &SharedState) -> Vec<u8> {
-    let mut out = Vec::with_capacity(96 + 24 * state.leases.len() + 16 * state.peers.len());
+    let mut out = Vec::with_capacity(96 + 24 * state.leases.len() + 50 * state.peers.len());
     out.push(FORMAT);
     match state.mode {
         Mode::Open => out.push(0),
@@ -65,10 +69,13 @@ pub(crate) fn encode(state: &SharedState) -> Vec<u8> {
         state.next_lease,
         state.last_slot,
         state.demand_until,
+        state.last_demand,
         state.probes,
+        state.slots_at,
     ] {
         out.extend_from_slice(&value.to_le_bytes());
     }
+    out.extend_from_slice(&state.slots.to_le_bytes());
     put_option(&mut out, state.last_success.map(u64::to_le_bytes));
     put_option(&mut out, state.capacity.map(f64::to_le_bytes));
     let leases = &state.leases[..state.leases.len().min(usize::from(u8::MAX))];
@@ -83,6 +90,13 @@ pub(crate) fn encode(state: &SharedState) -> Vec<u8> {
     for peer in peers {
         out.extend_from_slice(&peer.holder.to_le_bytes());
         out.extend_from_slice(&peer.seen.to_le_bytes());
+        out.extend_from_slice(&peer.last.to_le_bytes());
+        out.extend_from_slice(&peer.last_at.to_le_bytes());
+        out.extend_from_slice(&peer.phase.to_le_bytes());
+        out.push(u8::from(peer.placed));
+        out.push(u8::from(peer.idle));
+        out.extend_from_slice(&peer.accepted.to_le_bytes());
+        out.extend_from_slice(&peer.reported.to_le_bytes());
     }
     out
 }
@@ -156,7 +170,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SharedState, Malformed> {
         next_lease: input.u64()?,
         last_slot: input.u64()?,
         demand_until: input.u64()?,
+        last_demand: input.u64()?,
         probes: input.u64()?,
+        slots_at: input.u64()?,
+        slots: input.f64()?,
         last_success: input.option(Reader::u64)?,
         capacity: input.option(Reader::f64)?,
         ..SharedState::new()
@@ -176,6 +193,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SharedState, Malformed> {
         state.peers.push(Peer {
             holder: input.u64()?,
             seen: input.u64()?,
+            last: input.f64()?,
+            last_at: input.u64()?,
+            phase: input.u32()?,
+            placed: input.flag()?,
+            idle: input.flag()?,
+            accepted: input.f32()?,
+            reported: input.u64()?,
         });
     }
     if !input.0.is_empty() {
@@ -203,6 +227,15 @@ impl Reader<'_> {
 
     fn u64(&mut self) -> Result<u64, Malformed> {
         Ok(u64::from_le_bytes(self.take()?))
+    }
+
+    fn f32(&mut self) -> Result<f32, Malformed> {
+        let value = f32::from_le_bytes(self.take()?);
+        if value.is_finite() {
+            Ok(value)
+        } else {
+            Err(Malformed)
+        }
     }
 
     fn f64(&mut self) -> Result<f64, Malformed> {
@@ -289,11 +322,21 @@ mod tests {
                 next_lease: 2,
                 last_slot: 40,
                 demand_until: 50,
+                last_demand: 52,
+                slots: 7.25,
+                slots_at: 53,
                 last_success: Some(45),
                 capacity: Some(1500.0),
                 peers: vec![Peer {
                     holder: 3,
                     seen: 60,
+                    last: 65.5,
+                    last_at: 64,
+                    phase: 1 << 31,
+                    placed: true,
+                    idle: true,
+                    accepted: 12.5,
+                    reported: 66,
                 }],
                 probes: 70,
                 ..SharedState::new()

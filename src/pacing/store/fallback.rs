@@ -27,7 +27,7 @@ pub(crate) struct Fallback {
 impl Fallback {
     /// The fallback of `holder` for an endpoint last known as `last`, at store time `now`.
     pub(crate) fn enter(last: &SharedState, config: &PacingConfig, holder: u64, now: u64) -> Self {
-        let share = 1.0 / f64::from(last.peers(now));
+        let share = 1.0 / f64::from(last.active_peers(now));
         let mut local = PacingConfig {
             probe_interval: config
                 .probe_interval
@@ -121,7 +121,7 @@ mod tests {
                 cut_settles_at: 0,
                 last_accepted: rate,
             },
-            peers: (0..peers).map(|holder| Peer { holder, seen: 0 }).collect(),
+            peers: (0..peers).map(|holder| Peer::new(holder, 0)).collect(),
             leases: vec![
                 LeaseEntry {
                     id: 1,

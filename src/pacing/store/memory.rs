@@ -170,7 +170,7 @@ impl PacingStore for InProcessStore {
             return None;
         }
         let rules = self.shared.timing.rules(pacing.config());
-        Some(cached_view(&record.state, &rules, &clock, now))
+        Some(cached_view(&record.state, &rules, &clock, now, now))
     }
 
     fn stats(&self) -> StoreStats {
@@ -249,7 +249,7 @@ mod tests {
         let store = InProcessStore::new();
         let call = store.apply(&pacing, "a", &[Event::Refresh], Instant::now());
         let applied = call.into_ready().expect("ready at once");
-        assert_eq!(applied.view, View::OPEN);
+        assert_eq!(applied.view.mode, PacingMode::Open);
         assert_eq!(store.stats().calls, 1);
     }
 

@@ -55,6 +55,10 @@ pub enum Event {
         successes: u32,
         /// Requests it refused for load (congestion outcomes).
         losses: u32,
+        /// The time the outcomes came in over (since the process's last report); zero if
+        /// unknown. The fleet takes the successes over it as what this process's share of the
+        /// endpoint takes (the measure a cut starts from, whenever the reports come).
+        over: Duration,
     },
     /// Nothing: read the endpoint's state as it is now.
     Refresh,
@@ -137,17 +141,23 @@ pub struct View {
     pub paused_until: Option<Instant>,
     /// Probes let through by the whole fleet since the store made the endpoint's record.
     pub probes: u64,
+    /// When the store was last heard from about the endpoint (a view moved on with time since
+    /// is no newer than this): a process trusts a view only over what it heard before it.
+    pub heard_at: Instant,
 }
 
 impl View {
-    /// An endpoint nobody has seen fail.
-    pub(crate) const OPEN: View = View {
-        mode: PacingMode::Open,
-        rate: 0.0,
-        peers: 1,
-        paused_until: None,
-        probes: 0,
-    };
+    /// An endpoint nobody has seen fail, as heard at `heard_at`.
+    pub(crate) fn open(heard_at: Instant) -> View {
+        View {
+            mode: PacingMode::Open,
+            rate: 0.0,
+            peers: 1,
+            paused_until: None,
+            probes: 0,
+            heard_at,
+        }
+    }
 }
 
 /// What a call to [`PacingStore::apply`](super::PacingStore::apply) returns: an answer always,

@@ -40,10 +40,7 @@ impl Timing {
     }
 
     pub(crate) fn rules<'a>(&self, pacing: &'a PacingConfig) -> Rules<'a> {
-        Rules {
-            pacing,
-            lease_ttl: Some(nanos(self.lease_ttl)),
-        }
+        Rules::fleet(pacing, nanos(self.lease_ttl))
     }
 
     /// The record's time to live from `now`, in milliseconds (at least 1).
@@ -90,7 +87,15 @@ pub(crate) fn run(
                     },
                     success,
                 },
-                Event::Report { successes, losses } => Op::Report { successes, losses },
+                Event::Report {
+                    successes,
+                    losses,
+                    over,
+                } => Op::Report {
+                    successes,
+                    losses,
+                    over: nanos(over),
+                },
                 Event::Refresh => Op::Refresh,
             };
             match state.apply(rules, holder, op, at) {
@@ -154,24 +159,29 @@ pub(crate) fn view(state: &SharedState, rules: &Rules<'_>, clock: &Clock, now: N
         peers: state.peers(now),
         paused_until,
         probes: state.probes,
+        heard_at: clock.to_local(now),
     }
 }
 
-/// `state` as last heard of, moved on to `now` (a pause that ended, a ramp with no demand
-/// left); an open endpoint costs nothing.
+/// `state` as heard of at `heard_at`, moved on to `now` (a pause that ended, a ramp with no
+/// demand left); an open endpoint costs nothing.
 pub(crate) fn cached_view(
     state: &SharedState,
     rules: &Rules<'_>,
     clock: &Clock,
+    heard_at: Instant,
     now: Instant,
 ) -> View {
     if let Mode::Open = state.mode {
-        return View::OPEN;
+        return View::open(heard_at);
     }
     let at = clock.to_shared(now);
     let mut moved = state.clone();
     moved.apply(rules, 0, Op::Refresh, at);
-    view(&moved, rules, clock, at)
+    View {
+        heard_at,
+        ..view(&moved, rules, clock, at)
+    }
 }
 
 impl SharedState {

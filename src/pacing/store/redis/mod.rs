@@ -208,11 +208,11 @@ where
         let seen = clock.map(|clock| match &entry.fallback {
             Some(fallback) => {
                 let rules = inner.timing.rules(&fallback.config);
-                cached_view(&fallback.state, &rules, &clock, now)
+                cached_view(&fallback.state, &rules, &clock, entry.read_at, now)
             }
             None => {
                 let rules = inner.timing.rules(pacing.config());
-                cached_view(&entry.state, &rules, &clock, now)
+                cached_view(&entry.state, &rules, &clock, entry.read_at, now)
             }
         });
         let stale = now.saturating_duration_since(entry.read_at) >= inner.view_ttl;
