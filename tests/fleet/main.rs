@@ -8,7 +8,9 @@
 //! answered, with bounds wide enough for a loaded machine.
 
 mod differential;
+mod endpoint;
 mod failure;
+mod processes;
 mod shared;
 
 #[allow(dead_code)] // The interop suite's servers: only Redis is used here.
