@@ -12,7 +12,7 @@
 //! two-core machine and are explained where they are asserted.
 
 use crate::endpoint::{Arrival, Endpoint, WORKER_HEADER};
-use crate::Redis;
+use crate::{Redis, MS};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
@@ -25,7 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_http_retry::pacing::store::{PacingStore, RedisStore};
+use tower_http_retry::pacing::store::{
+    Event, PacingStore, RedisStore, StoreCall, StoreStats, View,
+};
 use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer};
 
 /// Set in a worker's environment: its number. Absent, [`worker`] does nothing.
@@ -35,6 +37,9 @@ const ENDPOINT: &str = "TOWER_HTTP_RETRY_FLEET_ENDPOINT";
 const REDIS_URL: &str = "TOWER_HTTP_RETRY_FLEET_REDIS";
 const PREFIX: &str = "TOWER_HTTP_RETRY_FLEET_PREFIX";
 const DELIVERIES: &str = "TOWER_HTTP_RETRY_FLEET_DELIVERIES";
+/// Set to a directory to keep each worker's output there (`<fleet>-<worker>.log`: its samples
+/// every 50 ms and its final counts).
+const KEEP: &str = "TOWER_HTTP_RETRY_FLEET_KEEP";
 
 /// The issue's shape: 4 processes × 500 deliveries, a 3 s outage, 200 req/s once up.
 const WORKERS: usize = 4;
@@ -44,10 +49,12 @@ const CAPACITY: u32 = 200;
 /// Each worker's first attempts are spread over this, from its start.
 const SPREAD: Duration = Duration::from_secs(1);
 /// A worker's Redis call timeout. The default (5 ms) is meant for a Redis on a quiet network;
-/// eight worker processes, Redis and the test share two loaded cores here.
-const CALL_TIMEOUT: Duration = Duration::from_millis(50);
+/// here up to twelve worker processes, Redis and the tests share two loaded cores (the suite's
+/// other tests use 250 ms for the same reason).
+const CALL_TIMEOUT: Duration = Duration::from_millis(250);
 /// A fleet that has not finished by then is killed and the test fails.
 const LIMIT: Duration = Duration::from_secs(45);
+const SEC: Duration = Duration::from_secs(1);
 
 /// One worker process of a fleet (run by the tests below, not by the harness: without
 /// [`WORKER`] it returns at once).
@@ -79,7 +86,14 @@ async fn worker() {
         Err(_) => None,
     };
     let pacing = match &store {
-        Some(store) => Pacing::builder().store(store.clone()).build().unwrap(),
+        Some(store) => {
+            let store = Said {
+                store: store.clone(),
+                worker: worker.clone(),
+                last: std::sync::Mutex::new(None),
+            };
+            Pacing::builder().store(store).build().unwrap()
+        }
         None => Pacing::new(),
     };
     let retry = RetryLayer::builder()
@@ -115,16 +129,23 @@ async fn worker() {
     // The pacer's rate as this process sees it (with a store, the fleet's), on the wall clock
     // the processes share.
     let authority = uri.authority().unwrap().clone();
-    let (sampled, id) = (retry.clone(), worker.clone());
+    let (sampled, id, sampled_store) = (retry.clone(), worker.clone(), store.clone());
     let sampler = tokio::spawn(async move {
         loop {
             if let Some(stats) = sampled.pacing_stats(Some(&authority)) {
                 let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+                let store = sampled_store.as_ref().map(|store| store.stats());
+                let store = store.unwrap_or_default();
                 println!(
-                    "fleet-rate {id} {} {:.1} {}",
+                    "fleet-rate {id} {} {:.1} {} {} {} {} {} {}",
                     wall.as_micros(),
                     stats.rate,
-                    stats.mode.as_str()
+                    stats.mode.as_str(),
+                    store.fallbacks,
+                    store.rejoins,
+                    store.calls,
+                    store.errors,
+                    store.fallback_answers,
                 );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -150,17 +171,72 @@ async fn worker() {
     );
 }
 
+/// A worker's store, which says on stdout (`fleet-store <worker> <wall µs> <error>`) each time
+/// the reason its calls are answered by the fallback changes.
+#[derive(Debug)]
+struct Said {
+    store: RedisStore,
+    worker: String,
+    last: std::sync::Mutex<Option<String>>,
+}
+
+impl PacingStore for Said {
+    fn apply<'a>(
+        &'a self,
+        pacing: &'a Pacing,
+        endpoint: &'a str,
+        events: &'a [Event],
+        now: Instant,
+    ) -> StoreCall<'a> {
+        StoreCall::pending(async move {
+            let applied = self.store.apply(pacing, endpoint, events, now).await;
+            let reason = applied.fallback.as_ref().map(|error| format!("{error:?}"));
+            let mut last = self.last.lock().unwrap();
+            if *last != reason {
+                let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+                let said = reason.as_deref().unwrap_or("none");
+                println!("fleet-store {} {} {said}", self.worker, wall.as_micros());
+                *last = reason;
+            }
+            applied
+        })
+    }
+
+    fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
+        self.store.cached(pacing, endpoint, now)
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.store.stats()
+    }
+}
+
 /// What a worker said at its end, and the rates it sampled.
 #[derive(Debug, Default)]
 struct Report {
     counts: BTreeMap<String, u64>,
-    /// (since the endpoint started, rate per second).
-    rates: Vec<(Duration, f64)>,
+    /// Every 50 ms: the pacer's rate and the store's health.
+    samples: Vec<Sample>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    /// Since the endpoint started.
+    at: Duration,
+    /// The rate as this worker's pacer saw it (with a store, the fleet's), per second.
+    rate: f64,
+    fallbacks: u64,
+    rejoins: u64,
 }
 
 impl Report {
     fn get(&self, name: &str) -> u64 {
         self.counts.get(name).copied().unwrap_or(0)
+    }
+
+    /// The last sample before `at`.
+    fn before(&self, at: Duration) -> Option<&Sample> {
+        self.samples.iter().rev().find(|sample| sample.at < at)
     }
 }
 
@@ -174,12 +250,13 @@ struct Fleet {
 
 /// Starts `WORKERS` worker processes against a fresh endpoint (with Redis at `redis`, or each
 /// pacing alone), runs `during` beside them (given the endpoint's start), and waits for them.
-async fn run_fleet(
+async fn run_fleet<F: std::future::Future<Output = ()>>(
     label: &'static str,
     redis: Option<(u16, &str)>,
-    during: impl std::future::Future<Output = ()>,
+    during: impl FnOnce(Instant) -> F,
 ) -> Fleet {
     let endpoint = Endpoint::start(OUTAGE, CAPACITY).await;
+    let during = during(endpoint.started);
     let exe = std::env::current_exe().expect("the test binary");
     let mut children = Vec::new();
     for id in 0..WORKERS {
@@ -225,6 +302,10 @@ async fn run_fleet(
     let mut reports = Vec::new();
     for (id, output) in outputs.iter().enumerate() {
         let stdout = String::from_utf8_lossy(&output.stdout);
+        if let Ok(dir) = std::env::var(KEEP) {
+            let file = format!("{dir}/{}-{id}.log", label.replace(' ', "-"));
+            std::fs::write(file, output.stdout.as_slice()).expect("keep a worker's output");
+        }
         assert!(
             output.status.success(),
             "{label}: worker {id} failed ({}):\n{stdout}\n{}",
@@ -244,10 +325,14 @@ async fn run_fleet(
                     }
                 }
                 Some("fleet-rate") => {
-                    let wall: u128 = fields.nth(1).unwrap().parse().unwrap();
-                    let rate: f64 = fields.next().unwrap().parse().unwrap();
-                    let since = Duration::from_micros(wall.saturating_sub(started_wall) as u64);
-                    report.rates.push((since, rate));
+                    let fields: Vec<&str> = fields.skip(1).collect();
+                    let wall: u128 = fields[0].parse().unwrap();
+                    report.samples.push(Sample {
+                        at: Duration::from_micros(wall.saturating_sub(started_wall) as u64),
+                        rate: fields[1].parse().unwrap(),
+                        fallbacks: fields[3].parse().unwrap(),
+                        rejoins: fields[4].parse().unwrap(),
+                    });
                 }
                 _ => {}
             }
@@ -419,8 +504,9 @@ async fn a_fleet_of_processes_probes_a_dead_endpoint_as_one_and_shares_the_recov
     };
     // The same fleet twice at once, on endpoints of their own: through Redis, and alone.
     let (shared, alone) = tokio::join!(
-        run_fleet("shared store", Some((redis.port, "processes")), async {}),
-        run_fleet("no store", None, async {}),
+        run_fleet("shared store", Some((redis.port, "processes")), |_| async {
+        }),
+        run_fleet("no store", None, |_| async {}),
     );
     let (with, without) = (Figures::of(&shared), Figures::of(&alone));
     with.print(&shared);
@@ -449,5 +535,126 @@ async fn a_fleet_of_processes_probes_a_dead_endpoint_as_one_and_shares_the_recov
         with.drained <= Duration::from_secs(20),
         "drained {:?} after recovery",
         with.drained
+    );
+}
+
+#[tokio::test]
+async fn redis_killed_during_recovery_leaves_every_delivery_made_once_near_the_last_shared_rate() {
+    let test =
+        "redis_killed_during_recovery_leaves_every_delivery_made_once_near_the_last_shared_rate";
+    let Some(mut redis) = Redis::start(test) else {
+        return;
+    };
+    let port = redis.port;
+    // Borrowed, not moved: the restarted server must outlive the fleet.
+    let redis = &mut redis;
+    // Killed 1.5 s into the recovery (the fleet is ramping, most deliveries still wait), started
+    // again, empty, 2 s later.
+    let (kill_at, restart_at) = (OUTAGE + 1500 * MS, OUTAGE + 3500 * MS);
+    let fleet = run_fleet(
+        "redis killed",
+        Some((port, "killed")),
+        |started| async move {
+            tokio::time::sleep_until(started + kill_at).await;
+            redis.kill();
+            tokio::time::sleep_until(started + restart_at).await;
+            redis.restart();
+        },
+    )
+    .await;
+    let figures = Figures::of(&fleet);
+    figures.print(&fleet);
+    figures.assert_delivered(fleet.label);
+
+    // The last shared rate: each worker's last sample before the kill (they agree within a
+    // sample's age); the fleet's rate while Redis is away: what reached the endpoint.
+    let last_shared: Vec<f64> = fleet
+        .reports
+        .iter()
+        .map(|report| report.before(kill_at).map_or(0.0, |sample| sample.rate))
+        .collect();
+    let shared = last_shared.iter().copied().fold(0.0, f64::max);
+    // Each worker's rejoin after the kill: its first sample with more rejoins than it had then.
+    let rejoined: Vec<Option<Duration>> = fleet
+        .reports
+        .iter()
+        .map(|report| {
+            let had = report.before(kill_at);
+            let had = had.map_or(0, |sample| sample.rejoins);
+            let back = report
+                .samples
+                .iter()
+                .find(|s| s.at > kill_at && s.rejoins > had);
+            back.map(|sample| sample.at)
+        })
+        .collect();
+    let rate_in = |from: Duration, to: Duration| {
+        let n = fleet
+            .arrivals
+            .iter()
+            .filter(|arrival| arrival.at >= from && arrival.at < to)
+            .count();
+        n as f64 / (to - from).as_secs_f64()
+    };
+    let before = rate_in(kill_at - SEC, kill_at);
+    // Away: from the kill until the last worker rejoined (Redis is back for the fleet only then;
+    // each worker's first try after the restart fails once while its connection reconnects).
+    let back = rejoined
+        .iter()
+        .flatten()
+        .max()
+        .copied()
+        .unwrap_or(restart_at);
+    let away = rate_in(kill_at, back.max(restart_at));
+    let down = rate_in(kill_at, restart_at);
+    eprintln!(
+        "FLEET redis killed at {:.1} s, restarted at {:.1} s, rejoined at {:?}: last shared rate \
+         {shared:.0}/s (per worker {last_shared:.0?}); attempts/s: in the second before the kill \
+         {before:.0}, from the kill to the last rejoin {away:.0} ({:.2}x the last shared rate, \
+         {:.2}x the second before), while Redis was down {down:.0}",
+        kill_at.as_secs_f64(),
+        restart_at.as_secs_f64(),
+        rejoined
+            .iter()
+            .map(|at| at.map(|at| format!("{:.2} s", at.as_secs_f64())))
+            .collect::<Vec<_>>(),
+        away / shared.max(1.0),
+        away / before.max(1.0),
+    );
+    let mut timeline = String::from("FLEET redis killed, per 500 ms (attempts/successes, rate):");
+    let mut from = kill_at - SEC;
+    while from < restart_at + 2 * SEC {
+        let to = from + 500 * MS;
+        let within = |arrival: &&Arrival| arrival.at >= from && arrival.at < to;
+        let attempts = fleet.arrivals.iter().filter(within).count();
+        let ok = fleet
+            .arrivals
+            .iter()
+            .filter(within)
+            .filter(|a| a.status == 200)
+            .count();
+        let rate = fleet.reports[0].before(to);
+        let _ = write!(
+            timeline,
+            " {:.1}s {attempts}/{ok} {:.0};",
+            from.as_secs_f64(),
+            rate.map_or(0.0, |sample| sample.rate)
+        );
+        from = to;
+    }
+    eprintln!("{timeline}");
+    let episodes: Vec<u64> = fleet.reports.iter().map(|r| r.get("fallbacks")).collect();
+    assert!(
+        episodes.iter().all(|&n| n >= 1),
+        "every worker lost Redis: {episodes:?}"
+    );
+    assert!(
+        rejoined.iter().all(Option::is_some),
+        "every worker rejoined: {rejoined:?}"
+    );
+    // The issue's target: at most 1.2 times the last shared rate until Redis is back.
+    assert!(
+        shared > 0.0 && away <= 1.2 * shared,
+        "{away:.0}/s while Redis was away, last shared rate {shared:.0}/s"
     );
 }
