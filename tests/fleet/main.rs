@@ -10,6 +10,7 @@
 mod differential;
 mod endpoint;
 mod failure;
+mod open;
 mod processes;
 mod shared;
 
