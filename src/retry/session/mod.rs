@@ -37,7 +37,7 @@ use super::attempt;
 use super::budget::Withdrawal;
 use super::config::Config;
 use super::deadline::Deadline;
-use super::nested::{retried_outside, retrying, NestedLayers};
+use super::nested::{mark_inner, retried_outside, NestedLayers};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, Outcome};
@@ -279,13 +279,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let after = self.delays().last().map(|delay| delay.source);
         self.config.counters.attempt(self.attempts, after);
         decision!(attempt = self.attempts, "sending attempt");
-        let mark = self.inner_layers_mark();
-        telemetry::send(request, self.attempts, |request| {
-            retrying(mark, || service.call(request))
-        })
+        let _inner = mark_inner(self.inner_layers_mark());
+        telemetry::send(request, self.attempts, |request| service.call(request))
     }
 
-    /// What the inner layers are told while this one calls and polls them (see [`retrying`]).
+    /// What the inner layers are told while this one calls and polls them (see
+    /// [`retrying`](super::nested::retrying)).
     /// A deferring layer that may retry this request tells them it retries, so they send once;
     /// one that cannot (a POST, a body it cannot copy, an outer layer retrying) leaves the mark
     /// as it is, so an inner layer allowed to retry it does. An independent layer lets the

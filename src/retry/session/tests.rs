@@ -3,6 +3,7 @@
 use super::ladder::rotation_pause;
 use super::*;
 use crate::classify::NotSent;
+use crate::retry::nested::retrying;
 use crate::retry::RandomSource;
 use crate::retry::{Backoff, Jitter, RetryBudget, RetryLayer, RetryLayerBuilder, TokenBucket};
 use crate::{AbortSignal, HttpClassifier};
