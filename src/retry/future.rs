@@ -164,6 +164,9 @@ where
                     match this.session.decide(&result, Instant::now) {
                         Next::Stop(reason) => {
                             this.state.set(State::Done);
+                            if this.session.finished_first_try(reason) {
+                                return Poll::Ready(result);
+                            }
                             return Poll::Ready(this.session.finish(result, reason));
                         }
                         Next::Sleep {
