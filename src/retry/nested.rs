@@ -43,6 +43,7 @@ thread_local! {
 }
 
 /// Whether an outer retry layer is calling or polling right now.
+#[inline]
 pub(crate) fn retried_outside() -> bool {
     RETRIED_OUTSIDE.with(Cell::get)
 }
