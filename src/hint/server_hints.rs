@@ -195,14 +195,16 @@ impl ServerHints {
             }
         }
         if after.is_none() {
-            let now = reference_time(headers, now);
+            // Read (the `Date` parsed) only for a reset header that has a value to measure.
+            let mut reference = None;
+            let mut now = || *reference.get_or_insert_with(|| reference_time(headers, now));
             let limited = matches!(status.as_u16(), 429 | 503);
             for header in &self.reset {
                 let reading = match header {
                     ResetHeader::RetryAfterMs if success => Reading::Absent,
                     ResetHeader::RetryAfterMs => retry_after_ms(headers),
                     ResetHeader::RateLimit => ietf(headers),
-                    ResetHeader::XRateLimit(header) => header.read(headers, now, limited),
+                    ResetHeader::XRateLimit(header) => header.read(headers, &mut now, limited),
                 };
                 match reading {
                     Reading::Absent => {}
