@@ -358,8 +358,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// What the ladder reads of `result`: the classifier's outcome, the server's hint (read
-    /// for a success only with pacing: a used-up quota pauses the endpoint), a breaker's
+    /// What the ladder reads of `result`: the classifier's outcome, the server's hint (for a
+    /// success, with pacing, only its quota's reset: a used-up quota pauses the endpoint), a breaker's
     /// refusal. An error no rule recognises is counted and named on the way.
     fn facts<Res, E>(&mut self, result: &Result<Res, E>) -> Facts
     where
@@ -373,9 +373,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let config = &self.config;
         let classified = config.classifier.classify(method, result);
         let hint = match result {
-            Ok(response) if classified != Outcome::Success || config.pacer.is_some() => config
+            Ok(response) if classified != Outcome::Success => config
                 .classifier
                 .hint(response, (config.settings.wall_clock)()),
+            // With pacing, a success says only whether it used up the quota.
+            Ok(response) if config.pacer.is_some() => quota_hint(config, response),
             _ => ServerHint::NONE,
         };
         let mut outcome = classified;
@@ -402,6 +404,22 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             refused_for,
         }
     }
+}
+
+/// What pacing reads of a success: when its used-up quota resets, if it says so and hints are
+/// honoured. Out of line: the success path without pacing does not carry it.
+#[inline(never)]
+fn quota_hint<C: Classify<Res, E>, Res: RetryResponse, E>(
+    config: &Config<C>,
+    response: &Res,
+) -> ServerHint {
+    if config.settings.hint_policy.is_none() {
+        return ServerHint::NONE;
+    }
+    let reset = config
+        .classifier
+        .quota_reset(response, &*config.settings.wall_clock);
+    ServerHint::NONE.with_retry_after(reset)
 }
 
 /// The clock, read at most once and only when needed.
