@@ -161,7 +161,15 @@ where
                 StateProj::Calling { future } => {
                     let mark = this.session.inner_layers_mark();
                     let result = ready!(retrying(mark, || future.poll(cx)));
-                    match this.session.decide(&result, Instant::now) {
+                    let classified = this.session.classify(&result);
+                    if this.session.first_try_success(&result, classified) {
+                        this.state.set(State::Done);
+                        return Poll::Ready(result);
+                    }
+                    match this
+                        .session
+                        .decide_classified(&result, classified, Instant::now)
+                    {
                         Next::Stop(reason) => {
                             this.state.set(State::Done);
                             if this.session.finished_first_try(reason) {

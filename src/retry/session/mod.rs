@@ -1,7 +1,10 @@
 //! The decision engine: everything one logical request remembers between attempts, and what
 //! it does after each one.
 //!
-//! After an attempt, [`decide`](Session::decide) reads the outcome's facts, lets the pacer
+//! After an attempt, a success at the first try without pacing ends at once
+//! ([`first_try_success`](Session::first_try_success): the counters, the budget's deposit, a
+//! waiting slot); any other outcome goes to [`decide_classified`](Session::decide_classified),
+//! which reads the outcome's facts, lets the pacer
 //! learn from them (with pacing), and climbs the ladder (`ladder.rs`), which gives a verdict:
 //! stop with a reason, or retry after a delay from a source. After a transient outcome the
 //! ladder asks, in this order: is the request repeatable (and not left to an outer retry layer),
@@ -331,7 +334,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// Takes the decision after an attempt that ended at `now` (read only for a transient
     /// outcome, or when pacing learns from every outcome): stop with a reason, sleep this long,
     /// or wait in the endpoint's queue. The ladder gives the verdict; with pacing, the pacer
-    /// learns from the outcome first and rewrites the verdict after.
+    /// learns from the outcome first and rewrites the verdict after. (The future classifies the
+    /// outcome itself, to end a first-try success before the ladder:
+    /// [`first_try_success`](Self::first_try_success), then
+    /// [`decide_classified`](Self::decide_classified).)
+    #[cfg(test)]
     pub(crate) fn decide<Res, E>(
         &mut self,
         result: &Result<Res, E>,
@@ -341,8 +348,62 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
+        let classified = self.classify(result);
+        self.decide_classified(result, classified, now)
+    }
+
+    /// The classifier's word on `result`, for the request's method.
+    #[inline]
+    pub(crate) fn classify<Res, E>(&self, result: &Result<Res, E>) -> Outcome
+    where
+        C: Classify<Res, E>,
+    {
+        let method = match &self.kept {
+            Kept::Copy(request) => request.method(),
+            Kept::Method(method, _) => method,
+        };
+        self.config.classifier.classify(method, result)
+    }
+
+    /// The common end, decided before the ladder (`classified` is the classifier's word on
+    /// `result`): a success at the first try, without pacing (which books every outcome) and
+    /// with nothing to report (no wait so far, no stream kept for a key). The budget earns its
+    /// deposit, the counters and a waiting slot hear of it, and `true`: what
+    /// [`decide`](Self::decide) and [`finish`](Self::finish) do for it, without the ladder's
+    /// machinery on the path of every request.
+    #[inline]
+    pub(crate) fn first_try_success<Res, E>(
+        &mut self,
+        result: &Result<Res, E>,
+        classified: Outcome,
+    ) -> bool {
+        if classified != Outcome::Success
+            || result.is_err()
+            || self.attempts != 1
+            || self.waits.is_some()
+            || self.config.pacer.is_some()
+        {
+            return false;
+        }
+        if let Some(budget) = &self.config.settings.budget {
+            budget.deposit();
+        }
+        self.finished_first_try(StopReason::Success)
+    }
+
+    /// [`decide`](Self::decide), `result` classified as `classified`.
+    pub(crate) fn decide_classified<Res, E>(
+        &mut self,
+        result: &Result<Res, E>,
+        classified: Outcome,
+        now: impl FnOnce() -> Instant,
+    ) -> Next
+    where
+        Res: RetryResponse,
+        C: Classify<Res, E>,
+    {
         let mut now = Now::new(now);
-        let facts = self.facts(result);
+        let facts = self.facts(result, classified);
         // The pacer learns what the response was, before the server's word changes it.
         let booked = self.book(&facts, result, &mut now);
         if facts.outcome == Outcome::Success {
@@ -358,20 +419,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// What the ladder reads of `result`: the classifier's outcome, the server's hint (for a
+    /// What the ladder reads of `result` (`classified` by the classifier): the outcome, the server's hint (for a
     /// success, with pacing, only its quota's reset: a used-up quota pauses the endpoint), a breaker's
     /// refusal. An error no rule recognises is counted and named on the way.
-    fn facts<Res, E>(&mut self, result: &Result<Res, E>) -> Facts
+    fn facts<Res, E>(&mut self, result: &Result<Res, E>, classified: Outcome) -> Facts
     where
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
-        let method = match &self.kept {
-            Kept::Copy(request) => request.method(),
-            Kept::Method(method, _) => method,
-        };
         let config = &self.config;
-        let classified = config.classifier.classify(method, result);
         let hint = match result {
             Ok(response) if classified != Outcome::Success => config
                 .classifier
