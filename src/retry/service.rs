@@ -92,10 +92,12 @@ where
         }
         if session.may_retry() {
             let clone = self.inner.clone();
-            let ready = std::mem::replace(&mut self.inner, clone);
-            RetryFuture::sent(session, request, ready)
+            let mut ready = std::mem::replace(&mut self.inner, clone);
+            let future = session.send_request(request, &mut ready);
+            RetryFuture::calling(session, future, Some(ready))
         } else {
-            RetryFuture::sent_once(session, request, &mut self.inner)
+            let future = session.send_request(request, &mut self.inner);
+            RetryFuture::calling(session, future, None)
         }
     }
 }

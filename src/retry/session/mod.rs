@@ -249,6 +249,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// Sends `request` to `service`, keeping a copy if another attempt may follow. The first
     /// attempt comes here straight from `call`: the request is not moved in and out of the
     /// session on the way.
+    #[inline]
     pub(crate) fn send_request<S: Service<Req>>(
         &mut self,
         mut request: Req,
