@@ -81,6 +81,9 @@ pub(crate) struct Session<Req, C> {
 
 /// What the session keeps of the request between attempts.
 enum Kept<Req> {
+    /// Nothing yet: the first attempt is about to be sent or stored, or an attempt is being
+    /// sent (what to keep of it is decided as it goes).
+    Pending,
     /// A copy for the next attempt (its method is the classifier's).
     Copy(Req),
     /// No copy (no other attempt may follow): only the method, for the classifier, and with
@@ -193,13 +196,18 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     #[inline]
     pub(crate) fn new(config: Arc<Config<C>>, request: &mut Req) -> Self {
         let settings = &config.settings;
-        let method = request.method().clone();
-        let waits = attempt::stamp_key(settings, &method, request.headers_mut()).map(|stream| {
-            Box::new(Waits {
-                rng: Some(stream),
-                ..Waits::default()
-            })
-        });
+        let mut waits = None;
+        if settings.stamp_idempotency_key {
+            // Copied for the key's check, beside the headers it may stamp.
+            let method = request.method().clone();
+            let stream = attempt::stamp_key(settings, &method, request.headers_mut());
+            waits = stream.map(|stream| {
+                Box::new(Waits {
+                    rng: Some(stream),
+                    ..Waits::default()
+                })
+            });
+        }
         let mut not_retryable = (!settings
             .idempotency
             .allows(request.method(), request.headers()))
@@ -212,7 +220,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Self {
             deadline: Deadline::new(settings.deadline, own, Instant::now),
             slot: request.report_slot().cloned(),
-            kept: Kept::Method(method, None),
+            kept: Kept::Pending,
             config,
             not_retryable,
             attempts: 0,
@@ -238,8 +246,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// Sends the stored request to `service`, keeping a copy if another attempt may follow.
     pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> Attempt<S::Future> {
-        // The placeholder lasts until `send_request` decides what to keep.
-        let kept = std::mem::replace(&mut self.kept, Kept::Method(Method::GET, None));
+        let kept = std::mem::replace(&mut self.kept, Kept::Pending);
         let Kept::Copy(request) = kept else {
             unreachable!("a request is stored before every attempt");
         };
@@ -265,20 +272,20 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             && self.not_retryable != Some(StopReason::Delegated)
             && (self.counted() < settings.max_attempts
                 || self.refused < settings.max_refused_retries);
-        match keep.then(|| request.try_clone()) {
-            Some(Some(copy)) => self.kept = Kept::Copy(copy),
-            copy => {
-                if copy.is_some() {
-                    self.not_retryable = Some(StopReason::NotReplayable);
-                }
-                // With pacing, the outcome of this attempt is booked to its endpoint; the
-                // report's resend time reads the pacer's and a breaker's hold of it.
-                let knows = self.config.settings.abort.is_some() || self.config.pacer.is_some();
-                let authority = knows
-                    .then(|| request.authority().map(std::borrow::Cow::into_owned))
-                    .flatten();
-                self.kept = Kept::Method(request.method().clone(), authority);
+        let copy = if keep { request.try_clone() } else { None };
+        if let Some(copy) = copy {
+            self.kept = Kept::Copy(copy);
+        } else {
+            if keep {
+                self.not_retryable = Some(StopReason::NotReplayable);
             }
+            // With pacing, the outcome of this attempt is booked to its endpoint; the
+            // report's resend time reads the pacer's and a breaker's hold of it.
+            let knows = self.config.settings.abort.is_some() || self.config.pacer.is_some();
+            let authority = knows
+                .then(|| request.authority().map(std::borrow::Cow::into_owned))
+                .flatten();
+            self.kept = Kept::Method(request.method().clone(), authority);
         }
         let after = self.delays().last().map(|delay| delay.source);
         self.config.counters.attempt(self.attempts, after);
@@ -308,6 +315,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         match &self.kept {
             Kept::Copy(request) => request.authority(),
             Kept::Method(_, authority) => authority.as_ref().map(std::borrow::Cow::Borrowed),
+            Kept::Pending => None,
         }
     }
 
@@ -362,6 +370,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let method = match &self.kept {
             Kept::Copy(request) => request.method(),
             Kept::Method(method, _) => method,
+            Kept::Pending => unreachable!("an outcome comes after its attempt was sent"),
         };
         self.config.classifier.classify(method, result)
     }
