@@ -76,6 +76,19 @@ pub(crate) fn stamp(
     attempt: u32,
     own_left: impl FnOnce() -> Option<Duration>,
 ) {
+    // Checked inline, in the caller: with neither, every attempt pays two loads for them.
+    if settings.attempt_header.is_none() && settings.attempt_hook.is_none() {
+        return;
+    }
+    stamp_metadata(settings, headers, attempt, own_left);
+}
+
+fn stamp_metadata(
+    settings: &Settings,
+    headers: &mut HeaderMap,
+    attempt: u32,
+    own_left: impl FnOnce() -> Option<Duration>,
+) {
     if let Some(name) = &settings.attempt_header {
         headers.insert(name.clone(), HeaderValue::from(attempt));
     }

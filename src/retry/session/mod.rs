@@ -256,7 +256,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// Sends `request` to `service`, keeping a copy if another attempt may follow. The first
     /// attempt comes here straight from `call`: the request is not moved in and out of the
     /// session on the way.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn send_request<S: Service<Req>>(
         &mut self,
         mut request: Req,
@@ -264,7 +264,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     ) -> Attempt<S::Future> {
         self.attempts += 1;
         let settings = &self.config.settings;
-        let deadline = self.deadline;
+        let deadline = &self.deadline;
         attempt::stamp(settings, request.headers_mut(), self.attempts, || {
             deadline.own_left(Instant::now())
         });
