@@ -274,7 +274,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 || self.refused < settings.max_refused_retries);
         let copy = if keep { request.try_clone() } else { None };
         if let Some(copy) = copy {
-            self.kept = Kept::Copy(copy);
+            self.keep(Kept::Copy(copy));
         } else {
             if keep {
                 self.not_retryable = Some(StopReason::NotReplayable);
@@ -285,13 +285,26 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             let authority = knows
                 .then(|| request.authority().map(std::borrow::Cow::into_owned))
                 .flatten();
-            self.kept = Kept::Method(request.method().clone(), authority);
+            self.keep(Kept::Method(request.method().clone(), authority));
         }
         let after = self.delays().last().map(|delay| delay.source);
         self.config.counters.attempt(self.attempts, after);
         decision!(attempt = self.attempts, "sending attempt");
         let _inner = mark_inner(self.inner_layers_mark());
         telemetry::send(request, self.attempts, |request| service.call(request))
+    }
+
+    /// Keeps `kept` of the attempt being sent, in the place left pending while it is sent.
+    #[inline]
+    fn keep(&mut self, kept: Kept<Req>) {
+        let pending = std::mem::replace(&mut self.kept, kept);
+        debug_assert!(
+            matches!(pending, Kept::Pending),
+            "an attempt is sent from pending"
+        );
+        // Nothing to drop: without the call of the drop glue, the path of every request is
+        // a few instructions shorter.
+        std::mem::forget(pending);
     }
 
     /// What the inner layers are told while this one calls and polls them (see
