@@ -93,10 +93,12 @@ where
         if session.may_retry() {
             let clone = self.inner.clone();
             let mut ready = std::mem::replace(&mut self.inner, clone);
-            let future = session.send_request(request, &mut ready);
+            let sending = session.sending(&mut request);
+            let future = sending.sent(ready.call(request));
             RetryFuture::calling(session, future, Some(ready))
         } else {
-            let future = session.send_request(request, &mut self.inner);
+            let sending = session.sending(&mut request);
+            let future = sending.sent(self.inner.call(request));
             RetryFuture::calling(session, future, None)
         }
     }

@@ -40,7 +40,7 @@ use super::attempt;
 use super::budget::Withdrawal;
 use super::config::Config;
 use super::deadline::Deadline;
-use super::nested::{mark_inner, retried_outside, NestedLayers};
+use super::nested::{mark_inner, retried_outside, NestedLayers, Restore};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, Outcome};
@@ -49,7 +49,7 @@ use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{PassGuard, QueueWait};
 use crate::random::uniform;
 use crate::report::{DelaySource, ReportSlot, StopReason};
-use crate::telemetry::{self, decision, Attempt};
+use crate::telemetry::{self, decision, Attempt, AttemptSpan};
 use http::uri::Authority;
 use http::Method;
 use rand::rngs::SmallRng;
@@ -101,6 +101,26 @@ struct Waits {
     pass: Option<PassGuard>,
     /// What the report will say.
     trail: Trail,
+}
+
+/// What is held while an attempt is handed to the inner service: the inner layers' mark and
+/// the attempt's span, entered. Made by [`Session::sending`].
+#[must_use = "an attempt's mark and span last until it is sent"]
+pub(crate) struct Sending {
+    // Dropped after the span is left, as the mark was set before it was entered.
+    inner: Option<Restore>,
+    span: AttemptSpan,
+}
+
+impl Sending {
+    /// The inner service's `future` for the attempt: the attempt's (polled in its span).
+    #[inline(always)]
+    pub(crate) fn sent<F>(self, future: F) -> Attempt<F> {
+        let Sending { inner, span } = self;
+        let attempt = span.attach(future);
+        drop(inner);
+        attempt
+    }
 }
 
 /// What to do after an attempt.
@@ -253,15 +273,24 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         self.send_request(request, service)
     }
 
-    /// Sends `request` to `service`, keeping a copy if another attempt may follow. The first
-    /// attempt comes here straight from `call`: the request is not moved in and out of the
-    /// session on the way.
-    #[inline(always)]
+    /// Sends `request` to `service`, keeping a copy if another attempt may follow.
+    #[inline]
     pub(crate) fn send_request<S: Service<Req>>(
         &mut self,
         mut request: Req,
         service: &mut S,
     ) -> Attempt<S::Future> {
+        let sending = self.sending(&mut request);
+        sending.sent(service.call(request))
+    }
+
+    /// Readies `request`'s next attempt for the inner service: counts and stamps it, keeps a
+    /// copy if another attempt may follow (else what its outcome needs of it), and tells the
+    /// inner layers what this one does, until [`Sending::sent`]. The first attempt is sent this
+    /// way straight from `call`, which calls the inner service itself: the request is not moved
+    /// on the way (a move is a copy).
+    #[inline(always)]
+    pub(crate) fn sending(&mut self, request: &mut Req) -> Sending {
         self.attempts += 1;
         let settings = &self.config.settings;
         let deadline = &self.deadline;
@@ -290,8 +319,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let after = self.delays().last().map(|delay| delay.source);
         self.config.counters.attempt(self.attempts, after);
         decision!(attempt = self.attempts, "sending attempt");
-        let _inner = mark_inner(self.inner_layers_mark());
-        telemetry::send(request, self.attempts, |request| service.call(request))
+        Sending {
+            inner: mark_inner(self.inner_layers_mark()),
+            span: telemetry::enter_attempt(request, self.attempts),
+        }
     }
 
     /// Keeps `kept` of the attempt being sent, in the place left pending while it is sent.
