@@ -85,6 +85,39 @@ pub(super) fn known_error(error: &(dyn Error + 'static)) -> Option<Outcome> {
     None
 }
 
+/// Whether the refusal [`known_error`] finds in `error` rests on a `GOAWAY` that hyper's HTTP/2
+/// client delivered on a connection whose hyper tasks may run in parallel: no proof that the
+/// request was not processed.
+///
+/// hyper (up to at least 1.12) also hands the *connection's* `GOAWAY` to the request whose stream
+/// its client task had just opened when the connection task, on another thread, received it; that
+/// stream may be at or below the `GOAWAY`'s last stream id and processed (seen against nginx:
+/// unkeyed POSTs applied twice), and its error is the one h2 gives a stream above it. Proof
+/// remains where that race cannot be: a `REFUSED_STREAM` reset (per stream, never handed to
+/// another request) and an `h2::Error` that did not come through hyper (the caller's own
+/// stream).
+#[cfg(feature = "hyper")]
+pub(super) fn goaway_unproven(error: &(dyn Error + 'static)) -> bool {
+    let (mut through_hyper, mut goaway) = (false, false);
+    let mut link = Some(error);
+    while let Some(error) = link {
+        through_hyper |= error.is::<hyper::Error>();
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            if h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                return false;
+            }
+            goaway |= h2.is_remote() && h2.is_go_away();
+        }
+        link = error.source();
+    }
+    goaway && through_hyper
+}
+
+#[cfg(not(feature = "hyper"))]
+pub(super) fn goaway_unproven(_: &(dyn Error + 'static)) -> bool {
+    false
+}
+
 /// Whether `error` itself proves that the request never reached the application (or, for a
 /// connect error, that retrying cannot help).
 fn not_sent(error: &(dyn Error + 'static)) -> Option<Outcome> {
@@ -100,7 +133,8 @@ fn not_sent(error: &(dyn Error + 'static)) -> Option<Outcome> {
         // its GOAWAY (h2 gives those streams the GOAWAY as their error, and a request sent on
         // the connection after it too; a stream the GOAWAY covers that is then cut gets an I/O
         // error instead), was not processed. Sent by the server (`is_remote`), not made up by
-        // h2 on the client's side.
+        // h2 on the client's side. A `GOAWAY` that came through hyper may be another stream's:
+        // `goaway_unproven` takes the proof back.
         if let Some(h2) = error.downcast_ref::<h2::Error>() {
             let refused = h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM);
             return (h2.is_remote() && (refused || h2.is_go_away())).then_some(REFUSED);
