@@ -94,8 +94,9 @@ pub(super) fn known_error(error: &(dyn Error + 'static)) -> Option<Outcome> {
 /// stream may be at or below the `GOAWAY`'s last stream id and processed (seen against nginx:
 /// unkeyed POSTs applied twice), and its error is the one h2 gives a stream above it. Proof
 /// remains where that race cannot be: a `REFUSED_STREAM` reset (per stream, never handed to
-/// another request) and an `h2::Error` that did not come through hyper (the caller's own
-/// stream).
+/// another request), an `h2::Error` that did not come through hyper (the caller's own stream),
+/// and a connection of [`rotation_safe_client`](crate::hyper_client::rotation_safe_client),
+/// whose hyper tasks run one at a time.
 #[cfg(feature = "hyper")]
 pub(super) fn goaway_unproven(error: &(dyn Error + 'static)) -> bool {
     let (mut through_hyper, mut goaway) = (false, false);
@@ -110,11 +111,23 @@ pub(super) fn goaway_unproven(error: &(dyn Error + 'static)) -> bool {
         }
         link = error.source();
     }
-    goaway && through_hyper
+    goaway && through_hyper && !serially_dispatched(error)
 }
 
 #[cfg(not(feature = "hyper"))]
 pub(super) fn goaway_unproven(_: &(dyn Error + 'static)) -> bool {
+    false
+}
+
+/// Whether `error` happened on a connection marked as serially dispatched (only the crate's own
+/// client makes one).
+#[cfg(feature = "hyper-client")]
+fn serially_dispatched(error: &(dyn Error + 'static)) -> bool {
+    crate::hyper_client::is_serially_dispatched(error)
+}
+
+#[cfg(all(feature = "hyper", not(feature = "hyper-client")))]
+fn serially_dispatched(_: &(dyn Error + 'static)) -> bool {
     false
 }
 

@@ -91,7 +91,9 @@ pub struct RetryStats {
     /// Attempts turned away by a connection rotation without proof that the server did not
     /// process them ([`Classify::is_rotation`](crate::classify::Classify::is_rotation): a `GOAWAY`
     /// delivered through hyper's HTTP/2 client): sent again as rotation when the request may be
-    /// repeated (then also in `rotation_resends`), stopped otherwise.
+    /// repeated (then also in `rotation_resends`), stopped otherwise. A count that grows beside
+    /// `NotIdempotent` stops says the client should be
+    /// [`rotation_safe_client`](crate::hyper_client::rotation_safe_client).
     pub unproven_rotations: u64,
     /// Errors no rule of the classifier recognised, whatever it then decided for them (see
     /// [`HttpClassifier::unknown_errors`](crate::HttpClassifier::unknown_errors)). A count that

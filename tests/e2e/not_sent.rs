@@ -234,6 +234,67 @@ async fn a_goaway_through_a_plain_hyper_client_resends_gets_for_free_and_never_a
     );
 }
 
+/// The same POSTs through [`rotation_safe_client`]: its hyper tasks run one at a time, so a
+/// `GOAWAY` it delivers is the request's own stream's verdict, proof for any method.
+///
+/// [`rotation_safe_client`]: tower_http_retry::hyper_client::rotation_safe_client
+#[cfg(feature = "hyper-client")]
+#[tokio::test]
+async fn posts_above_the_last_stream_id_are_resent_through_the_rotation_safe_client_and_each_handled_once(
+) {
+    use tower_http_retry::hyper_client::{rotation_safe_client, SerialDispatch, SerialExecutor};
+    const BURST: usize = 4;
+    let server = GoAwayServer::start(Rotation::FirstCoversLowest {
+        burst: BURST,
+        covered: 2,
+    })
+    .await;
+    let layer = retry().build().unwrap();
+    let executor = SerialExecutor::start().unwrap();
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let client = rotation_safe_client(executor, connector, |builder| {
+        builder.http2_only(true);
+    });
+    let bodies: Vec<String> = (0..BURST).map(|i| format!("order-{i}")).collect();
+
+    let posts = concurrent(
+        &ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(client.clone()),
+        &server,
+        &Method::POST,
+        &bodies,
+    )
+    .await;
+
+    let mut resent = 0;
+    for (result, report) in &posts {
+        assert_eq!(*result.as_ref().expect("answered"), StatusCode::OK);
+        assert_eq!(report.stop, StopReason::Success);
+        if report.attempts == 2 {
+            assert_eq!(report.delays[0].source, DelaySource::Refused);
+            resent += 1;
+        }
+    }
+    assert_eq!(
+        resent, 2,
+        "the two streams above the last stream id: {posts:?}"
+    );
+    let handled = server.handled();
+    assert_eq!(handled.len(), BURST, "{handled:?}");
+    assert!(handled.values().all(|&n| n == 1), "{handled:?}");
+    assert_eq!((server.connections(), server.goaways()), (2, 1));
+    let stats = layer.stats();
+    assert_eq!((stats.unproven_rotations, stats.rotation_resends), (0, 2));
+
+    // The marker is what the classifier read; responses carry it too.
+    let response = client
+        .request(get(&server.uri("/"), "marked"))
+        .await
+        .expect("answered");
+    assert!(response.extensions().get::<SerialDispatch>().is_some());
+}
+
 /// Sends `requests` GETs through `client` from `workers` tasks, each sending its share one after
 /// another (so that new requests keep arriving while a connection goes away); returns the reports
 /// of those that failed, with whether their error was an h2 `GOAWAY` from the server.
@@ -478,11 +539,22 @@ async fn processes_then_goes_away_with_an_error(
     (uri, processed)
 }
 
-#[tokio::test]
-async fn a_post_a_goaway_covers_and_the_connection_then_cuts_is_not_resent() {
+/// Sends a POST through `client` (under the retry layer) to a server that processes it, then
+/// sends a `GOAWAY` covering it and cuts the connection: the POST is not sent again.
+async fn a_post_cut_after_a_goaway_covered_it_is_not_resent<C>(client: C)
+where
+    C: Service<
+            http::Request<Body>,
+            Response = Response<Incoming>,
+            Error = hyper_util::client::legacy::Error,
+        > + Clone
+        + Send
+        + 'static,
+    C::Future: Send,
+{
     let (uri, processed) = processes_then_goes_away_with_an_error().await;
     let layer = retry().build().unwrap();
-    let mut client = over_h2(&layer);
+    let mut client = ServiceBuilder::new().layer(layer.clone()).service(client);
     let post = request(Method::POST, &uri, "order", ORDER);
 
     let (result, report) = tokio::time::timeout(PATIENCE, send(&mut client, post))
@@ -492,7 +564,7 @@ async fn a_post_a_goaway_covers_and_the_connection_then_cuts_is_not_resent() {
     let error = result.expect_err("the server went away unanswered");
     // h2 gives the stream an I/O error (the connection closed), not the GOAWAY: ambiguous.
     assert!(
-        h2_error(&error).is_none_or(|h2| !h2.is_go_away()),
+        !h2_error(&error).is_some_and(h2::Error::is_go_away),
         "{error:?}"
     );
     assert_ne!(
@@ -509,4 +581,21 @@ async fn a_post_a_goaway_covers_and_the_connection_then_cuts_is_not_resent() {
         (report.attempts, report.stop),
         (1, StopReason::NotIdempotent)
     );
+}
+
+#[tokio::test]
+async fn a_post_a_goaway_covers_and_the_connection_then_cuts_is_not_resent() {
+    a_post_cut_after_a_goaway_covered_it_is_not_resent(h2_client()).await;
+}
+
+/// The marker of the rotation-safe client proves nothing by itself: what h2 said decides.
+#[cfg(feature = "hyper-client")]
+#[tokio::test]
+async fn a_post_the_rotation_safe_client_saw_cut_after_a_goaway_covered_it_is_not_resent() {
+    use tower_http_retry::hyper_client::{rotation_safe_client, SerialExecutor};
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let client = rotation_safe_client(SerialExecutor::start().unwrap(), connector, |builder| {
+        builder.http2_only(true);
+    });
+    a_post_cut_after_a_goaway_covered_it_is_not_resent(client).await;
 }
