@@ -70,6 +70,11 @@ pub(super) fn known_error(error: &(dyn Error + 'static)) -> Option<Outcome> {
         if error.is::<CircuitOpen>() {
             return Some(Outcome::Permanent);
         }
+        // The rotation-safe client's executor is gone: every attempt meets it.
+        #[cfg(feature = "hyper-client")]
+        if error.is::<crate::hyper_client::ExecutorGone>() {
+            return Some(Outcome::Permanent);
+        }
         if let Some(outcome) = not_sent(error) {
             return Some(outcome);
         }

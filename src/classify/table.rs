@@ -33,7 +33,7 @@ const REFUSED: Outcome = Outcome::NotSent(NotSent::Refused);
 /// | connection reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
 /// | hyper: incomplete message, channel closed | transient |
 /// | reqwest (feature `reqwest`): `is_timeout` | transient |
-/// | [`CircuitOpen`] (a breaker refused the call) | permanent, whatever `unknown_errors` says |
+/// | [`CircuitOpen`] (a breaker refused the call); [`ExecutorGone`](crate::hyper_client::ExecutorGone) (the rotation-safe client's runtime is gone) | permanent, whatever `unknown_errors` says |
 /// | any other error (a kind no row names: a new hyper or hyper-util error, an error of another stack) | transient (configurable with [`unknown_errors`](Self::unknown_errors)), counted and named ([`Classify::unknown_error`]) |
 ///
 /// Besides the status, the classifier reads what the response says about retrying

@@ -1,11 +1,9 @@
-//! [`rotation_safe_client`]: hyper-util's legacy client on a [`SerialExecutor`], its
-//! connections marked [`SerialDispatch`] so that the classifier knows.
+//! The connections of a [`rotation_safe_client`](super::rotation_safe_client), marked
+//! [`SerialDispatch`] so that the classifier knows.
 
-use super::SerialExecutor;
 use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::client::legacy::{Builder, Client};
 use std::error::Error;
 use std::future::Future;
 use std::io;
@@ -13,65 +11,21 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tower_service::Service;
 
-/// hyper-util's legacy client whose hyper tasks run on `executor`, one at a time, and whose
-/// connections are marked [`SerialDispatch`]: a `GOAWAY` it delivers is then proof that the
-/// server did not process the request, and [`HttpClassifier`](crate::HttpClassifier) resends
-/// it whatever its method (see the [module](super) docs).
-///
-/// `configure` sets anything else on the builder: `http2_only(true)` for HTTP/2 without TLS
-/// (prior knowledge), timeouts, the pool, HTTP/2 windows and keep-alive (a timer, such as
-/// hyper-util's `TokioTimer`, runs on the executor's runtime). The executor is the one thing it
-/// cannot change. HTTP/1.1 connections are marked too, harmlessly: they have no `GOAWAY`.
-///
-/// Put a [`StreamSlotsLayer`](super::StreamSlotsLayer) in front of it, so that hyper never
-/// parks a request (a parked request a `GOAWAY` ends is ambiguous, whatever the executor).
-///
-/// ```
-/// use bytes::Bytes;
-/// use http_body_util::Full;
-/// use hyper_util::client::legacy::connect::HttpConnector;
-/// use tower_http_retry::hyper_client::{rotation_safe_client, SerialExecutor};
-///
-/// let client = rotation_safe_client::<_, Full<Bytes>>(
-///     SerialExecutor::start()?,
-///     HttpConnector::new(),
-///     |builder| {
-///         builder.http2_only(true);
-///     },
-/// );
-/// # let _ = client;
-/// # Ok::<(), std::io::Error>(())
-/// ```
-pub fn rotation_safe_client<C, B>(
-    executor: SerialExecutor,
-    connector: C,
-    configure: impl FnOnce(&mut Builder),
-) -> Client<SerialConnector<C>, B>
-where
-    SerialConnector<C>: hyper_util::client::legacy::connect::Connect + Clone,
-    B: http_body::Body + Send,
-    B::Data: Send,
-{
-    let mut builder = Client::builder(executor);
-    configure(&mut builder);
-    builder.build(SerialConnector { inner: connector })
-}
-
 /// The marker in hyper-util's `Connected` extras of every connection of a
-/// [`rotation_safe_client`]: its hyper tasks run one at a time, so a `GOAWAY` hyper delivers to
-/// one of its requests is that request's own stream's verdict.
+/// [`rotation_safe_client`](super::rotation_safe_client): its hyper tasks run one at a time, so a
+/// `GOAWAY` hyper delivers to one of its requests is that request's own stream's verdict.
 ///
 /// Only this crate makes one. hyper-util copies it into the extensions of each response, and
 /// into each error's `connect_info`, where [`HttpClassifier`](crate::HttpClassifier) reads it.
 ///
 /// ```no_run
-/// # async fn demo(client: hyper_util::client::legacy::Client<
-/// #     tower_http_retry::hyper_client::SerialConnector<hyper_util::client::legacy::connect::HttpConnector>,
+/// # async fn demo(client: tower_http_retry::hyper_client::RotationSafeClient<
+/// #     hyper_util::client::legacy::connect::HttpConnector,
 /// #     http_body_util::Empty<bytes::Bytes>,
-/// # >) -> Result<(), Box<dyn std::error::Error>> {
+/// # >) -> Result<(), tower::BoxError> {
 /// use tower_http_retry::hyper_client::SerialDispatch;
 ///
-/// let response = client.get("http://127.0.0.1:8080/".parse()?).await?;
+/// let response = client.request(http::Request::new(Default::default())).await?;
 /// assert!(response.extensions().get::<SerialDispatch>().is_some());
 /// # Ok(())
 /// # }
@@ -100,12 +54,12 @@ pub(crate) fn is_serially_dispatched(error: &(dyn Error + 'static)) -> bool {
     false
 }
 
-/// The connector of a [`rotation_safe_client`]: `C`'s connections, marked [`SerialDispatch`].
-/// Only [`rotation_safe_client`] makes one, so that the marker never sits on a connection whose
-/// tasks may run in parallel.
+/// The connector of a [`rotation_safe_client`](super::rotation_safe_client): `C`'s connections,
+/// marked [`SerialDispatch`]. Only that function makes one, so that the marker never sits on a
+/// connection whose tasks may run in parallel.
 #[derive(Clone, Debug)]
 pub struct SerialConnector<C> {
-    inner: C,
+    pub(super) inner: C,
 }
 
 impl<C> Service<Uri> for SerialConnector<C>

@@ -8,9 +8,11 @@ use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// Runs the futures hyper and hyper-util spawn (connection tasks, the HTTP/2 client task, each
-/// request's response task, background connects) on a tokio current-thread runtime: one at a
+/// request's response task, background connects), and the requests of a
+/// [`RotationSafeClient`](super::RotationSafeClient), on a tokio current-thread runtime: one at a
 /// time, on the one thread that drives it.
 ///
 /// Serial execution is what makes an HTTP/2 `GOAWAY` that hyper delivers to a request proof that
@@ -131,6 +133,16 @@ impl SerialExecutor {
     pub fn handle(&self) -> &Handle {
         &self.handle
     }
+
+    /// Spawns `future` onto the runtime; a runtime that shut down drops it (the handle then
+    /// reports it cancelled), and it never runs elsewhere.
+    pub(super) fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(future)
+    }
 }
 
 impl<F> hyper::rt::Executor<F> for SerialExecutor
@@ -139,8 +151,7 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, future: F) {
-        // A runtime that shut down drops the task; it never runs elsewhere.
-        drop(self.handle.spawn(future));
+        drop(self.spawn(future));
     }
 }
 

@@ -15,8 +15,8 @@ use std::io;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
-use tower::{Service, ServiceBuilder};
-use tower_http_retry::classify::{Classify, NotSent};
+use tower::{BoxError, Service, ServiceBuilder};
+use tower_http_retry::classify::{AsStdError, Classify, NotSent};
 use tower_http_retry::report::DelaySource;
 use tower_http_retry::retry::Retry;
 use tower_http_retry::{HttpClassifier, Outcome, RetryLayer, StopReason};
@@ -32,15 +32,15 @@ fn over_h2(layer: &RetryLayer) -> Retry<HttpClient, HttpClassifier> {
         .service(h2_client())
 }
 
-fn classify(error: &hyper_util::client::legacy::Error) -> Outcome {
-    <HttpClassifier as Classify<Response<Incoming>, _>>::classify_error(
+fn classify<E: AsStdError>(error: &E) -> Outcome {
+    <HttpClassifier as Classify<Response<Incoming>, E>>::classify_error(
         &HttpClassifier::new(),
         error,
     )
 }
 
-fn is_rotation(error: &hyper_util::client::legacy::Error) -> bool {
-    <HttpClassifier as Classify<Response<Incoming>, _>>::is_rotation(&HttpClassifier::new(), error)
+fn is_rotation<E: AsStdError>(error: &E) -> bool {
+    <HttpClassifier as Classify<Response<Incoming>, E>>::is_rotation(&HttpClassifier::new(), error)
 }
 
 /// The `h2::Error` in the chain, if any.
@@ -124,19 +124,11 @@ async fn concurrent<S>(
     server: &GoAwayServer,
     method: &Method,
     bodies: &[String],
-) -> Vec<(
-    Result<StatusCode, hyper_util::client::legacy::Error>,
-    tower_http_retry::RetryReport,
-)>
+) -> Vec<(Result<StatusCode, BoxError>, tower_http_retry::RetryReport)>
 where
-    S: Service<
-            http::Request<Body>,
-            Response = Response<Incoming>,
-            Error = hyper_util::client::legacy::Error,
-        > + Clone
-        + Send
-        + 'static,
+    S: Service<http::Request<Body>, Response = Response<Incoming>> + Clone + Send + 'static,
     S::Future: Send,
+    S::Error: Into<BoxError> + std::fmt::Debug + Send,
 {
     let mut sent = JoinSet::new();
     for body in bodies {
@@ -149,7 +141,8 @@ where
         );
         sent.spawn(async move {
             let (result, report) = send(&mut client, request).await;
-            (result.map(|response| response.status()), report)
+            let result = result.map(|response| response.status()).map_err(Into::into);
+            (result, report)
         });
     }
     tokio::time::timeout(PATIENCE, sent.join_all())
@@ -183,7 +176,7 @@ async fn a_goaway_through_a_plain_hyper_client_resends_gets_for_free_and_never_a
             }
             Err(error) => {
                 assert!(
-                    h2_error(error).is_some_and(h2::Error::is_go_away),
+                    h2_error(&**error).is_some_and(h2::Error::is_go_away),
                     "{error:?}"
                 );
                 assert_eq!(classify(error), Outcome::Transient, "no proof: {error:?}");
@@ -543,14 +536,9 @@ async fn processes_then_goes_away_with_an_error(
 /// sends a `GOAWAY` covering it and cuts the connection: the POST is not sent again.
 async fn a_post_cut_after_a_goaway_covered_it_is_not_resent<C>(client: C)
 where
-    C: Service<
-            http::Request<Body>,
-            Response = Response<Incoming>,
-            Error = hyper_util::client::legacy::Error,
-        > + Clone
-        + Send
-        + 'static,
+    C: Service<http::Request<Body>, Response = Response<Incoming>> + Clone + Send + 'static,
     C::Future: Send,
+    C::Error: Into<BoxError> + std::fmt::Debug + AsStdError,
 {
     let (uri, processed) = processes_then_goes_away_with_an_error().await;
     let layer = retry().build().unwrap();
@@ -564,7 +552,10 @@ where
     let error = result.expect_err("the server went away unanswered");
     // h2 gives the stream an I/O error (the connection closed), not the GOAWAY: ambiguous.
     assert!(
-        !h2_error(&error).is_some_and(h2::Error::is_go_away),
+        !error
+            .as_std_error()
+            .and_then(h2_error)
+            .is_some_and(h2::Error::is_go_away),
         "{error:?}"
     );
     assert_ne!(
