@@ -23,7 +23,9 @@
 mod error_chain;
 mod outcome;
 mod table;
+mod unsent;
 
 pub use error_chain::AsStdError;
 pub use outcome::{classify_fn, Classify, ClassifyFn, NotSent, Outcome};
 pub use table::HttpClassifier;
+pub use unsent::FailUnsent;

@@ -3,6 +3,7 @@
 
 use crate::hint::ServerHint;
 use crate::message::RetryResponse;
+use crate::report::Unsent;
 use http::Method;
 use std::fmt;
 
@@ -194,6 +195,18 @@ pub trait Classify<Res, E> {
     fn is_rotation(&self, error: &E) -> bool {
         let _ = error;
         false
+    }
+
+    /// How to hand back a request the retry layer did not send ([`Unsent`]: a new request to
+    /// an endpoint that [pacing](crate::Pacing) knows is down or paused, whose predicted wait is
+    /// beyond its deadline or whose queue is full). The layer has no response or error of its
+    /// own for it: `Some(make)` returns `make(unsent)` at once, and nothing reaches the endpoint;
+    /// `None` (the default) sends it once, as any first attempt.
+    /// [`FailUnsent`](super::FailUnsent) (from
+    /// [`RetryLayerBuilder::fail_unsent`](crate::retry::RetryLayerBuilder::fail_unsent)) returns
+    /// `Err(unsent.into())`.
+    fn unsent(&self) -> Option<fn(Unsent) -> Result<Res, E>> {
+        None
     }
 
     /// Classifies the outcome of an attempt of a request with `method`: by default, the

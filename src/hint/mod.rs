@@ -45,8 +45,9 @@ use std::time::{Duration, SystemTime};
 /// What a response says about retrying it, as a classifier reads it
 /// ([`Classify::hint`](crate::classify::Classify::hint)).
 ///
-/// Three independent parts: the server's word on *whether* to retry, its word on *when*, and
-/// whether a hint header was present but unreadable (counted in
+/// Four independent parts: the server's word on *whether* to retry, its word on *when*, whether
+/// that "when" is the reset of a quota the whole endpoint shares, and whether a hint header was
+/// present but unreadable (counted in
 /// [`RetryStats::retry_after_malformed`](crate::retry::RetryStats::retry_after_malformed) and
 /// otherwise ignored).
 ///
@@ -63,6 +64,7 @@ use std::time::{Duration, SystemTime};
 pub struct ServerHint {
     should_retry: Option<bool>,
     after: Option<Duration>,
+    quota_reset: bool,
     malformed: bool,
 }
 
@@ -71,6 +73,7 @@ impl ServerHint {
     pub const NONE: Self = Self {
         should_retry: None,
         after: None,
+        quota_reset: false,
         malformed: false,
     };
 
@@ -113,6 +116,13 @@ impl ServerHint {
         self
     }
 
+    /// Marks "when" as the reset of a quota the endpoint shares (see
+    /// [`is_quota_reset`](Self::is_quota_reset)).
+    pub const fn with_quota_reset(mut self, quota_reset: bool) -> Self {
+        self.quota_reset = quota_reset;
+        self
+    }
+
     /// Marks a hint header that could not be read.
     pub const fn with_malformed(mut self, malformed: bool) -> Self {
         self.malformed = malformed;
@@ -127,6 +137,33 @@ impl ServerHint {
     /// When to come back, if the server said so validly.
     pub const fn retry_after(&self) -> Option<Duration> {
         self.after
+    }
+
+    /// Whether "when" is the reset of a quota the endpoint shares, not only this request's wait:
+    /// a rate-limit header says nothing is left (`RateLimit` with `r=0`,
+    /// `X-RateLimit-Remaining: 0`), or a limited response (429, 503) gives its window's reset
+    /// (`X-RateLimit-Reset` without a remaining count). With [pacing](crate::Pacing) the whole
+    /// endpoint waits for it. A plain `Retry-After` (or `retry-after-ms`, a gRPC pushback) is
+    /// not: RFC 9110 (section 10.2.3) makes it how long to wait before a follow-up request, the
+    /// request it answers; the pacer takes it as a rate signal while the endpoint still takes
+    /// other requests.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use http::{HeaderMap, HeaderValue, StatusCode};
+    /// use tower_http_retry::hint::ServerHints;
+    ///
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert("retry-after", HeaderValue::from_static("1"));
+    /// let hint = ServerHints::new().read(StatusCode::TOO_MANY_REQUESTS, &headers, SystemTime::now());
+    /// assert_eq!(hint.retry_after(), Some(Duration::from_secs(1)));
+    /// assert!(!hint.is_quota_reset());
+    /// headers.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+    /// let hint = ServerHints::new().read(StatusCode::TOO_MANY_REQUESTS, &headers, SystemTime::now());
+    /// assert!(hint.is_quota_reset());
+    /// ```
+    pub const fn is_quota_reset(&self) -> bool {
+        self.quota_reset
     }
 
     /// Whether a hint header was there but could not be read.

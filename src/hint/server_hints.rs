@@ -186,6 +186,7 @@ impl ServerHints {
         // A success carries no "come back in", only a quota that is used up.
         let success = status.as_u16() < 400;
         let mut after = None;
+        let mut quota_reset = false;
         if !success {
             match parse_retry_after(headers, now) {
                 RetryAfterHint::Delay(delay) => after = Some(delay),
@@ -210,15 +211,23 @@ impl ServerHints {
                         // A used-up quota without a reset time: a later header may have one.
                         if reset.is_some() {
                             after = reset;
+                            // A rate-limit window's reset covers the endpoint; a delay in
+                            // milliseconds is this request's, as `Retry-After` is.
+                            quota_reset = !matches!(header, ResetHeader::RetryAfterMs);
                             break;
                         }
                     }
                 }
             }
         }
+        if after.is_some() && !quota_reset {
+            // A `Retry-After` beside a quota that is used up: the endpoint waits too.
+            quota_reset = self.quota_exhausted(headers);
+        }
         ServerHint::NONE
             .with_should_retry(should_retry)
             .with_retry_after(after)
+            .with_quota_reset(quota_reset)
             .with_malformed(malformed)
     }
 
@@ -307,6 +316,42 @@ mod tests {
             after,
             malformed,
         }
+    }
+
+    #[test]
+    fn a_quota_reset_covers_the_endpoint_and_a_retry_after_does_not() {
+        let hints = ServerHints::new();
+        let quota = |status, pairs: &[(&'static str, &str)]| {
+            let hint = read(&hints, status, pairs, T);
+            (hint.retry_after().is_some(), hint.is_quota_reset())
+        };
+        // RFC 9110: the wait of the request it answers.
+        assert_eq!(quota(429, &[("retry-after", "1")]), (true, false));
+        assert_eq!(quota(503, &[("retry-after", "1")]), (true, false));
+        assert_eq!(quota(429, &[("retry-after-ms", "300")]), (true, false));
+        // A used-up quota, or a limited response's window reset: the endpoint's.
+        assert_eq!(quota(429, &[("ratelimit", "\"d\";r=0;t=2")]), (true, true));
+        assert_eq!(
+            quota(
+                403,
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "2")]
+            ),
+            (true, true)
+        );
+        assert_eq!(quota(429, &[("x-ratelimit-reset", "2")]), (true, true));
+        assert_eq!(
+            quota(429, &[("retry-after", "1"), ("x-ratelimit-remaining", "0")]),
+            (true, true),
+            "a Retry-After beside a used-up quota"
+        );
+        assert_eq!(
+            quota(
+                200,
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "2")]
+            ),
+            (true, true)
+        );
+        assert_eq!(quota(429, &[]), (false, false));
     }
 
     #[test]

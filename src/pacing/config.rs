@@ -27,22 +27,56 @@ use std::time::Duration;
 ///   Above it, the rate drops to 70 % of what the endpoint *accepted* in that interval, and grows
 ///   back along a cubic curve that regains it in [`regain`](PacingBuilder::regain) and then
 ///   probes past it. Once the rate has kept up with the demand (at most the request asking
-///   waits) for a second without loss, the endpoint is open again.
-/// * **Paused**: a `Retry-After` (clamped) holds every request to the endpoint until then, and
-///   the release afterwards ramps from the probe rate, so a shared hint cannot bring the herd
-///   back in one instant.
+///   waits) for a second without loss, the endpoint is open again. An endpoint that fails again
+///   while ramping (a flapping one) is down again by the same rule as an open one,
+///   [`outage_after`](PacingBuilder::outage_after) congestion outcomes in a row, once nothing
+///   has been taken for a whole `ramp_interval` (a limit that rejects in runs while it still
+///   takes requests is a rate to find, not an outage), and is probed as in a fresh start.
+/// * **Paused**: nothing is released until the pause ends, and the release afterwards ramps from
+///   the probe rate (or from the cut of the ramp that was running), so a shared hint cannot
+///   bring the herd back in one instant.
+///
+/// # What a `Retry-After` does
+///
+/// RFC 9110 (section 10.2.3) makes `Retry-After` how long the user agent ought to wait before
+/// a follow-up request: a statement about the request it answers, not about every other
+/// request. Rate limiters send it with each rejection while they serve the rest. So a hint
+/// (`Retry-After`, `retry-after-ms`, a gRPC pushback), clamped, is:
+/// * **a floor for that request**: its retry is not sent before it;
+/// * **a rate signal for the endpoint** while it still takes requests (it answered a success
+///   within the last `ramp_interval`): a ramping endpoint's rate is cut once, as for a loss (one
+///   cut per loss event); an open endpoint is not paced, and stays so;
+/// * **a pause of the whole endpoint** only when nothing gets through (the endpoint is down or
+///   paused, or took nothing for an interval), or when the server says the quota the endpoint
+///   shares is used up ([`ServerHint::is_quota_reset`](crate::hint::ServerHint::is_quota_reset):
+///   `RateLimit` with `r=0`, `X-RateLimit-Remaining: 0` with a reset, a 429 or 503 whose
+///   `X-RateLimit-Reset` is its window's). A success that used up the quota pauses it too.
+///
+/// # Deadlines and new requests
 ///
 /// With [`first_attempts`](PacingBuilder::first_attempts) on (the default), a *new* request to an
-/// endpoint that is down waits in the same queue, so new deliveries do not pile onto it. A request
-/// whose predicted wait is beyond its [deadline](crate::retry::RetryLayerBuilder::deadline), or
-/// that finds the queue full, returns at once with
-/// [`StopReason::Deferred`](crate::StopReason::Deferred) and its last outcome, and its
-/// [`RetryReport::resend_after`](crate::RetryReport::resend_after) says when an outer durable queue
-/// should try again. A shutdown of the [`AbortSignal`](crate::AbortSignal) releases every waiter at
-/// once with its last outcome; a breaker's hold of the signal (or its refusal,
-/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen)) does not: it pauses the endpoint until the
-/// breaker lets a probe through, and the waiters keep waiting. Dropping a waiting future frees its
-/// place.
+/// endpoint that is down or paused waits in the same queue, so new deliveries do not pile onto
+/// it. A retry whose predicted wait is beyond its [deadline](crate::retry::RetryLayerBuilder::deadline),
+/// or that finds the queue full (or that is still waiting when its deadline comes), returns with
+/// [`StopReason::Deferred`](crate::StopReason::Deferred) and its last outcome. A new request in
+/// that case has no outcome to return: with
+/// [`fail_unsent`](crate::retry::RetryLayerBuilder::fail_unsent) it is handed back at once, unsent, as
+/// an [`Unsent`](crate::report::Unsent) error (never a blind first attempt into an endpoint known
+/// to be down); without it, it is sent once. The predicted wait is the pacer's schedule: the
+/// next probe (or the end of a pause), then a slow start from the probe rate up to the rate the
+/// endpoint took at its last loss.
+///
+/// [`RetryReport::resend_after`](crate::RetryReport::resend_after) says when an outer durable
+/// queue should send a deferred request again: its place's predicted release (requests turned
+/// away take the places behind the queue, one after another), jittered within the place's gap,
+/// never inside a known pause, and never before what is left of the server's hint or a
+/// breaker's hold. A burst deferred together so comes back spread over the predicted releases,
+/// not in one instant.
+///
+/// A shutdown of the [`AbortSignal`](crate::AbortSignal) releases every waiter at once with its
+/// last outcome; a breaker's hold of the signal (or its refusal,
+/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen)) does not: it pauses the endpoint until the breaker lets a
+/// probe through, and the waiters keep waiting. Dropping a waiting future frees its place.
 ///
 /// Pacing is for senders that would rather wait than fail: webhooks, batch clients, queue
 /// consumers. An interactive call that wants an answer now is better served by a short retry

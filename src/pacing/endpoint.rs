@@ -3,15 +3,20 @@
 //!
 //! ```text
 //!   Open ── N congestion outcomes in a row, or an empty budget ──> Probing
-//!    ^                                                               │ a success
-//!    │ queue empty, no loss, for a while                             v
-//!    └──────────────────────────────────────────────────────────── Ramping (slow start, then
-//!                                                                    cubic after a loss)
-//!   any mode ── Retry-After ──> Paused until then ──> Ramping from the probe rate
+//!    ^                                                               │ a success  ^
+//!    │ queue empty, no loss, for a while                             v            │ N congestion
+//!    └──────────────────────────────────────────────────────────── Ramping ──────┘ outcomes in a
+//!                                    (slow start, then cubic after a loss)          row, nothing
+//!                                                                                   taken for an
+//!                                                                                   interval
+//!   any mode ── a quota's reset, or a hint when nothing gets through ──> Paused until then
+//!   Paused ── the pause is over ──> Ramping (from the probe rate, or the cut of the ramp it left)
+//!   Ramping, taking requests ── a hint ──> one multiplicative decrease (the request alone waits)
 //! ```
 
 use super::config::PacingConfig;
 use super::rate::Ramp;
+use super::schedule::{Growth, Resend, Schedule};
 use crate::random::uniform;
 use rand::rngs::SmallRng;
 use std::collections::VecDeque;
@@ -88,6 +93,12 @@ enum Mode {
     },
     Ramping {
         ramp: Ramp,
+        /// Congestion outcomes since the last success: enough of them, with nothing taken for a
+        /// whole interval, and the endpoint is down again.
+        congested_in_a_row: u32,
+        /// A hint came in this interval while the endpoint took requests: a rate signal, one
+        /// cut when the interval closes.
+        hinted: bool,
         /// The current measuring interval: when it started, successes and losses in it.
         interval_start: Instant,
         successes: u32,
@@ -120,6 +131,16 @@ pub(crate) struct EndpointState {
     rng: SmallRng,
     pub(crate) probes: u64,
     pub(crate) deferred: u64,
+    /// When the endpoint last took a request (answered a success), if it ever did.
+    last_success: Option<Instant>,
+    /// The rate the endpoint took at its last loss (a ramp's cut), per second: what a ramp
+    /// after the next outage is predicted to reach.
+    capacity: Option<f64>,
+    /// The predicted release of the last place a request turned away was given: the next one
+    /// turned away takes the place after it (or after the queue, if that is later), so a burst
+    /// of them is spread over the predicted releases; the places before it drain as the
+    /// schedule moves on (or as those requests come back and join the queue).
+    horizon: Instant,
 }
 
 impl EndpointState {
@@ -135,6 +156,9 @@ impl EndpointState {
             rng,
             probes: 0,
             deferred: 0,
+            last_success: None,
+            capacity: None,
+            horizon: now,
         }
     }
 
@@ -191,24 +215,127 @@ impl EndpointState {
         }
     }
 
-    /// A rough wait for a request that joins the queue now at `position` (0: the head): the time
-    /// to the next release plus the queue ahead at the current rate, or at the probe rate while
-    /// the endpoint is down or paused (as if the next probe found it back).
+    /// When the pacer is predicted to release each place of the queue, from `now`: at once
+    /// while open; while ramping, from the current rate, doubling every interval in slow start
+    /// up to the rate the endpoint took at its last loss, or after a loss regaining that loss's
+    /// rate by the end of the regain time; from the next probe (or the end of the pause) while
+    /// down or paused, as the ramp it will start (or resume) would.
+    pub(crate) fn schedule(&self, config: &PacingConfig, now: Instant) -> Schedule {
+        let floor = config.rate.floor;
+        let doubling = Growth::Doubling {
+            interval: config.ramp_interval,
+            cap: self.capacity.unwrap_or(config.rate.ceiling),
+        };
+        let from = |first: Instant, ramp: Option<&Ramp>| match ramp {
+            None => Schedule {
+                first: first.max(now),
+                rate: floor,
+                growth: doubling,
+            },
+            Some(ramp) => Schedule {
+                first: first.max(now),
+                rate: ramp.rate(&config.rate),
+                growth: match *ramp {
+                    Ramp::SlowStart { .. } => doubling,
+                    Ramp::Cubic {
+                        last_max,
+                        since_loss_secs,
+                    } => Growth::Step {
+                        after: Duration::from_secs_f64(
+                            (config.rate.regain_secs - since_loss_secs).max(0.0),
+                        ),
+                        to: last_max,
+                    },
+                },
+            },
+        };
+        match &self.mode {
+            Mode::Open { .. } => Schedule::now(now),
+            Mode::Probing { .. } => from(self.next_release, None),
+            Mode::Paused { until, resume } => {
+                from((*until).max(self.next_release), resume.as_ref())
+            }
+            Mode::Ramping { ramp, .. } => {
+                from(self.last_slot + gap(ramp.rate(&config.rate)), Some(ramp))
+            }
+        }
+    }
+
+    /// The predicted wait of a request that joins the queue now at `position` (0: the head).
     pub(crate) fn predicted_wait(
         &self,
         config: &PacingConfig,
         position: usize,
         now: Instant,
     ) -> Duration {
-        let first = match &self.mode {
-            Mode::Open { .. } => return Duration::ZERO,
-            Mode::Paused { until, .. } => (*until).max(self.next_release),
-            Mode::Ramping { ramp, .. } => self.last_slot + gap(ramp.rate(&config.rate)),
-            Mode::Probing { .. } => self.next_release,
-        };
-        let rate = self.rate(config).max(config.rate.floor);
-        let queue = Duration::from_secs_f64((position as f64 / rate).min(1e9));
-        first.saturating_duration_since(now).saturating_add(queue)
+        self.schedule(config, now)
+            .release_at(position as f64)
+            .saturating_duration_since(now)
+    }
+
+    /// When a request the queue cannot take (full, or its predicted wait beyond its deadline)
+    /// should be sent again, from `now`: at the predicted release of the next place behind the
+    /// queue and behind the requests turned away before it whose time is still to come, plus a
+    /// jitter within that place's gap. A burst turned away together is so spread over the
+    /// predicted releases instead of coming back in one instant, and never inside a known pause
+    /// (nothing is released before it ends). Takes the place (see
+    /// [`take_turn_away`](Self::take_turn_away)).
+    pub(crate) fn turn_away(&mut self, config: &PacingConfig, now: Instant) -> Resend {
+        let resend = self.peek_turn_away(config, now);
+        self.take_turn_away(config, now);
+        resend
+    }
+
+    /// What [`turn_away`](Self::turn_away) would say, without taking the place (a first
+    /// attempt turned away is sent instead, unless its classifier hands it back unsent).
+    pub(crate) fn peek_turn_away(&self, config: &PacingConfig, now: Instant) -> Resend {
+        let schedule = self.schedule(config, now);
+        self.resend_on(&schedule, self.turn_away_position(&schedule, now), now)
+    }
+
+    /// Takes the next place behind the queue for a request turned away at `now`.
+    pub(crate) fn take_turn_away(&mut self, config: &PacingConfig, now: Instant) {
+        let schedule = self.schedule(config, now);
+        let at = schedule.release_at(self.turn_away_position(&schedule, now));
+        self.horizon = self.horizon.max(at);
+    }
+
+    /// The place a request turned away at `now` takes: after the queue, and after the last
+    /// place given to a request turned away before it, while that one's time is to come.
+    fn turn_away_position(&self, schedule: &Schedule, now: Instant) -> f64 {
+        let behind_queue = self.queue.len() as f64;
+        if self.horizon > now {
+            behind_queue.max(schedule.released_by(self.horizon) + 1.0)
+        } else {
+            behind_queue
+        }
+    }
+
+    /// When a request at `position` (in the queue, or the place behind it a request turned away
+    /// takes) should be sent again, from `now`: its place's predicted release, spread within the
+    /// place's gap.
+    pub(crate) fn resend_from(
+        &self,
+        config: &PacingConfig,
+        position: usize,
+        now: Instant,
+    ) -> Resend {
+        self.resend_on(&self.schedule(config, now), position as f64, now)
+    }
+
+    fn resend_on(&self, schedule: &Schedule, position: f64, now: Instant) -> Resend {
+        Resend {
+            after: schedule.release_at(position).saturating_duration_since(now),
+            spread: schedule.gap_at(position),
+        }
+    }
+
+    /// Whether the endpoint takes requests: it answered a success within the last measuring
+    /// interval. (What "nothing gets through" means below: a hint pauses the whole endpoint,
+    /// and a run of congestion while ramping is an outage.)
+    fn takes_requests(&self, config: &PacingConfig, now: Instant) -> bool {
+        self.last_success
+            .is_some_and(|at| now.saturating_duration_since(at) < config.ramp_interval)
     }
 
     /// Whether the head of the queue may go at `now`. Taking a release moves the schedule on.
@@ -258,10 +385,14 @@ impl EndpointState {
     ) -> bool {
         self.tick(config, now);
         let mut changed = false;
+        if signal == Signal::Success {
+            self.last_success = Some(now);
+        }
         if let (Some(Pass::Probe), Mode::Probing { in_flight }) = (pass, &mut self.mode) {
             *in_flight = in_flight.saturating_sub(1);
             changed = true;
         }
+        let mut down = false;
         match (&mut self.mode, signal) {
             (Mode::Open { congested_in_a_row }, Signal::Congestion) => {
                 *congested_in_a_row += 1;
@@ -278,6 +409,7 @@ impl EndpointState {
             (
                 Mode::Ramping {
                     ramp,
+                    congested_in_a_row,
                     successes,
                     losses,
                     idle_since,
@@ -287,19 +419,80 @@ impl EndpointState {
             ) => match signal {
                 Signal::Success => {
                     *successes += 1;
+                    *congested_in_a_row = 0;
                     ramp.on_success(&config.rate, config.ramp_interval.as_secs_f64());
                     // The rate may have grown: the head recomputes when it is due.
                     changed = true;
                 }
                 Signal::Congestion => {
                     *losses += 1;
+                    *congested_in_a_row += 1;
                     *idle_since = None;
+                    // Down again: the same rule as for an open endpoint, once nothing has been
+                    // taken for a whole interval (a limit that rejects in runs while it still
+                    // takes requests is a rate to find, not an outage).
+                    down = *congested_in_a_row >= config.outage_after;
                 }
                 Signal::Neutral => {}
             },
             _ => {}
         }
+        if down && !self.takes_requests(config, now) {
+            self.remember_capacity(config);
+            self.enter_probing(config, now);
+            changed = true;
+        }
         changed
+    }
+
+    /// A hint (`Retry-After`) on one response, asking that request to wait until `until`
+    /// (RFC 9110, section 10.2.3: how long the user agent ought to wait before a follow-up
+    /// request; it says nothing of every other request). While the endpoint takes requests, it is
+    /// a rate signal: a ramp is cut once, as for a loss (one cut per loss event), and the request
+    /// alone waits its hint; an open endpoint (not known to be down: the outage rule decides
+    /// that) has no rate to cut. When nothing gets through (down, paused, or ramping with
+    /// nothing taken for an interval) the whole endpoint pauses until then. Returns whether it
+    /// did.
+    pub(crate) fn hinted(&mut self, config: &PacingConfig, until: Instant, now: Instant) -> bool {
+        self.tick(config, now);
+        let takes = self.takes_requests(config, now);
+        match &mut self.mode {
+            // Not known to be down: the hint is this request's alone.
+            Mode::Open { .. } => false,
+            Mode::Ramping { hinted, .. } if takes => {
+                // Cut when the interval closes, from what the endpoint took in it: the interval
+                // before it was measured at a rate the ramp has since doubled.
+                *hinted = true;
+                false
+            }
+            _ => {
+                self.pause_until(config, until, now);
+                self.is_paused(now)
+            }
+        }
+    }
+
+    fn is_paused(&self, now: Instant) -> bool {
+        matches!(self.mode, Mode::Paused { until, .. } if until > now)
+    }
+
+    /// Keeps what the endpoint was seen to take (see `capacity`): the rate of the ramp's last
+    /// loss, or else the rate its last measured interval took.
+    fn remember_capacity(&mut self, config: &PacingConfig) {
+        let taken = match &self.mode {
+            Mode::Ramping {
+                ramp,
+                last_accepted,
+                ..
+            } => ramp
+                .last_max()
+                .or((*last_accepted > config.rate.floor).then_some(*last_accepted)),
+            Mode::Paused { resume, .. } => resume.as_ref().and_then(Ramp::last_max),
+            _ => None,
+        };
+        if let Some(taken) = taken {
+            self.capacity = Some(taken.max(config.rate.floor));
+        }
     }
 
     /// An empty budget while open: the endpoint is failing more than the budget allows, so it
@@ -331,6 +524,7 @@ impl EndpointState {
                     until,
                     resume: Some(cut),
                 };
+                self.remember_capacity(config);
                 trace(PacingMode::Paused);
             }
             _ => {
@@ -405,6 +599,8 @@ impl EndpointState {
             idle_since,
             cut_settles_at,
             last_accepted,
+            hinted,
+            ..
         } = &mut self.mode
         else {
             return;
@@ -418,18 +614,23 @@ impl EndpointState {
             } else {
                 f64::from(*losses) / f64::from(total)
             };
-            // A loss or two at a low rate is noise (a stray 503), not the endpoint's limit.
-            if loss > config.loss_threshold && *losses >= MIN_LOSSES_TO_CUT {
+            // A loss or two at a low rate is noise (a stray 503), not the endpoint's limit; a
+            // hint is the endpoint's own word that it takes less.
+            if (loss > config.loss_threshold && *losses >= MIN_LOSSES_TO_CUT) || *hinted {
                 if *interval_start >= *cut_settles_at {
                     let accepted = f64::from(*successes) / interval.as_secs_f64();
                     ramp.lose(&config.rate, accepted);
                     *cut_settles_at = *interval_start + interval * 2;
+                    if let Some(max) = ramp.last_max() {
+                        self.capacity = Some(max);
+                    }
                 }
             } else {
                 ramp.interval_passed(interval.as_secs_f64());
             }
             *successes = 0;
             *losses = 0;
+            *hinted = false;
             *interval_start += interval;
             if now >= *interval_start + interval * 8 {
                 // A long quiet spell: skip to the current interval instead of looping.
@@ -459,6 +660,8 @@ impl EndpointState {
     fn enter_ramping(&mut self, config: &PacingConfig, now: Instant) {
         self.mode = Mode::Ramping {
             ramp: Ramp::start(&config.rate),
+            congested_in_a_row: 0,
+            hinted: false,
             interval_start: now,
             successes: 0,
             losses: 0,
@@ -732,5 +935,179 @@ mod tests {
             panic!("a gap at the grown rate")
         };
         assert!(fast < slow, "{fast:?} not before {slow:?}");
+    }
+
+    /// Ramping after a probe's success, with 100 successes in the interval that just closed
+    /// (1,000/s taken) and one more just now; a waiter keeps it from opening.
+    fn ramping_at_1000(config: &PacingConfig, now: Instant) -> (EndpointState, Instant) {
+        let mut s = down(config, now);
+        s.record(config, Some(Pass::Probe), Signal::Success, now);
+        s.queue.push_back(Waiter { id: 0, waker: None });
+        for _ in 0..100 {
+            s.record(config, Some(Pass::Paced), Signal::Success, now);
+        }
+        let at = now + config.ramp_interval;
+        s.record(config, Some(Pass::Paced), Signal::Success, at);
+        assert_eq!(s.mode(), PacingMode::Ramping);
+        (s, at)
+    }
+
+    #[test]
+    fn a_hint_while_the_endpoint_takes_requests_cuts_the_ramp_once_and_pauses_nothing() {
+        let config = config();
+        let (mut s, at) = ramping_at_1000(&config, Instant::now());
+        assert!(
+            !s.hinted(&config, at + 1000 * MS, at),
+            "a rate signal, not a pause"
+        );
+        assert_eq!(s.mode(), PacingMode::Ramping);
+        // More hints in the same interval, and 150 more successes (1,510/s taken in all).
+        for _ in 0..20 {
+            assert!(!s.hinted(&config, at + 1000 * MS, at + MS));
+        }
+        for _ in 0..150 {
+            s.record(&config, Some(Pass::Paced), Signal::Success, at + 2 * MS);
+        }
+        let before = s.rate(&config);
+        // One cut, when the interval closes, from what the endpoint took in it.
+        s.tick(&config, at + config.ramp_interval);
+        let cut = s.rate(&config);
+        assert!(cut < before, "{cut} not below {before}");
+        assert!((cut - 1510.0 * config.rate.decrease).abs() < 1.0, "{cut}");
+        assert!(
+            s.capacity.is_some_and(|c| (c - 1510.0).abs() < 1.0),
+            "{:?}",
+            s.capacity
+        );
+        s.tick(&config, at + config.ramp_interval * 2);
+        assert!(s.rate(&config) >= cut, "cut once");
+    }
+
+    #[test]
+    fn a_hint_when_nothing_gets_through_pauses_the_whole_endpoint() {
+        let config = config();
+        let now = Instant::now();
+        // Down: probing.
+        let mut s = down(&config, now);
+        assert!(s.hinted(&config, now + 1000 * MS, now));
+        assert_eq!(
+            s.try_release(&config, now + 999 * MS),
+            Release::At(now + 1000 * MS)
+        );
+        // Ramping, but nothing taken for a whole interval.
+        let (mut s, at) = ramping_at_1000(&config, now);
+        let later = at + config.ramp_interval;
+        assert!(s.hinted(&config, later + 1000 * MS, later));
+        assert_eq!(s.mode(), PacingMode::Paused);
+    }
+
+    #[test]
+    fn a_hint_to_an_open_endpoint_pauses_nothing() {
+        let config = config();
+        let now = Instant::now();
+        // Taking requests, or not known yet: the outage rule, not one hint, says it is down.
+        let mut s = state(now);
+        s.record(&config, None, Signal::Success, now);
+        s.record(&config, None, Signal::Congestion, now + MS);
+        assert!(!s.hinted(&config, now + 1000 * MS, now + MS));
+        assert_eq!(s.mode(), PacingMode::Open);
+        let mut fresh = state(now);
+        assert!(!fresh.hinted(&config, now + 1000 * MS, now));
+        assert_eq!(fresh.mode(), PacingMode::Open);
+    }
+
+    #[test]
+    fn congestion_in_a_row_while_ramping_with_nothing_taken_for_an_interval_is_an_outage() {
+        let config = config();
+        let (mut s, at) = ramping_at_1000(&config, Instant::now());
+        let after = at + config.ramp_interval;
+        for i in 1..config.outage_after {
+            s.record(&config, Some(Pass::Paced), Signal::Congestion, after);
+            assert_eq!(s.mode(), PacingMode::Ramping, "{i} in a row");
+        }
+        s.record(&config, Some(Pass::Paced), Signal::Congestion, after);
+        assert_eq!(
+            s.mode(),
+            PacingMode::Probing,
+            "down again, probed as in a fresh start"
+        );
+        // The next outage's ramp is predicted to reach what this one took at its loss.
+        assert!(
+            s.capacity.is_some_and(|c| c > config.rate.floor),
+            "{:?}",
+            s.capacity
+        );
+    }
+
+    #[test]
+    fn runs_of_congestion_between_successes_while_ramping_are_a_rate_to_find_not_an_outage() {
+        let config = config();
+        let (mut s, mut at) = ramping_at_1000(&config, Instant::now());
+        // A limit that admits in steps: 20 rejections in a row, then successes, every 10 ms.
+        for _ in 0..50 {
+            for _ in 0..20 {
+                s.record(&config, Some(Pass::Paced), Signal::Congestion, at);
+            }
+            s.record(&config, Some(Pass::Paced), Signal::Success, at);
+            at += 10 * MS;
+        }
+        assert_eq!(s.mode(), PacingMode::Ramping);
+    }
+
+    #[test]
+    fn a_down_endpoint_predicts_slow_start_from_the_next_probe_up_to_its_last_known_rate() {
+        let config = config();
+        let now = Instant::now();
+        let s = down(&config, now);
+        let first = s.predicted_wait(&config, 0, now);
+        assert!(first <= config.probe_interval * 3 / 2, "{first:?}");
+        // 2/s doubling every 100 ms: 295 places in about a second after the first release.
+        let ramp = s.predicted_wait(&config, 295, now) - first;
+        assert!((900 * MS..=1100 * MS).contains(&ramp), "{ramp:?}");
+        // With a known rate of 1,000/s, the places past the slow start go at it.
+        let mut known = down(&config, now);
+        known.capacity = Some(1000.0);
+        let tail =
+            known.predicted_wait(&config, 10_000, now) - known.predicted_wait(&config, 9_000, now);
+        assert!((990 * MS..=1010 * MS).contains(&tail), "{tail:?}");
+    }
+
+    #[test]
+    fn requests_turned_away_together_are_spread_over_the_predicted_releases() {
+        let mut config = config();
+        config.max_waiters = 1;
+        let now = Instant::now();
+        let mut s = down(&config, now);
+        s.capacity = Some(100.0);
+        assert!(s.enqueue(&config).is_some());
+        let resends: Vec<Resend> = (0..500).map(|_| s.turn_away(&config, now)).collect();
+        let first = resends[0].after;
+        let last = resends[499].after;
+        // 500 places behind the queue at up to 100/s: about 5 s, less the slow start's head.
+        assert!(
+            last - first >= Duration::from_secs(4),
+            "{first:?} to {last:?}"
+        );
+        assert!(resends.windows(2).all(|w| w[1].after >= w[0].after));
+        assert!(resends.iter().all(|r| r.spread > Duration::ZERO));
+        // Once the last of them is due, the places are free again.
+        let later = now + last + MS;
+        assert!(s.turn_away(&config, later).after <= s.predicted_wait(&config, 1, later));
+    }
+
+    #[test]
+    fn a_resend_time_never_falls_inside_a_known_pause() {
+        let mut config = config();
+        config.max_waiters = 1;
+        let now = Instant::now();
+        let mut s = state(now);
+        let until = now + 5000 * MS;
+        s.pause_until(&config, until, now);
+        assert!(s.enqueue(&config).is_some());
+        for _ in 0..100 {
+            let resend = s.turn_away(&config, now);
+            assert!(now + resend.after >= until, "{resend:?}");
+        }
+        assert!(now + s.resend_from(&config, 0, now).after >= until);
     }
 }

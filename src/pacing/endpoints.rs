@@ -5,6 +5,7 @@
 
 use super::config::{Pacing, PacingConfig};
 use super::endpoint::{EndpointState, PacingMode, Pass, Release, Signal};
+use super::schedule::Resend;
 use crate::random::RandomSource;
 use http::uri::Authority;
 use pin_project_lite::pin_project;
@@ -146,8 +147,8 @@ fn evict(map: &mut Map, now: Instant) -> bool {
 /// Why a request cannot wait in the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Deferred {
-    /// When trying again makes sense, from now.
-    pub(crate) resend_after: Duration,
+    /// When sending it again makes sense.
+    pub(crate) resend: Resend,
 }
 
 impl Endpoint {
@@ -220,31 +221,34 @@ impl Endpoint {
     }
 
     /// Joins the queue, unless it is full or the predicted wait is longer than `room`. A
-    /// request turned away is counted as deferred unless it is a `first` attempt, which is then
-    /// sent (it has no outcome to return instead).
+    /// request turned away is counted as deferred and takes its place behind the queue for its
+    /// resend time, unless it is a `first` attempt: that one is sent unless its classifier hands
+    /// it back unsent ([`Lane::turned_away`] then counts it).
     fn enqueue(
         self: &Arc<Self>,
         room: Duration,
         now: Instant,
         first: bool,
     ) -> Result<QueueWait, Deferred> {
+        let config = self.config();
         let mut state = self.lock();
-        let wait = state.predicted_wait(self.config(), state.queue.len(), now);
-        if wait > room || state.queue.len() >= self.config().max_waiters {
-            if !first {
+        let wait = state.predicted_wait(config, state.queue.len(), now);
+        if wait > room || state.queue.len() >= config.max_waiters {
+            let resend = if first {
+                state.peek_turn_away(config, now)
+            } else {
                 state.deferred += 1;
-            }
-            return Err(Deferred { resend_after: wait });
+                state.turn_away(config, now)
+            };
+            return Err(Deferred { resend });
         }
-        match state.enqueue(self.config()) {
-            Some(id) => Ok(QueueWait {
-                endpoint: Arc::clone(self),
-                id,
-                timer: None,
-                done: false,
-            }),
-            None => Err(Deferred { resend_after: wait }),
-        }
+        let id = state.enqueue(config).expect("the queue has room");
+        Ok(QueueWait {
+            endpoint: Arc::clone(self),
+            id,
+            timer: None,
+            done: false,
+        })
     }
 }
 
@@ -279,9 +283,29 @@ impl Lane {
         self.0.breaker_refused(wait, now);
     }
 
-    /// Joins the queue, unless it is full or the predicted wait is longer than `room`. A
-    /// request turned away is counted as deferred unless it is a `first` attempt, which is then
-    /// sent (it has no outcome to return instead).
+    /// A hint asked the request it answered to wait until `until`: a rate signal while the
+    /// endpoint takes requests, a pause of the whole endpoint when nothing gets through.
+    /// Returns whether the endpoint paused.
+    pub(crate) fn hinted(&self, until: Instant, now: Instant) -> bool {
+        let mut paused = false;
+        self.0.update(|state, config| {
+            paused = state.hinted(config, until, now);
+            false
+        });
+        paused
+    }
+
+    /// A first attempt turned away at `now` ([`join`](Self::join)) is handed back unsent: it
+    /// counts as deferred and takes its place behind the queue.
+    pub(crate) fn turned_away(&self, now: Instant) {
+        let mut state = self.0.lock();
+        state.deferred += 1;
+        state.take_turn_away(self.0.config(), now);
+    }
+
+    /// Joins the queue, unless it is full or the predicted wait is longer than `room`: then the
+    /// request is deferred, with when to send it again (a `first` attempt is counted only once
+    /// it is handed back unsent, see [`turned_away`](Self::turned_away)).
     pub(crate) fn join(
         &self,
         room: Duration,
@@ -316,16 +340,29 @@ pin_project! {
 
 impl QueueWait {
     /// The request's deadline came before the pacer let it go: it is counted as deferred, and
-    /// handed back with how long the pacer expects it would still have waited, from `now`.
-    pub(crate) fn defer(&self, now: Instant) -> Duration {
-        let mut state = self.endpoint.lock();
-        state.deferred += 1;
+    /// handed back with when to send it again (see [`resend_after`](Self::resend_after)).
+    pub(crate) fn defer(&self, now: Instant) -> Resend {
+        self.endpoint.lock().deferred += 1;
+        self.resend_after(now)
+    }
+
+    /// When a request that leaves its place now, unreleased, should be sent again, from `now`:
+    /// its place's predicted release, jittered within the place's gap (a burst that joined
+    /// together and leaves together is so spread by position).
+    pub(crate) fn resend_after(&self, now: Instant) -> Resend {
+        let state = self.endpoint.lock();
         let position = state
             .queue
             .iter()
             .position(|waiter| waiter.id == self.id)
             .unwrap_or(state.queue.len());
-        state.predicted_wait(self.endpoint.config(), position, now)
+        state.resend_from(self.endpoint.config(), position, now)
+    }
+
+    /// A first attempt whose deadline came in the queue is handed back unsent: it counts as
+    /// deferred.
+    pub(crate) fn deferred(&self) {
+        self.endpoint.lock().deferred += 1;
     }
 
     /// `Ready` with the request's pass once the pacer lets it go.

@@ -37,6 +37,7 @@ mod config;
 mod endpoint;
 mod endpoints;
 mod rate;
+mod schedule;
 
 pub use config::{Pacing, PacingBuilder};
 pub use endpoint::PacingMode;
@@ -44,3 +45,4 @@ pub use endpoints::PacingStats;
 
 pub(crate) use endpoint::Signal;
 pub(crate) use endpoints::{Deferred, Lane, Pacer, PassGuard, QueueWait};
+pub(crate) use schedule::Resend;

@@ -57,6 +57,14 @@ impl Ramp {
         }
     }
 
+    /// The rate of the last loss, once there was one.
+    pub(crate) fn last_max(&self) -> Option<f64> {
+        match *self {
+            Ramp::SlowStart { .. } => None,
+            Ramp::Cubic { last_max, .. } => Some(last_max),
+        }
+    }
+
     /// An interval passed with losses under the threshold: the cubic curve moves on.
     pub(crate) fn interval_passed(&mut self, interval_secs: f64) {
         if let Ramp::Cubic {

@@ -204,6 +204,10 @@ where
                             this.state.set(State::Done);
                             return Poll::Ready(session.finish(result, reason));
                         }
+                        Waited::Done(output) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(output);
+                        }
                     }
                 }
                 StateProj::Done => panic!("RetryFuture polled after completion"),

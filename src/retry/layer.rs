@@ -520,6 +520,20 @@ impl<C> RetryLayerBuilder<C> {
         }
     }
 
+    /// Hands back, as the service's error, a new request the layer did not send
+    /// ([`Unsent`](crate::report::Unsent): its endpoint is down or paused, and it would wait past
+    /// its deadline or finds the queue full), instead of sending it once. The error type must
+    /// implement `From<Unsent>`, as `tower::BoxError` does (after `tower::timeout`, say): a
+    /// stack whose error cannot hold one does not compile. The classifier is wrapped in
+    /// [`FailUnsent`](crate::classify::FailUnsent); set it after
+    /// [`classifier`](Self::classifier).
+    pub fn fail_unsent(self) -> RetryLayerBuilder<crate::classify::FailUnsent<C>> {
+        RetryLayerBuilder {
+            classifier: crate::classify::FailUnsent::new(self.classifier),
+            settings: self.settings,
+        }
+    }
+
     /// Checks every value and builds the layer.
     ///
     /// Fails, naming the field, on a backoff that cannot work (see [`Backoff::validate`]), zero

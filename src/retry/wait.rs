@@ -4,10 +4,11 @@
 //! future only polls it ([`Wait::poll_wait`]) and sends or finishes on what it says.
 
 use super::budget::Withdrawal;
-use super::session::{AfterSleep, Session};
+use super::session::{AfterSleep, FirstQueue, Session};
 use super::watch::AbortWatch;
 use crate::abort::Listener;
-use crate::message::RetryRequest;
+use crate::classify::Classify;
+use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::QueueWait;
 use crate::report::StopReason;
 use pin_project_lite::pin_project;
@@ -63,6 +64,8 @@ pub(crate) enum Waited<Res, E> {
     Send,
     /// No attempt follows: finish with this outcome and reason.
     Stop(Result<Res, E>, StopReason),
+    /// A first attempt handed back unsent: the request is finished, with this output.
+    Done(Result<Res, E>),
 }
 
 impl<Res, E> Wait<Res, E> {
@@ -143,6 +146,8 @@ impl<Res, E> Wait<Res, E> {
     ) -> Poll<Waited<Res, E>>
     where
         Req: RetryRequest,
+        Res: RetryResponse,
+        C: Classify<Res, E>,
         S: Service<Req, Response = Res, Error = E>,
     {
         let mut wait = self.project();
@@ -182,13 +187,22 @@ impl<Res, E> Wait<Res, E> {
             }
             match wait.phase.as_mut().project() {
                 PhaseProj::Joining => {
-                    match session.join_first_queue(Instant::now()) {
-                        Some((queue, listener)) => {
+                    let now = Instant::now();
+                    match session.join_first_queue(now) {
+                        FirstQueue::Joined(queue, listener) => {
                             let deadline = session.deadline().map(tokio::time::sleep_until);
                             wait.phase.set(Phase::Queued { queue, deadline });
                             wait.watch.set(listener.map(AbortWatch::shutdown_only));
                         }
-                        None => wait.phase.set(Phase::Readying),
+                        FirstQueue::TurnedAway(lane, resend) => {
+                            wait.phase.set(Phase::Readying);
+                            if let Some(output) =
+                                session.hand_back(resend, now, || lane.turned_away(now))
+                            {
+                                return Poll::Ready(Waited::Done(output));
+                            }
+                        }
+                        FirstQueue::Go => wait.phase.set(Phase::Readying),
                     }
                     continue;
                 }
@@ -204,16 +218,23 @@ impl<Res, E> Wait<Res, E> {
                             wait.phase.set(Phase::Queued { queue, deadline });
                             continue;
                         }
-                        AfterSleep::Deferred(deferred) => {
+                        AfterSleep::Deferred(lane, deferred) => {
                             wait.phase.set(Phase::Readying);
                             if let Some(result) = wait.last.take() {
                                 // Paced meanwhile and no room in the queue: not sent ahead of
                                 // the probes, handed back with when to retry.
                                 drop(wait.token.take());
-                                session.retry_in(deferred.resend_after);
+                                session.resend_in(deferred.resend);
                                 return Poll::Ready(Waited::Stop(result, StopReason::Deferred));
                             }
-                            // A first attempt has no outcome to return: it is sent.
+                            // A first attempt has no outcome to return: handed back unsent if
+                            // the classifier can, else sent.
+                            let turned_away = || lane.turned_away(now);
+                            if let Some(output) =
+                                session.hand_back(deferred.resend, now, turned_away)
+                            {
+                                return Poll::Ready(Waited::Done(output));
+                            }
                         }
                         AfterSleep::Send => wait.phase.set(Phase::Readying),
                     }
@@ -229,12 +250,18 @@ impl<Res, E> Wait<Res, E> {
                         if let Some(result) = wait.last.take() {
                             // The deadline came before the pacer let it go: handed back, with
                             // when to try again.
-                            session.retry_in(queue.defer(now));
+                            session.resend_in(queue.defer(now));
                             wait.phase.set(Phase::Readying);
                             return Poll::Ready(Waited::Stop(result, StopReason::Deferred));
                         }
-                        // A first attempt has no outcome to return: it is sent.
+                        // A first attempt has no outcome to return: handed back unsent if the
+                        // classifier can, else sent.
+                        let resend = queue.resend_after(now);
+                        let handed = session.hand_back(resend, now, || queue.deferred());
                         wait.phase.set(Phase::Readying);
+                        if let Some(output) = handed {
+                            return Poll::Ready(Waited::Done(output));
+                        }
                     } else {
                         let pass = ready!(queue.poll_release(cx));
                         session.released(pass, Instant::now());

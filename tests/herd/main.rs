@@ -250,3 +250,66 @@ fn the_pacer_lets_no_more_than_the_probe_rate_reach_a_dead_endpoint() {
         "{while_down} attempts in {seconds} s of outage"
     );
 }
+
+#[test]
+fn a_second_outage_as_the_first_burst_completes_costs_the_pacer_no_more_than_the_first() {
+    let p = params();
+    let m = herd::FlapMetrics::of(
+        &herd::flap(&p, herd::Flap::SecondOutage, Row::Pacer, SEED),
+        &p,
+    );
+    let (first, second) = m.failed_in_outages;
+    assert!(
+        second <= 2 * first.max(1),
+        "failed retries: {first} then {second}"
+    );
+    let (first, second) = m.hits_in_outages;
+    assert!(second <= first, "hits while down: {first} then {second}");
+    assert_eq!(m.delivered, 1.0, "{m:?}");
+}
+
+#[test]
+fn an_endpoint_up_and_down_every_second_costs_the_pacer_fewer_failed_retries_than_full_jitter() {
+    let p = params();
+    let of = |row| herd::FlapMetrics::of(&herd::flap(&p, herd::Flap::UpDown, row, SEED), &p);
+    let (pacer, full) = (of(Row::Pacer), of(Row::Full));
+    assert!(pacer.delivered >= 0.99, "{pacer:?}");
+    assert!(
+        pacer.failed_retries * 2 <= full.failed_retries,
+        "pacer {} failed retries, full jitter {}",
+        pacer.failed_retries,
+        full.failed_retries
+    );
+}
+
+#[test]
+fn redelivery_with_a_deadline_reaches_the_dead_endpoint_no_more_than_without() {
+    let p = params();
+    let of = |kind| herd::RedeliveryMetrics::of(&herd::redeliver(&p, kind, SEED), &p);
+    let (free, deadline) = (
+        of(herd::Redelivery::NoDeadline),
+        of(herd::Redelivery::Deadline),
+    );
+    assert!(
+        deadline.hits_while_down <= free.hits_while_down,
+        "{} hits while down with a deadline, {} without",
+        deadline.hits_while_down,
+        free.hits_while_down
+    );
+    assert!(
+        deadline.unsent > 0,
+        "new requests were handed back unsent: {deadline:?}"
+    );
+    assert_eq!(deadline.delivered, 1.0, "{deadline:?}");
+    assert_eq!(free.resends, 0, "without a deadline, nothing is sent again");
+}
+
+#[test]
+fn resend_times_never_fall_inside_an_announced_outage() {
+    let p = params();
+    let run = herd::redeliver(&p, herd::Redelivery::AnnouncedDeadline, SEED);
+    let m = herd::RedeliveryMetrics::of(&run, &p);
+    assert!(m.first_round > 0, "{m:?}");
+    assert_eq!(m.inside_known_pause, 0, "{m:?}");
+    assert!(m.first_round_spread.is_some_and(|s| s > Duration::ZERO));
+}

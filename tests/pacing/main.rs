@@ -9,6 +9,7 @@ mod defects;
 mod loopback;
 mod model;
 mod resend;
+mod rules;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -29,9 +29,9 @@ use tokio::time::Instant;
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_http_retry::hint::HintPolicy;
-use tower_http_retry::pacing::PacingMode;
+use tower_http_retry::pacing::{PacingMode, PacingStats};
 use tower_http_retry::report::ReportSlot;
-use tower_http_retry::retry::RandomSource;
+use tower_http_retry::retry::{RandomSource, RetryStats};
 use tower_http_retry::{
     AbortSignal, Backoff, CircuitBreakerLayer, Jitter, Pacing, RetryLayer, RetryReport, StopReason,
 };
@@ -63,6 +63,12 @@ enum Fault {
     /// 503, half of them with `Retry-After`: the plain ones mark the endpoint down, the others
     /// pause it.
     Mixed,
+    /// A rate limiter: half the requests served, the others 429 with `Retry-After: 1` (a rate
+    /// signal while the endpoint takes requests, not a halt).
+    Limited,
+    /// 429 with `x-ratelimit-remaining: 0` and a reset: the quota the endpoint shares is used
+    /// up.
+    QuotaUsedUp,
 }
 
 #[derive(Clone, Debug)]
@@ -111,6 +117,9 @@ struct Case {
     first_attempts: bool,
     breaker: Option<Duration>,
     shutdown_at: Option<Duration>,
+    /// New requests to an endpoint known to be down that would wait past their deadline are
+    /// handed back unsent (`fail_unsent`), instead of sent once.
+    fail_unsent: bool,
 }
 
 impl Case {
@@ -127,6 +136,9 @@ impl Case {
             Fault::TooManyRequestsHint,
             Fault::Refused,
             Fault::Reset,
+            Fault::Limited,
+            Fault::Limited,
+            Fault::QuotaUsedUp,
         ];
         let endpoints = (0..rng.random_range(1..=2))
             .map(|_| {
@@ -193,6 +205,7 @@ impl Case {
             shutdown_at: rng
                 .random_bool(0.15)
                 .then(|| Duration::from_millis(rng.random_range(0..6000))),
+            fail_unsent: rng.random_bool(0.5),
             endpoints,
             requests,
         };
@@ -310,6 +323,13 @@ impl World {
                 Ok(header(status(503), "retry-after", "1"))
             }
             Some(Fault::Mixed) => Ok(status(503)),
+            Some(Fault::Limited) if self.rng.random_bool(0.5) => Ok(status(200)),
+            Some(Fault::Limited) => Ok(header(status(429), "retry-after", "1")),
+            Some(Fault::QuotaUsedUp) => Ok(header(
+                header(status(429), "x-ratelimit-remaining", "0"),
+                "x-ratelimit-reset",
+                "1",
+            )),
             Some(Fault::Reset) => {
                 Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into())
             }
@@ -445,8 +465,28 @@ async fn run_case(case: &Case) -> Result<(), String> {
     if !case.budget {
         builder = builder.without_budget();
     }
-    let layer = builder.build().unwrap();
-    let service = layer.layer(counted);
+    // The layer as the case drives it: its service, and what it counts.
+    type Stats = Box<dyn Fn() -> RetryStats>;
+    type Paced = Box<dyn Fn(&http::uri::Authority) -> Option<PacingStats>>;
+    let (service, stats, pacing_stats): (Inner, Stats, Paced) = if case.fail_unsent {
+        let layer = builder.fail_unsent().build().unwrap();
+        let service = BoxCloneService::new(layer.layer(counted));
+        let paced = layer.clone();
+        (
+            service,
+            Box::new(move || layer.stats()),
+            Box::new(move |a| paced.pacing_stats(Some(a))),
+        )
+    } else {
+        let layer = builder.build().unwrap();
+        let service = BoxCloneService::new(layer.layer(counted));
+        let paced = layer.clone();
+        (
+            service,
+            Box::new(move || layer.stats()),
+            Box::new(move |a| paced.pacing_stats(Some(a))),
+        )
+    };
 
     let mut tasks = JoinSet::new();
     if let Some(at) = case.shutdown_at {
@@ -539,7 +579,7 @@ async fn run_case(case: &Case) -> Result<(), String> {
             .filter(|i| !records.iter().any(|r| r.id == *i))
             .collect();
         let stats: Vec<_> = (0..case.endpoints.len())
-            .map(|e| layer.pacing_stats(Some(&format!("e{e}.test").parse().unwrap())))
+            .map(|e| pacing_stats(&format!("e{e}.test").parse().unwrap()))
             .collect();
         tasks.abort_all();
         return Err(format!(
@@ -567,7 +607,7 @@ async fn run_case(case: &Case) -> Result<(), String> {
         .enumerate()
         .map(|(i, slot)| slot.take().ok_or(format!("request {i} has no report")))
         .collect::<Result<_, _>>()?;
-    let stats = layer.stats();
+    let stats = stats();
     for reason in StopReason::ALL {
         let reported = reports.iter().filter(|r| r.stop == reason).count() as u64;
         if stats.stopped(reason) != reported {
@@ -595,6 +635,15 @@ async fn run_case(case: &Case) -> Result<(), String> {
                 record.id, record.status
             ));
         }
+        if report.attempts == 0
+            && !(report.stop == StopReason::Cancelled
+                || (case.fail_unsent && report.stop == StopReason::Deferred))
+        {
+            return Err(format!(
+                "request {} has no attempt but stopped {:?} (fail_unsent: {})",
+                record.id, report.stop, case.fail_unsent
+            ));
+        }
         if report.stop == StopReason::Deferred && report.resend_after.is_none() {
             return Err(format!(
                 "request {} deferred with no time: {report:?}",
@@ -607,7 +656,7 @@ async fn run_case(case: &Case) -> Result<(), String> {
         .collect();
     let deferred: u64 = authorities
         .iter()
-        .filter_map(|a| layer.pacing_stats(Some(a)))
+        .filter_map(&pacing_stats)
         .map(|s| s.deferred)
         .sum();
     let stopped = stats.stopped(StopReason::Deferred);
@@ -620,7 +669,7 @@ async fn run_case(case: &Case) -> Result<(), String> {
     // Cleanliness: nobody waits; long after, no pause or ramp is left; a new request is
     // delivered once the endpoint is healthy.
     for a in &authorities {
-        if let Some(s) = layer.pacing_stats(Some(a)) {
+        if let Some(s) = pacing_stats(a) {
             if s.waiting != 0 {
                 return Err(format!(
                     "{a}: {} still waiting once all are done",
@@ -631,11 +680,11 @@ async fn run_case(case: &Case) -> Result<(), String> {
     }
     tokio::time::sleep(10 * SEC).await;
     for a in &authorities {
-        let _ = layer.pacing_stats(Some(a));
+        let _ = pacing_stats(a);
     }
     tokio::time::sleep(2 * SEC).await;
     for a in &authorities {
-        if let Some(s) = layer.pacing_stats(Some(a)) {
+        if let Some(s) = pacing_stats(a) {
             if !matches!(s.mode, PacingMode::Open | PacingMode::Probing) {
                 return Err(format!("{a} long after the last request: {s:?}"));
             }
@@ -663,7 +712,7 @@ async fn run_case(case: &Case) -> Result<(), String> {
                 Err(_) => {
                     return Err(format!(
                         "{a}: a new request to the healthy endpoint hangs: {:?}",
-                        layer.pacing_stats(Some(a))
+                        pacing_stats(a)
                     ))
                 }
             }

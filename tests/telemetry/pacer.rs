@@ -1,5 +1,6 @@
 //! The pacer's mode changes and queue depth, on tokio's paused clock against an in-process
-//! endpoint (`tower::service_fn`) that asks for a pause once.
+//! endpoint (`tower::service_fn`) that asks for a pause once: its quota is used up until a
+//! reset 1 s later (a plain `Retry-After` holds only the request it answers).
 
 use super::{with_recorder, Readings};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -24,7 +25,7 @@ fn get() -> Req {
         .unwrap()
 }
 
-/// The first call is told to come back in 1 s; every later one succeeds.
+/// The first call is told the quota is used up until 1 s later; every later one succeeds.
 fn endpoint() -> impl Service<Req, Response = Res, Error = std::io::Error, Future: Send> + Clone {
     let calls = Arc::new(AtomicU32::new(0));
     service_fn(move |_: Req| {
@@ -32,7 +33,10 @@ fn endpoint() -> impl Service<Req, Response = Res, Error = std::io::Error, Futur
         async move {
             let mut response = http::Response::builder();
             if first {
-                response = response.status(429).header("retry-after", "1");
+                response = response
+                    .status(429)
+                    .header("x-ratelimit-remaining", "0")
+                    .header("x-ratelimit-reset", "1");
             }
             Ok::<Res, std::io::Error>(response.body(String::new()).unwrap())
         }
@@ -57,7 +61,8 @@ fn a_pause_counts_its_mode_changes_and_the_queue_depth_goes_up_and_back_to_zero(
         let service = layer.layer(endpoint());
 
         let mut tasks = JoinSet::new();
-        // The first request's 429 pauses the endpoint; it waits in the queue for the retry.
+        // The first request's 429 (quota used up) pauses the endpoint; it waits in the queue for
+        // the retry.
         tasks.spawn(service.clone().oneshot(get()));
         tokio::time::sleep(10 * MS).await;
         // Two new requests find the endpoint paused: their first attempts wait too.

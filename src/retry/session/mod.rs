@@ -8,9 +8,11 @@
 //! did the server ask to stand down, are attempts left, does the abort signal forbid a sleep,
 //! how long to wait (the server's hint or the backoff policy), does the wait fit the deadline,
 //! and last, does the budget grant a token. Only then does the request sleep, so a request that
-//! will not be retried never waits and never spends a token. With pacing, one step
-//! (`pacing.rs`) rewrites the verdict: the queue instead of a sleep, a pause on a hint, a wait
-//! on an empty budget, a breaker's refusal or hold turned into a pause of the endpoint. Apart
+//! will not be retried never waits and never spends a token. With pacing, the pacer learns
+//! from the outcome first (its load, and the server's hint: a pause of the endpoint when
+//! nothing gets through or a quota is used up), and one step (`pacing.rs`) rewrites the
+//! verdict: the queue instead of a sleep, a hint as a floor for the request, a wait on an empty
+//! budget, a breaker's refusal or hold turned into a pause of the endpoint. Apart
 //! from the clock, which the caller passes in as `now`, the ladder is pure: the unit tests
 //! (`tests.rs`) drive it without a runtime's timers or an inner service.
 //!
@@ -28,7 +30,7 @@ mod rotation_tests;
 pub(crate) mod tests;
 mod trail;
 
-pub(crate) use pacing::AfterSleep;
+pub(crate) use pacing::{AfterSleep, FirstQueue};
 
 use ladder::Facts;
 use trail::Trail;
@@ -345,17 +347,17 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let mut now = Now::new(now);
         let facts = self.facts(result);
         // The pacer learns what the response was, before the server's word changes it.
-        let lane = self.book(&facts, result, &mut now);
+        let booked = self.book(&facts, result, &mut now);
         if facts.outcome == Outcome::Success {
             if let Some(budget) = &self.config.settings.budget {
                 budget.deposit();
             }
         }
         let verdict = self.ladder(&facts, &mut now);
-        match lane {
+        match booked {
             // Without pacing, the success path pays no reference count and no clock.
             None => self.follow(verdict, || now.get()),
-            Some(lane) => self.pace(verdict, &facts, &lane, now.get()),
+            Some(booked) => self.pace(verdict, &facts, &booked, now.get()),
         }
     }
 

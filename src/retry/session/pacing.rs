@@ -6,10 +6,11 @@
 use super::ladder::{Facts, Lift, Retry, Stop, Verdict};
 use super::{Next, Now, Session};
 use crate::abort::Listener;
-use crate::classify::{NotSent, Outcome};
+use crate::classify::{Classify, NotSent, Outcome};
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacing::{Deferred, Lane, QueueWait, Signal};
-use crate::report::{DelaySource, StopReason};
+use crate::pacing::{Deferred, Lane, QueueWait, Resend, Signal};
+use crate::random::uniform;
+use crate::report::{DelaySource, StopReason, Unsent};
 use crate::telemetry::decision;
 use http::uri::Authority;
 use std::sync::Arc;
@@ -23,22 +24,45 @@ pub(crate) enum AfterSleep {
     /// Its endpoint is paced: it waits in the queue.
     Queue(QueueWait),
     /// Its endpoint is paced and the queue cannot take it: it stops with
-    /// [`StopReason::Deferred`] (a first attempt, with no outcome to return, is sent).
-    Deferred(Deferred),
+    /// [`StopReason::Deferred`] (a first attempt, with no outcome to return, is handed back
+    /// unsent if its classifier can, else sent: [`Session::hand_back`]).
+    Deferred(Lane, Deferred),
+}
+
+/// Where a first attempt to an endpoint that was down goes, once its future is first polled.
+/// (Moved once, into the wait that holds it: the size of the queue's place is no cost.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum FirstQueue {
+    /// It waits in the queue, its wait ended early by the listener (with an abort signal).
+    Joined(QueueWait, Option<Listener>),
+    /// It goes now: the endpoint is open again (or the request is not paced).
+    Go,
+    /// The queue cannot take it: it is handed back unsent if its classifier can, else sent.
+    TurnedAway(Lane, Resend),
+}
+
+/// The endpoint an outcome was booked to, and whether the server's hint on it paused the whole
+/// endpoint.
+pub(crate) struct Booked {
+    lane: Lane,
+    paused: bool,
 }
 
 impl<Req: RetryRequest, C> Session<Req, C> {
-    /// Tells the pacer what the outcome says of the endpoint; returns the endpoint (`None`
-    /// without pacing, or when its map is full and the request is not paced).
+    /// Tells the pacer what the outcome says of the endpoint: its load, and what the server's
+    /// hint (clamped) says, whatever becomes of this request. A used-up quota (on a success, or
+    /// a hint that is the quota's reset) pauses the endpoint until its reset; any other hint
+    /// pauses it only when nothing gets through, else it is a rate signal. Returns the endpoint
+    /// (`None` without pacing, or when its map is full and the request is not paced).
     pub(super) fn book<Res, E, F>(
         &mut self,
         facts: &Facts,
         result: &Result<Res, E>,
         now: &mut Now<F>,
-    ) -> Option<Lane>
+    ) -> Option<Booked>
     where
         Res: RetryResponse,
-        C: crate::classify::Classify<Res, E>,
+        C: Classify<Res, E>,
         F: FnOnce() -> Instant,
     {
         // Checked before anything else: the path of every outcome when pacing is off.
@@ -58,27 +82,42 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             signal_of(facts.classified, congestion, result)
         };
         let now = now.get();
-        match self.waits.as_mut().and_then(|waits| waits.pass.take()) {
-            Some(pass) => {
-                let lane = pass.lane();
-                pass.record(signal, now);
-                Some(lane)
+        let pass = self.waits.as_mut().and_then(|waits| waits.pass.take());
+        let lane = match &pass {
+            Some(pass) => pass.lane(),
+            None => pacer.lane(self.authority().as_deref())?,
+        };
+        // The hint first, against what the pacer knew before this answer: an endpoint this
+        // very answer marks down is paused by the next hint, not by this one.
+        let hint = self.hint_delay(&facts.hint);
+        let paused = match hint.map(|after| now + after.min(config.retry_after_clamp)) {
+            Some(until) if facts.outcome == Outcome::Success => {
+                // A success that used up the quota: the next requests wait for its reset.
+                config.counters.quota_paused();
+                lane.pause_until(until, now);
+                true
             }
-            None => {
-                let lane = pacer.lane(self.authority().as_deref())?;
-                lane.record(signal, now);
-                Some(lane)
+            Some(until) if facts.hint.is_quota_reset() => {
+                lane.pause_until(until, now);
+                true
             }
+            Some(until) => lane.hinted(until, now),
+            None => false,
+        };
+        match pass {
+            Some(pass) => pass.record(signal, now),
+            None => lane.record(signal, now),
         }
+        Some(Booked { lane, paused })
     }
 
     /// The ladder's verdict with pacing, rewritten in this one place:
-    /// * a success that used up the quota pauses the endpoint until its reset;
     /// * a breaker's refusal pauses the endpoint until the breaker lets a probe through; a
     ///   request that may be sent again then waits in the queue (if it may wait at all), not
     ///   stopping as `CircuitOpen`;
     /// * a breaker's hold pauses the endpoint, and the ladder goes on: the request waits;
-    /// * a retry whose wait came from the server's hint pauses the endpoint until then;
+    /// * a retry whose wait came from the server's hint, to an endpoint that still takes other
+    ///   requests, sleeps the hint (a floor for it), then waits its turn;
     /// * a retry to an endpoint that is paced waits in its queue instead of sleeping (neither
     ///   the deadline's check of the sleep nor the budget applies: the queue has its own);
     /// * an empty budget paces the endpoint instead of dropping the request.
@@ -88,21 +127,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         &mut self,
         verdict: Verdict,
         facts: &Facts,
-        lane: &Lane,
+        booked: &Booked,
         now: Instant,
     ) -> Next {
+        let lane = &booked.lane;
         let stop = match verdict {
-            Verdict::Retry(retry) => return self.pace_retry(retry, lane, now),
+            Verdict::Retry(retry) => return self.pace_retry(retry, booked, now),
             Verdict::Stop(stop) => stop,
         };
         match stop.lift {
-            _ if stop.reason == StopReason::Success => {
-                if let Some(after) = self.hint_delay(&facts.hint) {
-                    self.config.counters.quota_paused();
-                    lane.pause_until(now + after.min(self.config.retry_after_clamp), now);
-                }
-                self.stop(stop)
-            }
             Some(Lift::Refused { wait }) => {
                 lane.breaker_refused(wait, now);
                 if self.not_retryable.is_some() {
@@ -119,7 +152,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
             Some(Lift::Held { .. }) => match lift_hold(stop, lane, now) {
                 Ok(listener) => match self.wait_for(facts, listener, now) {
-                    Verdict::Retry(retry) => self.pace_retry(retry, lane, now),
+                    Verdict::Retry(retry) => self.pace_retry(retry, booked, now),
                     Verdict::Stop(stop) => self.stop(stop),
                 },
                 Err(stop) => self.stop(stop),
@@ -129,14 +162,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// A retry, with pacing (see [`pace`](Self::pace)).
-    fn pace_retry(&mut self, retry: Retry, lane: &Lane, now: Instant) -> Next {
+    fn pace_retry(&mut self, retry: Retry, booked: &Booked, now: Instant) -> Next {
+        let lane = &booked.lane;
         if retry.source != DelaySource::Refused {
-            if matches!(
+            let hinted = matches!(
                 retry.source,
                 DelaySource::RetryAfter | DelaySource::RetryAfterClamped
-            ) {
-                // The hint pauses the endpoint, not only this request.
-                lane.pause_until(now + retry.delay, now);
+            );
+            if hinted && !booked.paused && lane.is_paced() {
+                // A floor for this request: it sleeps its hint, then waits its turn.
+                return self.floor(retry, now);
             }
             if lane.is_paced() {
                 return self.enter_queue(lane, retry.listener, now);
@@ -153,6 +188,26 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 self.enter_queue(lane, listener.map(|l| *l), now)
             }
             Err(stop) => self.stop(stop),
+        }
+    }
+
+    /// A hint's wait as a floor for this request while its endpoint is paced and still takes
+    /// others: it sleeps the hint (within its deadline), then joins the queue (the pacer, not the
+    /// budget, lets it go: no token).
+    fn floor(&mut self, retry: Retry, now: Instant) -> Next {
+        if !self.deadline.fits(retry.delay, now) {
+            return self.stop(Stop::resend(StopReason::Deadline, retry.delay));
+        }
+        self.record_delay(retry.delay, retry.source);
+        decision!(
+            attempt = self.attempts,
+            delay = ?retry.delay,
+            "waiting out the server's hint before the endpoint's queue"
+        );
+        Next::Sleep {
+            delay: retry.delay,
+            listener: retry.listener,
+            token: None,
         }
     }
 
@@ -174,8 +229,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                     deadline: self.deadline(),
                 }
             }
-            Err(Deferred { resend_after }) => {
-                self.retry_in(resend_after);
+            Err(Deferred { resend }) => {
+                self.resend_in(resend);
                 Next::Stop(StopReason::Deferred)
             }
         }
@@ -200,7 +255,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         match self.queue(&lane, now) {
             Ok(wait) => AfterSleep::Queue(wait),
-            Err(deferred) => AfterSleep::Deferred(deferred),
+            Err(deferred) => AfterSleep::Deferred(lane, deferred),
         }
     }
 
@@ -222,28 +277,66 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         pacer.is_paced(request.authority().as_deref())
     }
 
-    /// The first attempt's place in its endpoint's queue, joined at `now`, and the listener its
-    /// wait is aborted with. `None` when it goes at once (the endpoint is open again, or its
-    /// queue cannot take it: a first attempt has no outcome to return instead, so it is sent).
-    pub(crate) fn join_first_queue(
-        &mut self,
-        now: Instant,
-    ) -> Option<(QueueWait, Option<Listener>)> {
+    /// Where the first attempt goes at `now`, when its endpoint was down as it was made: into
+    /// the queue, at once, or (the queue cannot take it) turned away.
+    pub(crate) fn join_first_queue(&mut self, now: Instant) -> FirstQueue {
         let config = Arc::clone(&self.config);
-        let pacer = config.pacer.as_ref()?;
+        let Some(pacer) = config.pacer.as_ref() else {
+            return FirstQueue::Go;
+        };
         let authority = self.authority().map(std::borrow::Cow::into_owned);
-        let lane = pacer.lane(authority.as_ref())?;
+        let Some(lane) = pacer.lane(authority.as_ref()) else {
+            return FirstQueue::Go;
+        };
         if !lane.is_paced() {
-            return None;
+            return FirstQueue::Go;
         }
         let abort = config.settings.abort.as_ref();
         if abort.is_some_and(|abort| abort.is_shut_down()) {
             // Made after a shutdown: it waits for nothing, as a first-attempt delay does not.
-            return None;
+            return FirstQueue::Go;
         }
-        let listener = abort.map(|abort| abort.listen(authority.as_ref()));
-        let wait = self.queue(&lane, now).ok()?;
-        Some((wait, listener))
+        match self.queue(&lane, now) {
+            Ok(wait) => {
+                let listener = abort.map(|abort| abort.listen(authority.as_ref()));
+                FirstQueue::Joined(wait, listener)
+            }
+            Err(Deferred { resend }) => FirstQueue::TurnedAway(lane, resend),
+        }
+    }
+
+    /// A first attempt the pacer turned away (queue full, a wait past its deadline), handed back
+    /// unsent when the classifier can ([`Classify::unsent`]): nothing is sent to an endpoint
+    /// known to be down. The report says [`StopReason::Deferred`], no attempt, and when to send
+    /// it again (`resend`, spread by the request's own jitter, or later when the layer knows
+    /// more); `count` books it to the pacer. `None`: the classifier cannot, and it is sent.
+    pub(crate) fn hand_back<Res, E>(
+        &mut self,
+        resend: Resend,
+        now: Instant,
+        count: impl FnOnce(),
+    ) -> Option<Result<Res, E>>
+    where
+        Res: RetryResponse,
+        C: Classify<Res, E>,
+    {
+        let make = self.config.classifier.unsent()?;
+        count();
+        decision!("handing back a request to an endpoint known to be down, unsent");
+        self.resend_in(resend);
+        self.settle_resend(now);
+        let report = self.report(StopReason::Deferred);
+        let output = make(Unsent::new(report.clone()));
+        Some(self.deliver(output, report))
+    }
+}
+
+impl<Req, C> Session<Req, C> {
+    /// The request is to be sent again after `resend`: its own jitter spreads it within the
+    /// place the pacer gave it.
+    pub(crate) fn resend_in(&mut self, resend: Resend) {
+        let jitter = uniform(Duration::ZERO, resend.spread, self.rng());
+        self.retry_in(resend.after.saturating_add(jitter));
     }
 }
 

@@ -276,12 +276,28 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             return result;
         }
         if !stop.is_final() {
-            if let Some(own) = self.waits.as_ref().and_then(|waits| waits.trail.resend()) {
-                let resend = self.resend_after(own, Instant::now());
-                self.retry_in(resend);
-            }
+            self.settle_resend(Instant::now());
         }
         let report = self.report(stop);
+        self.deliver(result, report)
+    }
+
+    /// The stop's own resend time, moved to what the layer knows of the endpoint when that is
+    /// later (see [`resend_after`](Self::resend_after)).
+    pub(super) fn settle_resend(&mut self, now: Instant) {
+        if let Some(own) = self.waits.as_ref().and_then(|waits| waits.trail.resend()) {
+            let resend = self.resend_after(own, now);
+            self.retry_in(resend);
+        }
+    }
+
+    /// Hands `result` back with `report`: in the slot, and on a response whose report says
+    /// more than "first try, success".
+    pub(super) fn deliver<Res: RetryResponse, E>(
+        &mut self,
+        result: Result<Res, E>,
+        report: RetryReport,
+    ) -> Result<Res, E> {
         match result {
             Ok(mut response) => {
                 if !report.is_first_try() {

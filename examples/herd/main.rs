@@ -1,6 +1,8 @@
 //! The herd simulation: 10,000 webhooks against an endpoint that is down for 20 s, once per
 //! retry policy, through the real `RetryLayer` and, as the peer anchor, `tower::retry`; then
-//! fleets of independent senders against the same endpoint, and issue 10's targets for every row.
+//! fleets of independent senders against the same endpoint, issue 10's targets for every row,
+//! and issue 19's: the pacer in B and B+RA, flapping endpoints, a deadline with a durable
+//! redelivery queue.
 //!
 //! ```text
 //! cargo run --release --all-features --example herd
@@ -10,21 +12,24 @@
 //! requests per second over time into `docs/herd-a.svg` and `docs/herd-b.svg`. Everything runs on
 //! tokio's paused clock against an in-process endpoint, so no socket is opened and every run is
 //! reproducible. The endpoint, the rows, the metrics and the targets live in the `herd` crate
-//! (`herd/src/lib.rs`, a workspace member), shared with the test that checks the qualitative
-//! facts (`cargo test --all-features --test herd`).
+//! (`herd/src/`, a workspace member), shared with the test that checks the qualitative facts
+//! (`cargo test --all-features --test herd`). This file prints the tables of one outage and the
+//! fleets; `scenarios.rs` the issue-19 sections, `charts.rs` the charts.
+
+mod charts;
+mod scenarios;
 
 use herd::{
     accepted_per_second, delivered_per_process, per_second, spread, Metrics, Model, Params, Row,
     Run,
 };
-use plotters::prelude::*;
 use std::error::Error;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tower_http_retry::Jitter;
 
 /// The table shows the mean over these seeds, and the min–max when they differ.
-const SEEDS: [u64; 3] = [1, 2, 3];
+pub(crate) const SEEDS: [u64; 3] = [1, 2, 3];
 
 /// Why rows miss the targets (qualitative, so it does not go stale with the figures; a new
 /// row's misses need their own line).
@@ -46,15 +51,31 @@ in model B with tens of thousands of overload 503s (plain about 18 % in B+RA, wh
 `Retry-After` jitter spreads each wave over 100 ms; tower ignores the header). In model A tower \
 meets the 3-s target only when a seed's wave happens to land just after recovery.
 - **No backoff** spends its 10 attempts in half a second, inside the outage.
-- **The pacer in B+RA**: every overload 503 carries `Retry-After: 1`, and a hint pauses the \
-whole endpoint (it holds every request to it until then); after each pause the ramp resumes \
-from its cut. The rejections stay few, but the seconds spent paused cost throughput: about half \
-the capacity is used once ramped, and 99 % comes several seconds later than the target.
+- **The pacer in B+RA** meets its targets: every overload 503 carries `Retry-After: 1`, which \
+holds that request for its second and cuts the ramp once, while the endpoint keeps taking the \
+others (RFC 9110's reading of `Retry-After`); it no longer pauses the whole endpoint.
+- **The pacer in B, against issue 19's overload target (1 % of N)**: the ramp doubles every \
+100 ms, and with a 50 ms latency the first loss it sees answers releases made up to an interval \
+earlier: the overshoot past capacity costs about 220 rejections (2.2 % of N). Seeing it sooner \
+would mean cutting from a partly measured interval.
 - **The pacer fleet**: ten pacers that share nothing. In B the totals meet the targets, but \
 whichever processes' probes succeed first ramp up first and take more of the capacity in the \
-first N/C seconds, so the shares stray further from fair than ±25 %; in B+RA the pauses of ten \
-processes add up as for one.
-- **First-attempt gating** changes nothing here: every delivery's first attempt is sent at t = 0, before the endpoint is known to be down, so the gated and ungated pacer rows are the same run.
+first N/C seconds, so the shares stray further from fair than ±25 %; in B+RA each process cuts \
+its own ramp on the hints it gets, and the ten do not share what they learn.
+- **1 s up / 1 s down, failed retries**: each of the 30 down seconds begins while the pacer is \
+releasing at up to the endpoint's rate; it calls the endpoint down only after a whole 100-ms \
+interval with no success (a limit that rejects in runs, as model B's token bucket does, is not \
+an outage), and about 200 releases fail in that window each time: 6,000 failed retries, a fifth \
+of full jitter's, not a tenth.
+- **Redelivery, the spread of the first round's resend times**: the endpoint has never been seen \
+taking requests when the first round is deferred, so the pacer predicts a slow start with no \
+known limit, and 10,000 places fit in about 1.5 s of it (the target asks for N / capacity, \
+5 s). The resends that come back early are paced again (queued, or handed back unsent): none \
+reaches the endpoint while it is down, as the hits-while-down target shows.
+- **First-attempt gating** changes nothing in these tables: every delivery's first attempt is \
+sent at t = 0, before the endpoint is known to be down, so the gated and ungated pacer rows are \
+the same run. (It is what keeps the second burst of the flapping row off the endpoint: 232 hits \
+during the second outage, against 10,039 during the first.)
 - **Fleets**: full jitter is fair across processes but misses model B's targets as the single \
 row does; with a budget each process has its own, and the few deliveries each makes in the \
 window are too few for a stable share.
@@ -73,8 +94,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     writeln!(
         md,
         "Generated by `cargo run --release --all-features --example herd`. Each cell is the mean \
-         over seeds {SEEDS:?}, with the min–max in brackets when the seeds differ. The targets \
-         are issue 10's; a target is met when every seed meets it.\n"
+         over seeds {SEEDS:?}, with the min–max in brackets when the seeds differ. The \
+         \"Targets\" tables are issue 10's (a target is met when every seed meets it); issue 19's \
+         are judged on the mean of the seeds, as that issue states them.\n"
     )?;
     writeln!(md, "{}\n", p.describe())?;
 
@@ -111,6 +133,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         md.push_str(&table(&results, false)?);
         md.push_str(&targets_table(&p, &results, reference)?);
+        if let Some((_, pacer)) = results.iter().find(|(row, _)| *row == Row::Pacer) {
+            md.push_str(&scenarios::checks_on_mean(
+                "Issue 19's targets for the pacer (mean of the seeds)",
+                &herd::targets_19(&p, pacer),
+            )?);
+        }
         charts.push((model, charted));
     }
 
@@ -148,6 +176,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
 
+    md.push_str(&scenarios::flapping(&p, &mut runs)?);
+    md.push_str(&scenarios::redelivery(&p, &mut runs)?);
     md.push_str(WHY);
     writeln!(
         md,
@@ -162,7 +192,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
     std::fs::create_dir_all(&docs)?;
     std::fs::write(docs.join("herd.md"), &md)?;
-    draw_charts(&docs, &p, &charts)?;
+    charts::draw_charts(&docs, &p, &charts)?;
     eprintln!(
         "{runs} runs of {} deliveries in {:.1?} (wall clock)",
         p.deliveries,
@@ -171,7 +201,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn mean(metrics: &[Metrics], f: impl Fn(&Metrics) -> f64) -> f64 {
+pub(crate) fn mean<M>(metrics: &[M], f: impl Fn(&M) -> f64) -> f64 {
     metrics.iter().map(f).sum::<f64>() / metrics.len() as f64
 }
 
@@ -257,7 +287,7 @@ fn table_row(row: Row, metrics: &[Metrics], fleet: bool) -> String {
 }
 
 /// "mean (min–max)" of the values that exist, saying in how many seeds they do not.
-fn optional(
+pub(crate) fn optional(
     values: impl Iterator<Item = Option<f64>>,
     decimals: usize,
     unit: &str,
@@ -391,182 +421,4 @@ fn delay_histogram(run: &Run, p: &Params) -> Result<String, std::fmt::Error> {
     }
     writeln!(out)?;
     Ok(out)
-}
-
-/// Colours that stay the same for a row in every chart.
-fn colour(row: Row) -> RGBColor {
-    match row {
-        Row::Plain => RGBColor(214, 39, 40),
-        Row::Tower => RGBColor(255, 127, 14),
-        Row::TowerBackoffOnly => RGBColor(140, 86, 75),
-        Row::Full => RGBColor(31, 119, 180),
-        Row::FullBudget => RGBColor(44, 160, 44),
-        Row::DecorrelatedBudget => RGBColor(148, 103, 189),
-        Row::Pacer => RGBColor(23, 190, 207),
-        _ => RGBColor(127, 127, 127),
-    }
-}
-
-/// Empty bins are drawn on this floor of the logarithmic axis.
-const FLOOR: f64 = 0.7;
-
-/// Per charted row: requests/s and accepted/s.
-type Series = Vec<(Row, Vec<u64>, Vec<u64>)>;
-
-fn draw_charts(docs: &Path, p: &Params, charts: &[(Model, Series)]) -> Result<(), Box<dyn Error>> {
-    let panel = |model: Model| {
-        charts
-            .iter()
-            .find(|(m, _)| *m == model)
-            .map(|(_, series)| (model, series))
-            .expect("every model was run")
-    };
-    let subtitle = format!(
-        "{} deliveries at t = 0, endpoint down 0–{} s, {:?} latency; base {:?}, cap {:?}, {} attempts; seed {}",
-        p.deliveries,
-        p.outage.as_secs(),
-        p.latency,
-        p.base,
-        p.cap,
-        p.max_attempts,
-        SEEDS[0]
-    );
-    draw(
-        docs.join("herd-a.svg"),
-        &format!("Model A: hard outage, then every request succeeds\n{subtitle}"),
-        &[panel(Model::HardOutage)],
-        p,
-    )?;
-    draw(
-        docs.join("herd-b.svg"),
-        &format!(
-            "Model B: after the outage a token bucket admits {}/s ({} per {:?}), the rest 503\n{subtitle}",
-            p.capacity_per_second,
-            p.tokens_per_tick(),
-            p.capacity_tick
-        ),
-        &[
-            panel(Model::Capacity { retry_after: false }),
-            panel(Model::Capacity { retry_after: true }),
-        ],
-        p,
-    )
-}
-
-/// A step line: each 1-s bin is a flat segment over its second.
-fn steps(bins: &[u64]) -> Vec<(f64, f64)> {
-    bins.iter()
-        .enumerate()
-        .flat_map(|(t, &count)| {
-            let y = (count as f64).max(FLOOR);
-            [(t as f64, y), (t as f64 + 1.0, y)]
-        })
-        .collect()
-}
-
-fn draw(
-    path: PathBuf,
-    title: &str,
-    panels: &[(Model, &Series)],
-    p: &Params,
-) -> Result<(), Box<dyn Error>> {
-    let height = 80 + 520 * panels.len() as u32;
-    let root = SVGBackend::new(&path, (1100, height)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (head, body) = root.split_vertically(80);
-    for (i, line) in title.lines().enumerate() {
-        let size = if i == 0 { 24 } else { 16 };
-        head.draw_text(
-            line,
-            &("sans-serif", size).into_font().color(&BLACK),
-            (20, 12 + 32 * i as i32),
-        )?;
-    }
-    let outage = p.outage.as_secs_f64();
-    for (area, (model, series)) in body.split_evenly((panels.len(), 1)).iter().zip(panels) {
-        let x_max = series
-            .iter()
-            .map(|(_, requests, _)| requests.len())
-            .max()
-            .unwrap_or(1) as f64
-            + 2.0;
-        let y_max = series
-            .iter()
-            .flat_map(|(_, requests, _)| requests.iter().copied())
-            .max()
-            .unwrap_or(1) as f64
-            * 100.0; // two empty decades on top hold the legend
-        let mut chart = ChartBuilder::on(area)
-            .caption(model.label(), ("sans-serif", 18))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(75)
-            .build_cartesian_2d(0f64..x_max, (FLOOR..y_max).log_scale())?;
-        chart
-            .configure_mesh()
-            .x_desc("virtual time since the deliveries started (s)")
-            .y_desc("per second at the endpoint (1-s bins, log scale)")
-            .x_label_formatter(&|v| format!("{v:.0}"))
-            .y_label_formatter(&|v| {
-                if *v < 1.0 {
-                    "0".to_string()
-                } else {
-                    format!("{v:.0}")
-                }
-            })
-            .light_line_style(WHITE)
-            .draw()?;
-        chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(0.0, FLOOR), (outage, y_max)],
-                BLACK.mix(0.08).filled(),
-            )))?
-            .label(format!("outage (0–{} s)", p.outage.as_secs()))
-            .legend(|(x, y)| {
-                Rectangle::new([(x, y - 6), (x + 20, y + 6)], BLACK.mix(0.15).filled())
-            });
-        if matches!(model, Model::Capacity { .. }) {
-            let capacity = p.capacity_per_second as f64;
-            chart
-                .draw_series(LineSeries::new(
-                    [(outage, capacity), (x_max, capacity)],
-                    BLACK.mix(0.4).stroke_width(1),
-                ))?
-                .label(format!("capacity ({}/s)", p.capacity_per_second))
-                .legend(|(x, y)| {
-                    PathElement::new([(x, y), (x + 20, y)], BLACK.mix(0.4).stroke_width(1))
-                });
-        }
-        for (row, requests, accepted) in series.iter() {
-            // Accepted as a shaded area under the requests line: where every request is accepted
-            // the two coincide, and a second line would hide under the first.
-            let ok = colour(*row).mix(0.3).filled();
-            chart
-                .draw_series(
-                    accepted
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &n)| n > 0)
-                        .map(|(t, &n)| {
-                            Rectangle::new([(t as f64, FLOOR), (t as f64 + 1.0, n as f64)], ok)
-                        }),
-                )?
-                .label(format!("{}: accepted (2xx)", row.label()))
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 20, y + 6)], ok));
-            let sent = colour(*row).stroke_width(2);
-            chart
-                .draw_series(LineSeries::new(steps(requests), sent))?
-                .label(format!("{}: requests", row.label()))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], sent));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.5))
-            .label_font(("sans-serif", 14))
-            .draw()?;
-    }
-    root.present()?;
-    Ok(())
 }
