@@ -25,6 +25,8 @@ mod delay;
 mod ladder;
 mod pacing;
 #[cfg(test)]
+mod rotation_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 mod trail;
 
@@ -40,7 +42,7 @@ use super::deadline::Deadline;
 use super::nested::{retried_outside, retrying, NestedLayers};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
-use crate::classify::{Classify, Outcome};
+use crate::classify::{Classify, NotSent, Outcome};
 use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{PassGuard, QueueWait};
@@ -361,7 +363,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// What the ladder reads of `result`: the classifier's outcome, the server's hint (read
     /// for a success only with pacing: a used-up quota pauses the endpoint), a breaker's
-    /// refusal. An error no rule recognises is counted and named on the way.
+    /// refusal, a rotation without proof (resent as rotation when the request may be repeated).
+    /// An error no rule recognises is counted and named on the way.
     fn facts<Res, E>(&mut self, result: &Result<Res, E>) -> Facts
     where
         Res: RetryResponse,
@@ -384,6 +387,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             // The server says this response is worth another attempt, whatever its status.
             outcome = Outcome::Transient;
         }
+        // A rotation without proof that the request was not processed: sent again as rotation
+        // if the request may be repeated at all; the endpoint is up either way.
+        let rotation = classified == Outcome::Transient
+            && matches!(result, Err(error) if config.classifier.is_rotation(error));
+        if rotation {
+            config.counters.unproven_rotation();
+            if self.not_retryable.is_none() {
+                outcome = Outcome::NotSent(NotSent::Refused);
+            }
+        }
         let refused_for = match (outcome, result) {
             (Outcome::Permanent, Err(error)) => config.classifier.refused_for(error),
             _ => None,
@@ -399,6 +412,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Facts {
             classified,
             outcome,
+            rotation,
             hint,
             refused_for,
         }
