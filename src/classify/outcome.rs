@@ -180,6 +180,43 @@ pub trait Classify<Res, E> {
         statuses.contains(&response.status())
     }
 
+    /// Whether `error`, classified as [transient](Outcome::Transient), is the server rotating or
+    /// draining its connection (a `GOAWAY`) without proof that this request was not processed.
+    ///
+    /// A request with proof is [not sent](NotSent::Refused) and never asks. One without is
+    /// treated by who may repeat it: the retry layer sends it again as rotation (after the short
+    /// pause of a refused request, within
+    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries), no attempt
+    /// and no budget token spent) when its [`Idempotency`](crate::retry::Idempotency) lets it be
+    /// repeated, and stops it otherwise
+    /// ([`StopReason::NotIdempotent`](crate::StopReason::NotIdempotent)). Either way the endpoint
+    /// is up: the circuit breaker counts it neither as a success nor as a failure, and
+    /// [pacing](crate::Pacing) not as congestion. Asked only for an error classified as
+    /// transient.
+    ///
+    /// The default is `false`. [`HttpClassifier`](super::HttpClassifier) says `true` for a
+    /// `GOAWAY` that reached the request through hyper's HTTP/2 client on a connection that is
+    /// not serially dispatched (see its table): hyper can hand the connection's `GOAWAY` to a
+    /// request whose stream the server may have processed.
+    ///
+    /// ```
+    /// use tower_http_retry::{HttpClassifier, Outcome};
+    /// use tower_http_retry::classify::Classify;
+    ///
+    /// let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    /// let classifier = HttpClassifier::new();
+    /// assert_eq!(
+    ///     <HttpClassifier as Classify<http::Response<()>, _>>::classify_error(&classifier, &reset),
+    ///     Outcome::Transient
+    /// );
+    /// // A reset is a failure, not a rotation.
+    /// assert!(!<HttpClassifier as Classify<http::Response<()>, _>>::is_rotation(&classifier, &reset));
+    /// ```
+    fn is_rotation(&self, error: &E) -> bool {
+        let _ = error;
+        false
+    }
+
     /// How to hand back a request the retry layer did not send ([`Unsent`]: a new request to
     /// an endpoint that [pacing](crate::Pacing) knows is down or paused, whose predicted wait is
     /// beyond its deadline or whose queue is full). The layer has no response or error of its

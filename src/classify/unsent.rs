@@ -55,6 +55,10 @@ where
         self.0.unknown_error(error)
     }
 
+    fn is_rotation(&self, error: &E) -> bool {
+        self.0.is_rotation(error)
+    }
+
     fn hint(&self, response: &Res, now: SystemTime) -> ServerHint
     where
         Res: RetryResponse,

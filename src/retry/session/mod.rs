@@ -28,6 +28,8 @@ mod delay;
 mod ladder;
 mod pacing;
 #[cfg(test)]
+mod rotation_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 mod trail;
 
@@ -43,7 +45,7 @@ use super::deadline::Deadline;
 use super::nested::{mark_inner, retried_outside, NestedLayers, Restore};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
-use crate::classify::{Classify, Outcome};
+use crate::classify::{Classify, NotSent, Outcome};
 use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{PassGuard, QueueWait};
@@ -473,9 +475,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// What the ladder reads of `result` (`classified` by the classifier): the outcome, the server's hint (for a
-    /// success, with pacing, only its quota's reset: a used-up quota pauses the endpoint), a breaker's
-    /// refusal. An error no rule recognises is counted and named on the way.
+    /// What the ladder reads of `result` (`classified` by the classifier): the outcome, the
+    /// server's hint (for a success, with pacing, only its quota's reset: a used-up quota pauses
+    /// the endpoint), a breaker's refusal, a rotation without proof (resent as rotation when the
+    /// request may be repeated). An error no rule recognises is counted and named on the way.
     fn facts<Res, E>(&mut self, result: &Result<Res, E>, classified: Outcome) -> Facts
     where
         Res: RetryResponse,
@@ -495,6 +498,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             // The server says this response is worth another attempt, whatever its status.
             outcome = Outcome::Transient;
         }
+        // A rotation without proof that the request was not processed: sent again as rotation
+        // if the request may be repeated at all; the endpoint is up either way.
+        let rotation = classified == Outcome::Transient
+            && matches!(result, Err(error) if config.classifier.is_rotation(error));
+        if rotation {
+            config.counters.unproven_rotation();
+            if self.not_retryable.is_none() {
+                outcome = Outcome::NotSent(NotSent::Refused);
+            }
+        }
         let refused_for = match (outcome, result) {
             (Outcome::Permanent, Err(error)) => config.classifier.refused_for(error),
             _ => None,
@@ -510,6 +523,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Facts {
             classified,
             outcome,
+            rotation,
             hint,
             refused_for,
         }
