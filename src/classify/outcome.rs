@@ -125,7 +125,8 @@ pub trait Classify<Res, E> {
     /// response's `Date` header (within its 1 s resolution), else against the `Date`.
     ///
     /// The retry layer reads it for every response that is not a success, and with
-    /// [pacing](crate::Pacing) for successes too. A delay on a response classified as a success
+    /// [pacing](crate::Pacing) for successes too, through [`quota_reset`](Self::quota_reset)
+    /// (unless that is overridden). A delay on a response classified as a success
     /// means **the quota is used up**: the endpoint's next requests wait for it. So return one
     /// only when the response says so, not for a `Retry-After` that asks a client to poll (a
     /// 202) or to follow a redirect later (a 3xx).
@@ -142,6 +143,25 @@ pub trait Classify<Res, E> {
             return ServerHint::NONE;
         }
         ServerHint::of_retry_after(response.headers(), now)
+    }
+
+    /// For a response classified as a success, when its used-up quota resets, if it says so:
+    /// with [pacing](crate::Pacing) the endpoint's next requests wait that long. `now` reads the
+    /// local wall clock, for the answers that need it.
+    ///
+    /// The default is [`hint`](Self::hint)'s [`retry_after`](ServerHint::retry_after) (the
+    /// clock read first). [`HttpClassifier`](super::HttpClassifier) reads only its reset headers
+    /// for a status below 400, and the clock only for a reset value to measure: the success path
+    /// of a paced endpoint reads no clock.
+    fn quota_reset(
+        &self,
+        response: &Res,
+        now: &dyn Fn() -> std::time::SystemTime,
+    ) -> Option<std::time::Duration>
+    where
+        Res: RetryResponse,
+    {
+        self.hint(response, now()).retry_after()
     }
 
     /// Whether `response`, classified as transient, says the endpoint is overloaded or unreachable:

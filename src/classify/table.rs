@@ -234,6 +234,22 @@ where
         self.hints.read(response.status(), response.headers(), now)
     }
 
+    fn quota_reset(
+        &self,
+        response: &Res,
+        now: &dyn Fn() -> std::time::SystemTime,
+    ) -> Option<std::time::Duration> {
+        let status = response.status();
+        if status.as_u16() >= 400 {
+            // A 4xx or 5xx in the success table: its `Retry-After` counts too.
+            return self
+                .hints
+                .read(status, response.headers(), now())
+                .retry_after();
+        }
+        self.hints.success_reset(status, response.headers(), now)
+    }
+
     fn classify_error(&self, error: &E) -> Outcome {
         match error.as_std_error() {
             Some(error) => self.classify_error_chain(error),

@@ -66,6 +66,13 @@ where
         self.0.hint(response, now)
     }
 
+    fn quota_reset(&self, response: &Res, now: &dyn Fn() -> SystemTime) -> Option<Duration>
+    where
+        Res: RetryResponse,
+    {
+        self.0.quota_reset(response, now)
+    }
+
     fn is_congestion(&self, response: &Res, statuses: &[http::StatusCode]) -> bool
     where
         Res: RetryResponse,

@@ -3,6 +3,7 @@
 use super::ladder::rotation_pause;
 use super::*;
 use crate::classify::NotSent;
+use crate::retry::nested::retrying;
 use crate::retry::RandomSource;
 use crate::retry::{Backoff, Jitter, RetryBudget, RetryLayer, RetryLayerBuilder, TokenBucket};
 use crate::{AbortSignal, HttpClassifier};
@@ -86,6 +87,27 @@ fn success_and_permanent_outcomes_stop_at_once() {
         stop(session.decide(&response(404), || now)),
         StopReason::Permanent
     );
+}
+
+#[test]
+fn a_first_try_success_ends_before_the_ladder_as_the_ladder_would_end_it() {
+    let bucket = Arc::new(TokenBucket::default());
+    assert!(bucket.withdraw());
+    let before = bucket.available();
+    let config = config(builder().budget(Arc::clone(&bucket)));
+    let mut session = sent(&config, Method::GET);
+    let ok = response(200);
+    assert!(session.first_try_success(&ok, session.classify(&ok)));
+    assert_eq!(config.counters.snapshot().stopped(StopReason::Success), 1);
+    assert!(bucket.available() > before, "the budget earned the deposit");
+    // Anything else goes to the ladder: a failure, or a success with pacing.
+    let mut session = sent(&config, Method::GET);
+    let failed = response(503);
+    assert!(!session.first_try_success(&failed, session.classify(&failed)));
+    let paced = self::config(builder().pacing(crate::Pacing::new()));
+    let mut session = sent(&paced, Method::GET);
+    assert!(!session.first_try_success(&ok, session.classify(&ok)));
+    assert_eq!(config.counters.snapshot().stopped(StopReason::Success), 1);
 }
 
 #[test]
