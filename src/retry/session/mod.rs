@@ -26,6 +26,8 @@
 
 mod delay;
 mod ladder;
+#[cfg(test)]
+mod not_sent_tests;
 mod pacing;
 #[cfg(test)]
 mod rotation_tests;
