@@ -18,10 +18,11 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{bench_calls, noop_waker, poll_now, Body, Endpoint, TowerPolicy};
+use support::{bench_calls, Body, Endpoint, TowerPolicy};
 use tower::retry::budget::TpsBudget;
 use tower::{Layer, Service, ServiceExt};
 use tower_http_retry::{CircuitBreakerLayer, RetryLayer};
+use tower_http_retry_instructions::{noop_waker, poll_now};
 
 fn row<S>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut service: S)
 where

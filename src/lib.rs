@@ -58,12 +58,18 @@
 //! | [`body`] | request bodies that can be sent again; transient response bodies read before a sleep |
 //! | [`report`] | what happened to each request: attempts, delays, why it stopped, when to send it again |
 //! | [`grpc`] | retrying gRPC calls by the gRPC rules (feature `grpc`) |
+//! | [`hyper_client`] | hyper-util's legacy client made safe for HTTP/2 connection rotation: a `GOAWAY` resent for any method, never a request applied twice (feature `hyper-client`) |
 //! | [`reqwest_middleware`] | the retry layer as a reqwest-middleware `Middleware` (feature `reqwest-middleware`) |
 //! | [`telemetry`] | what the `tracing` and `metrics` features emit |
 //!
 //! # Features
 //!
 //! * `hyper` (default): the classifier recognises `hyper::Error` and hyper-util's client error.
+//! * `hyper-client` (implies `hyper`):
+//!   [`rotation_safe_client`](hyper_client::rotation_safe_client) and
+//!   [`StreamSlotsLayer`](hyper_client::StreamSlotsLayer), with which every request an HTTP/2
+//!   server turns away while rotating its connection is resent whatever its method (hyper's own
+//!   `GOAWAY` errors prove nothing otherwise; see the module).
 //! * `tracing`: each attempt in an `attempt` span with OpenTelemetry's HTTP attributes
 //!   (`http.request.resend_count` on retries, method, server address and port, status), and one
 //!   `tracing` event per decision (attempt sent, delay chosen, stop).
@@ -104,6 +110,8 @@ mod error;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod hint;
+#[cfg(feature = "hyper-client")]
+pub mod hyper_client;
 mod message;
 pub mod pacing;
 mod random;

@@ -1,5 +1,6 @@
-//! Pieces shared by the benches: the inner service, the request, tower's retry policy, the row
-//! runner, and a way to drive a future that is already ready without an executor.
+//! Pieces shared by the benches: the inner service, the request and the row runner; tower's
+//! retry policy is the instruction gate's (`benches-instructions/`, as are the poll helpers), so
+//! that every bench compares against the same policy.
 // Each bench compiles its own copy of this module and uses only part of it.
 #![allow(dead_code)]
 
@@ -9,16 +10,12 @@ use criterion::{BatchSize, BenchmarkGroup};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
-use std::pin::pin;
+use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
-use tokio::time::Sleep;
-use tower::retry::budget::{Budget, TpsBudget};
-use tower::retry::Policy;
+use std::task::{Context, Poll};
 use tower::Service;
+pub use tower_http_retry_instructions::TowerPolicy;
 
 /// The body every bench sends and receives.
 pub type Body = Full<Bytes>;
@@ -73,40 +70,6 @@ impl<B> Service<Request<B>> for Endpoint {
     }
 }
 
-/// The smallest useful `tower::retry` policy: retry 5xx while `TpsBudget` allows, after `delay`;
-/// deposit on success; copy the request for the retry.
-#[derive(Clone, Debug)]
-pub struct TowerPolicy {
-    pub budget: Arc<TpsBudget>,
-    pub delay: Duration,
-}
-
-impl<B: Clone, R, E> Policy<Request<B>, Response<R>, E> for TowerPolicy {
-    type Future = Sleep;
-
-    fn retry(
-        &mut self,
-        _: &mut Request<B>,
-        result: &mut Result<Response<R>, E>,
-    ) -> Option<Self::Future> {
-        let failed = match result {
-            Ok(response) => response.status().is_server_error(),
-            Err(_) => true,
-        };
-        if !failed {
-            self.budget.deposit();
-            return None;
-        }
-        self.budget
-            .withdraw()
-            .then(|| tokio::time::sleep(self.delay))
-    }
-
-    fn clone_request(&mut self, request: &Request<B>) -> Option<Request<B>> {
-        Some(request.clone())
-    }
-}
-
 /// One row: `call` sends a fresh request (built outside the measurement) and returns the
 /// response, which must be a 200, so that a row cannot silently measure a failure. Responses are
 /// dropped outside the measurement.
@@ -126,23 +89,4 @@ pub fn bench_calls(
             BatchSize::SmallInput,
         );
     });
-}
-
-struct NoopWake;
-
-impl Wake for NoopWake {
-    fn wake(self: Arc<Self>) {}
-}
-
-/// A waker that does nothing, for futures that complete on their first poll.
-pub fn noop_waker() -> Waker {
-    Waker::from(Arc::new(NoopWake))
-}
-
-/// Polls `future` once; it must be ready (nothing here ever waits).
-pub fn poll_now<F: Future>(future: F, waker: &Waker) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(waker)) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the success path completes on its first poll"),
-    }
 }

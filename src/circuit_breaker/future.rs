@@ -2,7 +2,7 @@
 
 use super::state::{Admission, Pass};
 use super::template::Shared;
-use crate::classify::Classify;
+use crate::classify::{Classify, NotSent, Outcome};
 use crate::error::CircuitOpen;
 use http::Method;
 use pin_project_lite::pin_project;
@@ -107,7 +107,14 @@ impl<C> Ticket<C> {
         C: Classify<Res, E>,
     {
         let shared = &self.lease.shared;
-        let outcome = shared.classifier.classify(&self.method, result);
+        let outcome = match shared.classifier.classify(&self.method, result) {
+            // The server rotating its connection is up, whatever became of the request: counted
+            // as a refusal, neither way.
+            Outcome::Transient if matches!(result, Err(error) if shared.classifier.is_rotation(error)) => {
+                Outcome::NotSent(NotSent::Refused)
+            }
+            outcome => outcome,
+        };
         shared.breaker.record(self.pass, outcome, Instant::now);
         self.recorded = true;
     }

@@ -70,6 +70,11 @@ pub(super) fn known_error(error: &(dyn Error + 'static)) -> Option<Outcome> {
         if error.is::<CircuitOpen>() {
             return Some(Outcome::Permanent);
         }
+        // The rotation-safe client's executor is gone: every attempt meets it.
+        #[cfg(feature = "hyper-client")]
+        if error.is::<crate::hyper_client::ExecutorGone>() {
+            return Some(Outcome::Permanent);
+        }
         if let Some(outcome) = not_sent(error) {
             return Some(outcome);
         }
@@ -83,6 +88,52 @@ pub(super) fn known_error(error: &(dyn Error + 'static)) -> Option<Outcome> {
         link = error.source();
     }
     None
+}
+
+/// Whether the refusal [`known_error`] finds in `error` rests on a `GOAWAY` that hyper's HTTP/2
+/// client delivered on a connection whose hyper tasks may run in parallel: no proof that the
+/// request was not processed.
+///
+/// hyper (up to at least 1.12) also hands the *connection's* `GOAWAY` to the request whose stream
+/// its client task had just opened when the connection task, on another thread, received it; that
+/// stream may be at or below the `GOAWAY`'s last stream id and processed (seen against nginx:
+/// unkeyed POSTs applied twice), and its error is the one h2 gives a stream above it. Proof
+/// remains where that race cannot be: a `REFUSED_STREAM` reset (per stream, never handed to
+/// another request), an `h2::Error` that did not come through hyper (the caller's own stream),
+/// and a connection of [`rotation_safe_client`](crate::hyper_client::rotation_safe_client),
+/// whose hyper tasks run one at a time.
+#[cfg(feature = "hyper")]
+pub(super) fn goaway_unproven(error: &(dyn Error + 'static)) -> bool {
+    let (mut through_hyper, mut goaway) = (false, false);
+    let mut link = Some(error);
+    while let Some(error) = link {
+        through_hyper |= error.is::<hyper::Error>();
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            if h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                return false;
+            }
+            goaway |= h2.is_remote() && h2.is_go_away();
+        }
+        link = error.source();
+    }
+    goaway && through_hyper && !serially_dispatched(error)
+}
+
+#[cfg(not(feature = "hyper"))]
+pub(super) fn goaway_unproven(_: &(dyn Error + 'static)) -> bool {
+    false
+}
+
+/// Whether `error` happened on a connection marked as serially dispatched (only the crate's own
+/// client makes one).
+#[cfg(feature = "hyper-client")]
+fn serially_dispatched(error: &(dyn Error + 'static)) -> bool {
+    crate::hyper_client::is_serially_dispatched(error)
+}
+
+#[cfg(all(feature = "hyper", not(feature = "hyper-client")))]
+fn serially_dispatched(_: &(dyn Error + 'static)) -> bool {
+    false
 }
 
 /// Whether `error` itself proves that the request never reached the application (or, for a
@@ -100,7 +151,8 @@ fn not_sent(error: &(dyn Error + 'static)) -> Option<Outcome> {
         // its GOAWAY (h2 gives those streams the GOAWAY as their error, and a request sent on
         // the connection after it too; a stream the GOAWAY covers that is then cut gets an I/O
         // error instead), was not processed. Sent by the server (`is_remote`), not made up by
-        // h2 on the client's side.
+        // h2 on the client's side. A `GOAWAY` that came through hyper may be another stream's:
+        // `goaway_unproven` takes the proof back.
         if let Some(h2) = error.downcast_ref::<h2::Error>() {
             let refused = h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM);
             return (h2.is_remote() && (refused || h2.is_go_away())).then_some(REFUSED);

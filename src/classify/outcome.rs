@@ -125,7 +125,8 @@ pub trait Classify<Res, E> {
     /// response's `Date` header (within its 1 s resolution), else against the `Date`.
     ///
     /// The retry layer reads it for every response that is not a success, and with
-    /// [pacing](crate::Pacing) for successes too. A delay on a response classified as a success
+    /// [pacing](crate::Pacing) for successes too, through [`quota_reset`](Self::quota_reset)
+    /// (unless that is overridden). A delay on a response classified as a success
     /// means **the quota is used up**: the endpoint's next requests wait for it. So return one
     /// only when the response says so, not for a `Retry-After` that asks a client to poll (a
     /// 202) or to follow a redirect later (a 3xx).
@@ -144,6 +145,25 @@ pub trait Classify<Res, E> {
         ServerHint::of_retry_after(response.headers(), now)
     }
 
+    /// For a response classified as a success, when its used-up quota resets, if it says so:
+    /// with [pacing](crate::Pacing) the endpoint's next requests wait that long. `now` reads the
+    /// local wall clock, for the answers that need it.
+    ///
+    /// The default is [`hint`](Self::hint)'s [`retry_after`](ServerHint::retry_after) (the
+    /// clock read first). [`HttpClassifier`](super::HttpClassifier) reads only its reset headers
+    /// for a status below 400, and the clock only for a reset value to measure: the success path
+    /// of a paced endpoint reads no clock.
+    fn quota_reset(
+        &self,
+        response: &Res,
+        now: &dyn Fn() -> std::time::SystemTime,
+    ) -> Option<std::time::Duration>
+    where
+        Res: RetryResponse,
+    {
+        self.hint(response, now()).retry_after()
+    }
+
     /// Whether `response`, classified as transient, says the endpoint is overloaded or unreachable:
     /// what [pacing](crate::Pacing) counts towards an outage and against a ramp. `statuses` are the
     /// HTTP statuses the pacing configuration calls congestion
@@ -158,6 +178,43 @@ pub trait Classify<Res, E> {
         Res: RetryResponse,
     {
         statuses.contains(&response.status())
+    }
+
+    /// Whether `error`, classified as [transient](Outcome::Transient), is the server rotating or
+    /// draining its connection (a `GOAWAY`) without proof that this request was not processed.
+    ///
+    /// A request with proof is [not sent](NotSent::Refused) and never asks. One without is
+    /// treated by who may repeat it: the retry layer sends it again as rotation (after the short
+    /// pause of a refused request, within
+    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries), no attempt
+    /// and no budget token spent) when its [`Idempotency`](crate::retry::Idempotency) lets it be
+    /// repeated, and stops it otherwise
+    /// ([`StopReason::NotIdempotent`](crate::StopReason::NotIdempotent)). Either way the endpoint
+    /// is up: the circuit breaker counts it neither as a success nor as a failure, and
+    /// [pacing](crate::Pacing) not as congestion. Asked only for an error classified as
+    /// transient.
+    ///
+    /// The default is `false`. [`HttpClassifier`](super::HttpClassifier) says `true` for a
+    /// `GOAWAY` that reached the request through hyper's HTTP/2 client on a connection that is
+    /// not serially dispatched (see its table): hyper can hand the connection's `GOAWAY` to a
+    /// request whose stream the server may have processed.
+    ///
+    /// ```
+    /// use tower_http_retry::{HttpClassifier, Outcome};
+    /// use tower_http_retry::classify::Classify;
+    ///
+    /// let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    /// let classifier = HttpClassifier::new();
+    /// assert_eq!(
+    ///     <HttpClassifier as Classify<http::Response<()>, _>>::classify_error(&classifier, &reset),
+    ///     Outcome::Transient
+    /// );
+    /// // A reset is a failure, not a rotation.
+    /// assert!(!<HttpClassifier as Classify<http::Response<()>, _>>::is_rotation(&classifier, &reset));
+    /// ```
+    fn is_rotation(&self, error: &E) -> bool {
+        let _ = error;
+        false
     }
 
     /// How to hand back a request the retry layer did not send ([`Unsent`]: a new request to

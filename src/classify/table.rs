@@ -1,7 +1,7 @@
 //! The default HTTP classification table, [`HttpClassifier`], and how it classifies responses
 //! and errors (the error walk itself is in `error_chain.rs`).
 
-use super::error_chain::{known_error, AsStdError};
+use super::error_chain::{goaway_unproven, known_error, AsStdError};
 use super::outcome::{Classify, NotSent, Outcome};
 use crate::error::CircuitOpen;
 use crate::hint::{ServerHint, ServerHints};
@@ -10,6 +10,8 @@ use http::StatusCode;
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
+
+const REFUSED: Outcome = Outcome::NotSent(NotSent::Refused);
 
 /// The default HTTP classification table, adjustable per status.
 ///
@@ -21,8 +23,9 @@ use std::sync::Arc;
 /// | 408, 429, 500, 502, 503, 504 | transient |
 /// | 403 whose rate-limit headers say the quota is used up (`x-ratelimit-remaining: 0`, an IETF `RateLimit` policy with `r=0`; see [`ServerHints`]) | transient |
 /// | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
-/// | HTTP/2 stream reset by the server with `REFUSED_STREAM`, or above the last stream id of the server's `GOAWAY` (`h2::Error`, also for a request sent on the connection after it) | [not sent](Outcome::NotSent), [refused](NotSent::Refused): rotation |
-/// | hyper: a user error on the client's side (`hyper::Error::is_user`): `User(DispatchGone)`, the connection's dispatch task ended without answering (with HTTP/2 when a `GOAWAY` ends a connection on which the request waited for a stream slot, whether or not it was then written), or the request body failed mid-write | transient: ambiguous |
+/// | HTTP/2 stream reset by the server with `REFUSED_STREAM`; a stream above the last stream id of the server's `GOAWAY` (`h2::Error`, also for a request sent on the connection after it) as h2 reports it, or as hyper does on a connection of [`rotation_safe_client`](crate::hyper_client::rotation_safe_client) (feature `hyper-client`) | [not sent](Outcome::NotSent), [refused](NotSent::Refused): rotation, resent for any method |
+/// | the server's `GOAWAY` delivered through hyper's HTTP/2 client on any other connection (hyper can hand the connection's `GOAWAY` to a request whose stream the server processed) | transient, a [rotation](Classify::is_rotation): resent as rotation when the request may be repeated ([`Idempotency`](crate::retry::Idempotency)), not resent otherwise |
+/// | hyper: a user error on the client's side (`hyper::Error::is_user`): `User(DispatchGone)`, the connection's dispatch task ended without answering (with HTTP/2 when a `GOAWAY` ends a connection on which the request waited for a stream slot, whether or not it was then written; never behind a [`StreamSlotsLayer`](crate::hyper_client::StreamSlotsLayer)), or the request body failed mid-write | transient: ambiguous |
 /// | connection refused (`std::io::Error`); hyper: canceled (handed back unsent: hyper-util resends these itself on a reused connection, so those it returns met a fresh one); hyper-util or reqwest: connect error (refused, DNS, connect timeout) | [not sent](Outcome::NotSent), [unconnected](NotSent::Unconnected) |
 /// | any other HTTP/2 error (`h2::Error`: a reset with another reason, a protocol error) | transient |
 /// | hyper-util or reqwest: connect error with an `std::io::Error` of kind `InvalidData` in its chain (how rustls reports a bad certificate) | permanent |
@@ -30,7 +33,7 @@ use std::sync::Arc;
 /// | connection reset, aborted, broken pipe, unexpected EOF (`std::io::Error`) | transient |
 /// | hyper: incomplete message, channel closed | transient |
 /// | reqwest (feature `reqwest`): `is_timeout` | transient |
-/// | [`CircuitOpen`] (a breaker refused the call) | permanent, whatever `unknown_errors` says |
+/// | [`CircuitOpen`] (a breaker refused the call); [`ExecutorGone`](crate::hyper_client::ExecutorGone) (the rotation-safe client's runtime is gone) | permanent, whatever `unknown_errors` says |
 /// | any other error (a kind no row names: a new hyper or hyper-util error, an error of another stack) | transient (configurable with [`unknown_errors`](Self::unknown_errors)), counted and named ([`Classify::unknown_error`]) |
 ///
 /// Besides the status, the classifier reads what the response says about retrying
@@ -140,9 +143,19 @@ impl HttpClassifier {
 
     /// The outcome of an error: [not sent](Outcome::NotSent) if any link of its `source()`
     /// chain proves it, else from the first link that is a known transient kind, else the
-    /// configured outcome for unknown errors.
+    /// configured outcome for unknown errors. A `GOAWAY` hyper delivered without proof (see the
+    /// table) is transient here; [`Classify::is_rotation`] says it is a rotation.
     pub fn classify_error_chain(&self, error: &(dyn Error + 'static)) -> Outcome {
-        known_error(error).unwrap_or(self.unknown_errors)
+        match known_error(error) {
+            Some(REFUSED) if goaway_unproven(error) => Outcome::Transient,
+            outcome => outcome.unwrap_or(self.unknown_errors),
+        }
+    }
+
+    /// Whether `error` is a rotation without proof: a `GOAWAY` hyper delivered on a connection
+    /// that is not serially dispatched (see [`Classify::is_rotation`]).
+    pub(crate) fn is_rotation_chain(&self, error: &(dyn Error + 'static)) -> bool {
+        goaway_unproven(error) && known_error(error) == Some(REFUSED)
     }
 
     /// A name for `error` if no rule recognises it: the `Display` of each link of its chain.
@@ -221,11 +234,33 @@ where
         self.hints.read(response.status(), response.headers(), now)
     }
 
+    fn quota_reset(
+        &self,
+        response: &Res,
+        now: &dyn Fn() -> std::time::SystemTime,
+    ) -> Option<std::time::Duration> {
+        let status = response.status();
+        if status.as_u16() >= 400 {
+            // A 4xx or 5xx in the success table: its `Retry-After` counts too.
+            return self
+                .hints
+                .read(status, response.headers(), now())
+                .retry_after();
+        }
+        self.hints.success_reset(status, response.headers(), now)
+    }
+
     fn classify_error(&self, error: &E) -> Outcome {
         match error.as_std_error() {
             Some(error) => self.classify_error_chain(error),
             None => self.unknown_errors,
         }
+    }
+
+    fn is_rotation(&self, error: &E) -> bool {
+        error
+            .as_std_error()
+            .is_some_and(|error| self.is_rotation_chain(error))
     }
 
     fn unknown_error(&self, error: &E) -> Option<String> {

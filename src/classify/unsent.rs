@@ -55,11 +55,22 @@ where
         self.0.unknown_error(error)
     }
 
+    fn is_rotation(&self, error: &E) -> bool {
+        self.0.is_rotation(error)
+    }
+
     fn hint(&self, response: &Res, now: SystemTime) -> ServerHint
     where
         Res: RetryResponse,
     {
         self.0.hint(response, now)
+    }
+
+    fn quota_reset(&self, response: &Res, now: &dyn Fn() -> SystemTime) -> Option<Duration>
+    where
+        Res: RetryResponse,
+    {
+        self.0.quota_reset(response, now)
     }
 
     fn is_congestion(&self, response: &Res, statuses: &[http::StatusCode]) -> bool

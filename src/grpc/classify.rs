@@ -197,6 +197,12 @@ impl<B, E: AsStdError> Classify<http::Response<B>, E> for GrpcClassifier {
         <HttpClassifier as Classify<http::Response<B>, E>>::refused_for(&self.errors, error)
     }
 
+    /// As for HTTP: a `GOAWAY` tonic's channel (hyper's HTTP/2 client) delivered is a rotation
+    /// without proof.
+    fn is_rotation(&self, error: &E) -> bool {
+        <HttpClassifier as Classify<http::Response<B>, E>>::is_rotation(&self.errors, error)
+    }
+
     /// As for HTTP: transport errors are the channel's, whatever the protocol above them.
     fn unknown_error(&self, error: &E) -> Option<String> {
         <HttpClassifier as Classify<http::Response<B>, E>>::unknown_error(&self.errors, error)

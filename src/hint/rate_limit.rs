@@ -24,7 +24,7 @@ pub(crate) enum Reading {
 
 /// `retry-after-ms`: a non-negative integer of milliseconds.
 pub(crate) fn retry_after_ms(headers: &HeaderMap) -> Reading {
-    let Some(value) = headers.get("retry-after-ms") else {
+    let Some(value) = headers.get(&RETRY_AFTER_MS) else {
         return Reading::Absent;
     };
     match decimal(trim_ows(value.as_bytes())) {
@@ -47,7 +47,7 @@ pub(crate) fn retry_after_ms(headers: &HeaderMap) -> Reading {
 /// `reset` in seconds from now. The two shapes cannot be mistaken for each other: `key=value` at
 /// the top level is not valid List syntax, and a List member is tried as a policy first.
 pub(crate) fn ietf(headers: &HeaderMap) -> Reading {
-    let values = headers.get_all("ratelimit");
+    let values = headers.get_all(&RATELIMIT);
     if values.iter().next().is_none() {
         return Reading::Absent;
     }
@@ -120,7 +120,7 @@ fn draft_07(members: &[(String, Item)]) -> Reading {
 
 /// The window `w` (seconds) that `RateLimit-Policy` declares for policy `name`, if readable.
 fn declared_window(headers: &HeaderMap, name: &str) -> Option<u64> {
-    let values = headers.get_all("ratelimit-policy");
+    let values = headers.get_all(&RATELIMIT_POLICY);
     let policies = parse_list(values.iter().map(|value| value.as_bytes()))?;
     policies
         .iter()
@@ -242,9 +242,14 @@ impl XRateLimit {
         Self::new(RATELIMIT_RESET, ResetFormat::AUTO).remaining(RATELIMIT_REMAINING)
     }
 
-    /// What the headers say, measured against `now`; `limited` when the status says the client
-    /// is rate-limited.
-    pub(crate) fn read(&self, headers: &HeaderMap, now: SystemTime, limited: bool) -> Reading {
+    /// What the headers say, measured against `now` (asked only for a reset value to read);
+    /// `limited` when the status says the client is rate-limited.
+    pub(crate) fn read(
+        &self,
+        headers: &HeaderMap,
+        now: &mut dyn FnMut() -> SystemTime,
+        limited: bool,
+    ) -> Reading {
         let remaining = match &self.remaining {
             Some(name) => match headers.get(name) {
                 Some(value) => match decimal(trim_ows(value.as_bytes())) {
@@ -260,7 +265,7 @@ impl XRateLimit {
             return Reading::Absent;
         }
         let after = match headers.get(&self.reset) {
-            Some(value) => match self.format.read(trim_ows(value.as_bytes()), now) {
+            Some(value) => match self.format.read(trim_ows(value.as_bytes()), now()) {
                 Some(after) => Some(after),
                 None => return Reading::Malformed,
             },
@@ -280,6 +285,10 @@ impl XRateLimit {
     }
 }
 
+// Named once: a lookup by a `&str` parses the name again on every response.
+const RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");

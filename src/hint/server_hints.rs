@@ -6,7 +6,7 @@ use super::retry_after::{parse_retry_after, RetryAfterHint};
 use super::{reference_time, trim_ows, ServerHint};
 use http::header::{HeaderMap, HeaderName};
 use http::StatusCode;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// A header that says when to come back, besides `Retry-After`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -195,30 +195,13 @@ impl ServerHints {
             }
         }
         if after.is_none() {
-            let now = reference_time(headers, now);
-            let limited = matches!(status.as_u16(), 429 | 503);
-            for header in &self.reset {
-                let reading = match header {
-                    ResetHeader::RetryAfterMs if success => Reading::Absent,
-                    ResetHeader::RetryAfterMs => retry_after_ms(headers),
-                    ResetHeader::RateLimit => ietf(headers),
-                    ResetHeader::XRateLimit(header) => header.read(headers, now, limited),
-                };
-                match reading {
-                    Reading::Absent => {}
-                    Reading::Malformed => malformed = true,
-                    Reading::Reset { after: reset, .. } => {
-                        // A used-up quota without a reset time: a later header may have one.
-                        if reset.is_some() {
-                            after = reset;
-                            // A rate-limit window's reset covers the endpoint; a delay in
-                            // milliseconds is this request's, as `Retry-After` is.
-                            quota_reset = !matches!(header, ResetHeader::RetryAfterMs);
-                            break;
-                        }
-                    }
-                }
-            }
+            // Read (the `Date` parsed) only for a reset header that has a value to measure.
+            let mut reference = None;
+            let mut now = || *reference.get_or_insert_with(|| reference_time(headers, now));
+            let reset = self.reset(status, headers, &mut now);
+            after = reset.after;
+            quota_reset = reset.window;
+            malformed |= reset.malformed;
         }
         if after.is_some() && !quota_reset {
             // A `Retry-After` beside a quota that is used up: the endpoint waits too.
@@ -229,6 +212,63 @@ impl ServerHints {
             .with_retry_after(after)
             .with_quota_reset(quota_reset)
             .with_malformed(malformed)
+    }
+
+    /// What the reset headers say of a response with `status`, in their order until one has a
+    /// reset time. `now` is asked only for a reset value to measure.
+    fn reset(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        now: &mut dyn FnMut() -> SystemTime,
+    ) -> Reset {
+        let success = status.as_u16() < 400;
+        let limited = matches!(status.as_u16(), 429 | 503);
+        let mut malformed = false;
+        for header in &self.reset {
+            let reading = match header {
+                ResetHeader::RetryAfterMs if success => Reading::Absent,
+                ResetHeader::RetryAfterMs => retry_after_ms(headers),
+                ResetHeader::RateLimit => ietf(headers),
+                ResetHeader::XRateLimit(header) => header.read(headers, now, limited),
+            };
+            match reading {
+                Reading::Absent => {}
+                Reading::Malformed => malformed = true,
+                Reading::Reset { after: reset, .. } => {
+                    // A used-up quota without a reset time: a later header may have one.
+                    if reset.is_some() {
+                        return Reset {
+                            after: reset,
+                            // A rate-limit window's reset covers the endpoint; a delay in
+                            // milliseconds is this request's, as `Retry-After` is.
+                            window: !matches!(header, ResetHeader::RetryAfterMs),
+                            malformed,
+                        };
+                    }
+                }
+            }
+        }
+        Reset {
+            after: None,
+            window: false,
+            malformed,
+        }
+    }
+
+    /// [`read`](Self::read)'s `retry_after` for a success status (below 400): a used-up quota's
+    /// reset, from the reset headers alone (the stand-down headers say nothing of when). The
+    /// wall clock is read, and the `Date` parsed, only for a reset value to measure.
+    pub(crate) fn success_reset(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        now: &dyn Fn() -> SystemTime,
+    ) -> Option<Duration> {
+        debug_assert!(status.as_u16() < 400);
+        let mut reference = None;
+        let mut now = || *reference.get_or_insert_with(|| reference_time(headers, now()));
+        self.reset(status, headers, &mut now).after
     }
 
     /// Whether a rate-limit header says the quota is used up.
@@ -245,6 +285,16 @@ impl ServerHints {
             ResetHeader::XRateLimit(header) => header.exhausted(headers),
         })
     }
+}
+
+/// What the reset headers said ([`ServerHints::reset`]).
+struct Reset {
+    /// When to come back, from the first header that has a reset time.
+    after: Option<Duration>,
+    /// That header's reset is a rate-limit window's (it covers the endpoint).
+    window: bool,
+    /// A header before it (or any, without one) was malformed.
+    malformed: bool,
 }
 
 impl Default for ServerHints {
@@ -707,7 +757,25 @@ mod tests {
             let hint = read(&hints, case.status, case.headers, case.now);
             assert_eq!(hint.retry_after(), case.after, "{}", case.name);
             assert_eq!(hint.is_malformed(), case.malformed, "{}", case.name);
+            if case.status < 400 {
+                // What pacing asks of a success: the reset headers alone, the same answer.
+                let status = StatusCode::from_u16(case.status).unwrap();
+                let reset = hints.success_reset(status, &headers(case.headers), &|| at(case.now));
+                assert_eq!(reset, case.after, "{}", case.name);
+            }
         }
+    }
+
+    #[test]
+    fn a_success_without_a_reset_value_reads_no_clock() {
+        let hints = ServerHints::new();
+        let never = || -> SystemTime { panic!("the clock was read") };
+        let quiet = headers(&[("x-should-retry", "false"), ("x-ratelimit-remaining", "3")]);
+        assert_eq!(hints.success_reset(StatusCode::OK, &quiet, &never), None);
+        assert_eq!(
+            hints.success_reset(StatusCode::OK, &HeaderMap::new(), &never),
+            None
+        );
     }
 
     #[test]

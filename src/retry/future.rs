@@ -90,33 +90,18 @@ where
     S: Service<Req>,
     Req: RetryRequest,
 {
-    /// The first attempt is sent now to `service` (already ready), which is kept for retries.
+    /// The first attempt is in flight (`future`); `service`, if kept, is the one retries go to.
     #[inline]
-    pub(crate) fn sent(session: Session<Req, C>, request: Req, service: S) -> Self {
-        // Built in place and then filled in: the session is large (it holds the request copy),
-        // and every move of it is a copy on the path of every request.
-        let mut this = Self {
-            state: State::Done,
-            service: Some(service),
+    pub(crate) fn calling(
+        session: Session<Req, C>,
+        future: Attempt<S::Future>,
+        service: Option<S>,
+    ) -> Self {
+        Self {
+            state: State::Calling { future },
+            service,
             session,
-        };
-        let service = this.service.as_mut().expect("just stored");
-        let future = this.session.send_request(request, service);
-        this.state = State::Calling { future };
-        this
-    }
-
-    /// The only attempt is sent now to `service` (already ready); nothing is kept.
-    #[inline]
-    pub(crate) fn sent_once(session: Session<Req, C>, request: Req, service: &mut S) -> Self {
-        let mut this = Self {
-            state: State::Done,
-            service: None,
-            session,
-        };
-        let future = this.session.send_request(request, service);
-        this.state = State::Calling { future };
-        this
+        }
     }
 
     /// The first attempt waits in the endpoint's queue (pacing holds it), joined at the first
@@ -161,9 +146,20 @@ where
                 StateProj::Calling { future } => {
                     let mark = this.session.inner_layers_mark();
                     let result = ready!(retrying(mark, || future.poll(cx)));
-                    match this.session.decide(&result, Instant::now) {
+                    let classified = this.session.classify(&result);
+                    if this.session.first_try_success(&result, classified) {
+                        this.state.set(State::Done);
+                        return Poll::Ready(result);
+                    }
+                    match this
+                        .session
+                        .decide_classified(&result, classified, Instant::now)
+                    {
                         Next::Stop(reason) => {
                             this.state.set(State::Done);
+                            if this.session.finished_first_try(reason) {
+                                return Poll::Ready(result);
+                            }
                             return Poll::Ready(this.session.finish(result, reason));
                         }
                         Next::Sleep {

@@ -40,6 +40,7 @@ impl Idempotency {
     pub const KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 
     /// Whether a request with this method and these headers may be sent again.
+    #[inline]
     pub fn allows(&self, method: &Method, headers: &HeaderMap) -> bool {
         match self {
             Idempotency::MethodOrKey => {
@@ -52,6 +53,7 @@ impl Idempotency {
 }
 
 /// The idempotent methods of RFC 9110, section 9.2.2.
+#[inline]
 pub(crate) fn is_idempotent(method: &Method) -> bool {
     matches!(
         *method,

@@ -43,6 +43,7 @@ thread_local! {
 }
 
 /// Whether an outer retry layer is calling or polling right now.
+#[inline]
 pub(crate) fn retried_outside() -> bool {
     RETRIED_OUTSIDE.with(Cell::get)
 }
@@ -52,16 +53,24 @@ pub(crate) fn retried_outside() -> bool {
 /// `None` leaves whatever an outer layer said.
 #[inline]
 pub(crate) fn retrying<R>(mark: Option<bool>, f: impl FnOnce() -> R) -> R {
-    let Some(mark) = mark else {
-        return f();
-    };
-    /// Puts the previous value back even if `f` panics.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            RETRIED_OUTSIDE.with(|cell| cell.set(self.0));
-        }
-    }
-    let _restore = Restore(RETRIED_OUTSIDE.with(|cell| cell.replace(mark)));
+    let _restore = mark_inner(mark);
     f()
+}
+
+/// Sets the inner layers' mark to `mark` (as [`retrying`] does) until the guard is dropped: for
+/// a call whose request would otherwise be moved into a closure first (a copy, it is large).
+#[inline]
+pub(crate) fn mark_inner(mark: Option<bool>) -> Option<Restore> {
+    let mark = mark?;
+    Some(Restore(RETRIED_OUTSIDE.with(|cell| cell.replace(mark))))
+}
+
+/// Puts the previous mark back, even if the call or poll panics.
+pub(crate) struct Restore(bool);
+
+impl Drop for Restore {
+    #[inline]
+    fn drop(&mut self) {
+        RETRIED_OUTSIDE.with(|cell| cell.set(self.0));
+    }
 }

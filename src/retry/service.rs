@@ -92,10 +92,14 @@ where
         }
         if session.may_retry() {
             let clone = self.inner.clone();
-            let ready = std::mem::replace(&mut self.inner, clone);
-            RetryFuture::sent(session, request, ready)
+            let mut ready = std::mem::replace(&mut self.inner, clone);
+            let sending = session.sending(&mut request);
+            let future = sending.sent(ready.call(request));
+            RetryFuture::calling(session, future, Some(ready))
         } else {
-            RetryFuture::sent_once(session, request, &mut self.inner)
+            let sending = session.sending(&mut request);
+            let future = sending.sent(self.inner.call(request));
+            RetryFuture::calling(session, future, None)
         }
     }
 }

@@ -30,6 +30,7 @@ struct Cells {
     budget_granted: AtomicU64,
     budget_refunded: AtomicU64,
     rotation_resends: AtomicU64,
+    unproven_rotations: AtomicU64,
     unknown_errors: AtomicU64,
     stops: [AtomicU64; StopReason::ALL.len()],
     delays: [[AtomicU64; COLUMNS]; DelayHistogram::ROWS],
@@ -87,6 +88,13 @@ pub struct RetryStats {
     /// `REFUSED_STREAM`, a connection that ended before they were written), free of attempts,
     /// budget and breaker: what connection rotation costs.
     pub rotation_resends: u64,
+    /// Attempts turned away by a connection rotation without proof that the server did not
+    /// process them ([`Classify::is_rotation`](crate::classify::Classify::is_rotation): a `GOAWAY`
+    /// delivered through hyper's HTTP/2 client): sent again as rotation when the request may be
+    /// repeated (then also in `rotation_resends`), stopped otherwise. A count that grows beside
+    /// `NotIdempotent` stops says the client should be
+    /// [`rotation_safe_client`](crate::hyper_client::rotation_safe_client).
+    pub unproven_rotations: u64,
     /// Errors no rule of the classifier recognised, whatever it then decided for them (see
     /// [`HttpClassifier::unknown_errors`](crate::HttpClassifier::unknown_errors)). A count that
     /// grows says a new error kind needs a rule; the report of each such request names the
@@ -202,6 +210,9 @@ impl fmt::Debug for RetryStats {
             .field("budget_denied", &self.budget_denied)
             .field("budget_granted", &self.budget_granted)
             .field("budget_refunded", &self.budget_refunded)
+            .field("rotation_resends", &self.rotation_resends)
+            .field("unproven_rotations", &self.unproven_rotations)
+            .field("unknown_errors", &self.unknown_errors)
             .field("stops", &Stops(&self.stops))
             .field("delays", &self.delays)
             .finish()
@@ -273,6 +284,7 @@ impl Counters {
             budget_granted: c.budget_granted.load(Relaxed),
             budget_refunded: c.budget_refunded.load(Relaxed),
             rotation_resends: c.rotation_resends.load(Relaxed),
+            unproven_rotations: c.unproven_rotations.load(Relaxed),
             unknown_errors: c.unknown_errors.load(Relaxed),
             stops,
             delays: DelayHistogram {
@@ -330,6 +342,10 @@ impl Counters {
 
     pub(crate) fn rotation_resend(&self) {
         self.counters.rotation_resends.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn unproven_rotation(&self) {
+        self.counters.unproven_rotations.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn unknown_error(&self) {

@@ -35,7 +35,7 @@ pub(crate) use self::metrics::{
     attempt, budget_denied, budget_granted, budget_refunded, delay, pacer_mode, queue_joined,
     queue_left, stop,
 };
-pub(crate) use self::span::{send, Attempt};
+pub(crate) use self::span::{enter_attempt, Attempt, AttemptSpan};
 
 /// A decision of the retry core, as a `tracing` debug event (feature `tracing`; nothing
 /// without it).

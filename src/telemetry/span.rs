@@ -18,15 +18,17 @@ pin_project! {
     }
 }
 
-/// Sends `request` (the attempt numbered `number`, from 1) with `call`, inside a new `attempt`
-/// span: `attempt`, `http.request.method`, `server.address`, `server.port`,
-/// `http.request.resend_count` (on retries only, as the OpenTelemetry HTTP conventions say:
-/// `number - 1`) and, once the attempt ends, `http.response.status_code` or `error.type`.
-pub(crate) fn send<Req: RequestHead, F>(
-    request: Req,
-    number: u32,
-    call: impl FnOnce(Req) -> F,
-) -> Attempt<F> {
+/// The span of an attempt being handed to the inner service, entered: the inner layers' own
+/// spans and events, from the call on, are the attempt's children. Made by [`enter_attempt`]
+/// before the call (the request is borrowed, not moved through a closure: a move is a copy),
+/// attached to the attempt's future after it ([`attach`](Self::attach)).
+pub(crate) struct AttemptSpan(tracing::span::EnteredSpan);
+
+/// Enters a new `attempt` span for `request`'s attempt numbered `number` (from 1): `attempt`,
+/// `http.request.method`, `server.address`, `server.port`, `http.request.resend_count` (on
+/// retries only, as the OpenTelemetry HTTP conventions say: `number - 1`) and, once the attempt
+/// ends, `http.response.status_code` or `error.type`.
+pub(crate) fn enter_attempt<Req: RequestHead>(request: &Req, number: u32) -> AttemptSpan {
     // The field values are evaluated only when a subscriber wants the span.
     let span = tracing::info_span!(
         target: "tower_http_retry",
@@ -51,9 +53,17 @@ pub(crate) fn send<Req: RequestHead, F>(
             span.record("http.request.resend_count", number - 1);
         }
     }
-    // The inner layers' own spans and events, from the call on, are the attempt's children.
-    let future = span.in_scope(|| call(request));
-    Attempt { future, span }
+    AttemptSpan(span.entered())
+}
+
+impl AttemptSpan {
+    /// Leaves the span, which the attempt's future is then polled in.
+    pub(crate) fn attach<F>(self, future: F) -> Attempt<F> {
+        Attempt {
+            future,
+            span: self.0.exit(),
+        }
+    }
 }
 
 impl<F, Res, E> Future for Attempt<F>

@@ -5,12 +5,20 @@ use crate::message::RequestHead;
 /// The future of one attempt: without the `tracing` feature, the inner service's own.
 pub(crate) type Attempt<F> = F;
 
-/// Sends `request` (the attempt numbered `number`) with `call`.
+/// The span of an attempt being handed to the inner service: without the `tracing` feature,
+/// nothing.
+pub(crate) struct AttemptSpan;
+
+/// Enters the span of `request`'s attempt numbered `number`: nothing to enter.
 #[inline(always)]
-pub(crate) fn send<Req: RequestHead, F>(
-    request: Req,
-    _number: u32,
-    call: impl FnOnce(Req) -> F,
-) -> Attempt<F> {
-    call(request)
+pub(crate) fn enter_attempt<Req: RequestHead>(_request: &Req, _number: u32) -> AttemptSpan {
+    AttemptSpan
+}
+
+impl AttemptSpan {
+    /// The attempt's future: the inner service's own.
+    #[inline(always)]
+    pub(crate) fn attach<F>(self, future: F) -> Attempt<F> {
+        future
+    }
 }

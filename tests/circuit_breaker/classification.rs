@@ -94,3 +94,46 @@ async fn circuit_open_is_permanent_even_when_unknown_errors_are_transient() {
     let other: tower::BoxError = "something else".into();
     assert_eq!(lenient.classify_error_chain(&*other), Outcome::Transient);
 }
+
+/// The default table, and every `io::ErrorKind::Other` error is the server rotating its
+/// connection without proof that the request was not processed (as a `GOAWAY` through hyper).
+#[derive(Clone, Debug)]
+struct Rotations;
+
+impl tower_http_retry::classify::Classify<Res, std::io::Error> for Rotations {
+    fn classify_response(&self, response: &Res) -> Outcome {
+        HttpClassifier::new().classify_status(response.status())
+    }
+    fn classify_error(&self, error: &std::io::Error) -> Outcome {
+        HttpClassifier::new().classify_error_chain(error)
+    }
+    fn is_rotation(&self, error: &std::io::Error) -> bool {
+        error.kind() == std::io::ErrorKind::Other
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rotation_without_proof_neither_trips_nor_closes() {
+    // Transient (a rotation is no proof) yet the endpoint is up: no failure.
+    let rotating = service_fn(|_: Req| async { Err::<Res, _>(std::io::Error::other("GOAWAY")) });
+    let layer = breaker().classifier(Rotations).build().unwrap();
+    let mut service = layer.layer(rotating);
+    for _ in 0..10 {
+        call(&mut service).await.unwrap_err();
+    }
+    assert_eq!(layer.state(), CircuitState::Closed);
+    // A half-open probe that meets one is neither verdict: the breaker stays half-open.
+    let failing = service_fn(|_: Req| async {
+        Err::<Res, _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+    });
+    let layer = breaker().classifier(Rotations).build().unwrap();
+    let mut service = layer.layer(failing);
+    for _ in 0..10 {
+        let _ = call(&mut service).await;
+    }
+    assert!(matches!(layer.state(), CircuitState::Open { .. }));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let mut probing = layer.layer(rotating);
+    call(&mut probing).await.unwrap_err();
+    assert_eq!(layer.state(), CircuitState::HalfOpen);
+}

@@ -4,13 +4,18 @@
 //! The servers are started by the tests on `127.0.0.1` with configs from `tests/interop/conf/`
 //! (see `servers.rs`); when a binary is missing the test says SKIPPED on stderr, and fails
 //! instead with `TOWER_HTTP_RETRY_REQUIRE_SERVERS=1` (`cargo xtask test` sets it and installs
-//! the packages). Every request carries an `x-request-id`; the server's access log (or, behind a
-//! proxy, the upstream in `upstream.rs`) says how many times each id was applied, and each test
+//! the packages). Every request carries an `x-request-id`, and each of its attempts an
+//! `x-attempt` (`attempts.rs`); the server's access log (or, behind a proxy, the upstream in
+//! `upstream.rs`) says how many times, and which attempts of, each id were applied, and each test
 //! prints what it saw.
+//!
+//! Two client stacks: hyper-util's legacy client as it is ([`retried`]), and the rotation-safe
+//! one of `tower_http_retry::hyper_client` behind its stream slots ([`retried_rotation_safe`]).
 //!
 //! Real servers mean real time: the tests assert on what the servers applied and on the
 //! reports, never on measured durations.
 
+mod attempts;
 mod haproxy;
 mod nginx_h1;
 mod nginx_h2c;
@@ -27,20 +32,27 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::collections::BTreeMap;
 use std::error::Error;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::timeout::TimeoutLayer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower_http_retry::classify::AsStdError;
+use tower_http_retry::hyper_client::{
+    rotation_safe_client, RotationSafeClient, SerialExecutor, SlotBody, StreamSlotsLayer,
+};
 use tower_http_retry::report::ReportSlot;
 use tower_http_retry::{RetryLayer, RetryReport, StopReason};
+
+pub use attempts::{AppliedAttempts, Attempts};
 
 /// The header that names a logical request; its retries carry the same value.
 pub const REQUEST_ID: &str = "x-request-id";
 
 pub type Body = Full<Bytes>;
 pub type HttpClient = Client<HttpConnector, Body>;
+pub type SafeClient = RotationSafeClient<HttpConnector, Body>;
 pub type ClientError = hyper_util::client::legacy::Error;
 
 /// Bounds every burst, so that a regression fails instead of hanging.
@@ -53,6 +65,14 @@ pub fn h2_client() -> HttpClient {
         .build_http()
 }
 
+/// [`h2_client`], rotation-safe: its hyper tasks on a thread of their own, one at a time.
+pub fn rotation_safe_h2_client() -> SafeClient {
+    let executor = SerialExecutor::start().expect("a thread for the HTTP/2 tasks");
+    rotation_safe_client(executor, HttpConnector::new(), |builder| {
+        builder.http2_only(true);
+    })
+}
+
 /// hyper-util's legacy client over HTTP/1.1, its idle connections kept `idle` long.
 pub fn h1_client(idle: Duration) -> HttpClient {
     Client::builder(TokioExecutor::new())
@@ -60,32 +80,9 @@ pub fn h1_client(idle: Duration) -> HttpClient {
         .build_http()
 }
 
-/// Why each attempt that failed failed, as seen under the retry layer (per attempt, not per
-/// request): the retries "by reason" of the table.
-#[derive(Clone, Default)]
-pub struct AttemptErrors(Arc<Mutex<BTreeMap<String, u32>>>);
-
-impl AttemptErrors {
-    fn record(&self, error: &ClientError) {
-        self.record_label(&reason(error));
-    }
-
-    fn record_label(&self, label: &str) {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *map.entry(label.to_owned()).or_default() += 1;
-    }
-
-    pub fn snapshot(&self) -> BTreeMap<String, u32> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
 /// A label for an attempt's error, for the printout only (the layer never reads text).
-fn reason(error: &ClientError) -> String {
-    let mut link: Option<&(dyn Error + 'static)> = Some(error);
+fn reason(error: &(dyn Error + 'static)) -> String {
+    let mut link = Some(error);
     while let Some(e) = link {
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
             if h2.is_go_away() {
@@ -117,7 +114,10 @@ fn reason(error: &ClientError) -> String {
         }
         link = e.source();
     }
-    if error.is_connect() {
+    if error
+        .downcast_ref::<ClientError>()
+        .is_some_and(ClientError::is_connect)
+    {
         return "connect".into();
     }
     format!("other: {error:?}")
@@ -128,34 +128,93 @@ fn reason(error: &ClientError) -> String {
 /// that went away (seen against nginx at 100 concurrent requests), and a test must not hang.
 const PER_ATTEMPT: Duration = Duration::from_secs(3);
 
-/// The client under the retry layer and a per-attempt timeout, with every failed attempt's
-/// reason recorded.
-pub fn retried(
-    layer: &RetryLayer,
-    client: HttpClient,
-    errors: &AttemptErrors,
+/// `client` under a per-attempt timeout, every failed attempt's reason recorded.
+fn timed<C>(
+    client: C,
+    attempts: &Attempts,
 ) -> impl Service<Request<Body>, Response = Response<Incoming>, Error = BoxError, Future = impl Send>
        + Clone
        + Send
-       + 'static {
-    let (inner, outer) = (errors.clone(), errors.clone());
+       + 'static
+where
+    C: Service<Request<Body>, Response = Response<Incoming>> + Clone + Send + 'static,
+    C::Future: Send,
+    C::Error: Into<BoxError> + AsStdError,
+{
+    let attempts = attempts.clone();
+    ServiceBuilder::new()
+        .layer(TimeoutLayer::new(PER_ATTEMPT))
+        .service(client.map_result(move |result| {
+            if let Err(error) = &result {
+                if let Some(error) = error.as_std_error() {
+                    attempts.failed(&reason(error));
+                }
+            }
+            result
+        }))
+}
+
+/// `inner` under the retry layer, each attempt numbered ([`Attempts::stamp`]) and a per-attempt
+/// timeout that fired recorded.
+fn under_retry<S, B>(
+    layer: &RetryLayer,
+    attempts: &Attempts,
+    inner: S,
+) -> impl Service<Request<Body>, Response = Response<B>, Error = BoxError, Future = impl Send>
+       + Clone
+       + Send
+       + 'static
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    let (stamping, timeouts) = (attempts.clone(), attempts.clone());
     ServiceBuilder::new()
         .layer(layer.clone())
-        .map_result(move |result: Result<Response<Incoming>, BoxError>| {
+        .map_request(move |request| stamping.stamp(request))
+        .map_result(move |result: Result<Response<B>, BoxError>| {
             if let Err(error) = &result {
                 if error.is::<tower::timeout::error::Elapsed>() {
-                    outer.record_label("per-attempt timeout (hyper-util never answered)");
+                    timeouts.failed("per-attempt timeout (hyper-util never answered)");
                 }
             }
             result
         })
-        .layer(TimeoutLayer::new(PER_ATTEMPT))
-        .service(client.map_result(move |result| {
-            if let Err(error) = &result {
-                inner.record(error);
-            }
-            result
-        }))
+        .service(inner)
+}
+
+/// hyper-util's client as it is, under the retry layer and a per-attempt timeout.
+pub fn retried(
+    layer: &RetryLayer,
+    client: HttpClient,
+    attempts: &Attempts,
+) -> impl Service<Request<Body>, Response = Response<Incoming>, Error = BoxError, Future = impl Send>
+       + Clone
+       + Send
+       + 'static {
+    under_retry(layer, attempts, timed(client, attempts))
+}
+
+/// The rotation-safe stack: the retry layer, `slots`, a per-attempt timeout (once the attempt
+/// has its slot), the rotation-safe client.
+pub fn retried_rotation_safe(
+    layer: &RetryLayer,
+    client: SafeClient,
+    slots: &StreamSlotsLayer,
+    attempts: &Attempts,
+) -> impl Service<
+    Request<Body>,
+    Response = Response<SlotBody<Incoming>>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    let slotted = ServiceBuilder::new()
+        .layer(slots.clone())
+        .service(timed(client, attempts));
+    under_retry(layer, attempts, slotted)
 }
 
 /// A request tagged with its id (and, when `keyed`, an `Idempotency-Key` of the same value).
@@ -186,24 +245,24 @@ pub struct Ended {
 }
 
 /// Sends one unkeyed request per `(method, id)` through `service`, at most `concurrency` at once.
-pub async fn burst<S>(
+pub async fn burst<S, B>(
     service: S,
     uri: &Uri,
     requests: Vec<(Method, String)>,
     concurrency: usize,
 ) -> Vec<Ended>
 where
-    S: Service<Request<Body>, Response = Response<Incoming>, Error = BoxError>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Clone + Send + 'static,
     S::Future: Send,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Send,
 {
     burst_with(service, uri, requests, concurrency, false).await
 }
 
 /// [`burst`], the requests keyed if `keyed`.
-pub async fn burst_with<S>(
+pub async fn burst_with<S, B>(
     service: S,
     uri: &Uri,
     requests: Vec<(Method, String)>,
@@ -211,11 +270,11 @@ pub async fn burst_with<S>(
     keyed: bool,
 ) -> Vec<Ended>
 where
-    S: Service<Request<Body>, Response = Response<Incoming>, Error = BoxError>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Clone + Send + 'static,
     S::Future: Send,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Send,
 {
     let permits = Arc::new(Semaphore::new(concurrency));
     let mut tasks = JoinSet::new();

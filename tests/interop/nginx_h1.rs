@@ -1,10 +1,13 @@
 //! nginx over HTTP/1.1 closing keep-alive connections after five requests and after 100 ms idle:
-//! idempotent requests never fail; an unkeyed POST is never applied twice.
+//! idempotent requests never fail; an unkeyed POST is never applied twice, nor sent again after
+//! an attempt nginx applied.
 
-use crate::nginx_h2c::settled_log;
-use crate::servers::{self, Server, NGINX};
+use crate::attempts::assert_no_post_resent_after_applied;
+use crate::nginx_h2c::settled_access_log;
+use crate::servers::{self, Applied, Server, NGINX};
 use crate::{
-    burst, h1_client, retried, rotation_failed_nothing, tally, undelivered, AttemptErrors,
+    burst, h1_client, retried, rotation_failed_nothing, tally, undelivered, AppliedAttempts,
+    Attempts,
 };
 use http::Method;
 use std::collections::BTreeMap;
@@ -24,7 +27,7 @@ async fn keep_alive_closes_fail_no_idempotent_request_and_apply_no_post_twice() 
     let uri: http::Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
 
     let layer = RetryLayer::builder().max_attempts(3).build().unwrap();
-    let errors = AttemptErrors::default();
+    let errors = Attempts::default();
     // The client keeps idle connections far longer than nginx does: it reuses some just as
     // nginx closes them.
     let service = retried(&layer, h1_client(Duration::from_secs(30)), &errors);
@@ -49,7 +52,8 @@ async fn keep_alive_closes_fail_no_idempotent_request_and_apply_no_post_twice() 
         let pause = 90 + (wave as u64 * 7) % 25;
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
-    let applied = settled_log(&server, gets.len() + posts.len()).await;
+    let log = settled_access_log(&server, gets.len() + posts.len()).await;
+    let applied = Applied::from_access_log(&log, 200);
     let get_ids: Vec<String> = gets.iter().map(|e| e.id.clone()).collect();
     let post_ids: Vec<String> = posts.iter().map(|e| e.id.clone()).collect();
     let failed_gets = undelivered(&gets);
@@ -65,7 +69,7 @@ async fn keep_alive_closes_fail_no_idempotent_request_and_apply_no_post_twice() 
         applied.summary(&get_ids),
         applied.summary(&post_ids),
         applied.twice(&post_ids),
-        errors.snapshot(),
+        errors.errors(),
         tally(&gets),
         tally(&posts),
         failed_posts,
@@ -73,4 +77,6 @@ async fn keep_alive_closes_fail_no_idempotent_request_and_apply_no_post_twice() 
     assert_eq!(gets.len(), WAVES * PER_WAVE);
     assert!(failed_gets.is_empty(), "{failed_gets:?}");
     rotation_failed_nothing(&posts, &applied.twice(&post_ids));
+    let attempts = AppliedAttempts::from_access_log(&log, 200);
+    assert_no_post_resent_after_applied(&posts, &errors, &attempts);
 }

@@ -5,7 +5,7 @@
 
 use crate::servers::{self, Applied, Server, NGINX};
 use crate::upstream::Upstream;
-use crate::{burst_with, h1_client, retried, tally, undelivered, AttemptErrors};
+use crate::{burst_with, h1_client, retried, tally, undelivered, Attempts};
 use http::Method;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ async fn after_an_outage_every_delivery_is_made_with_few_overload_rejections() {
     std::fs::write(&outage, b"down").unwrap();
 
     let layer = RetryLayer::bulk();
-    let errors = AttemptErrors::default();
+    let errors = Attempts::default();
     let service = retried(&layer, h1_client(Duration::from_secs(30)), &errors);
     let started = Instant::now();
     let recovery = tokio::spawn(async move {
@@ -74,7 +74,7 @@ async fn after_an_outage_every_delivery_is_made_with_few_overload_rejections() {
         } else {
             "MISSED"
         },
-        errors.snapshot(),
+        errors.errors(),
         tally(&ended),
     );
     assert!(failed.is_empty(), "{failed:?}");

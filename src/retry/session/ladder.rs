@@ -37,8 +37,14 @@ pub(crate) struct Facts {
     /// The classifier's word.
     pub(crate) classified: Outcome,
     /// The outcome the ladder goes by: the classifier's, unless the server said a permanent
-    /// response is worth another attempt (`x-should-retry: true`).
+    /// response is worth another attempt (`x-should-retry: true`), or a rotation without proof
+    /// concerns a request that may be repeated (then refused, not sent).
     pub(crate) outcome: Outcome,
+    /// The classifier said the transient error is the server rotating its connection, without
+    /// proof that the request was not processed ([`Classify::is_rotation`]): the endpoint is up.
+    ///
+    /// [`Classify::is_rotation`]: crate::classify::Classify::is_rotation
+    pub(crate) rotation: bool,
     /// What the response says about retrying it.
     pub(crate) hint: ServerHint,
     /// A circuit breaker refused the attempt, for this long (zero: its half-open probe is in
@@ -47,7 +53,8 @@ pub(crate) struct Facts {
 }
 
 impl Facts {
-    /// The request provably was not sent, so its method does not matter.
+    /// The request provably was not sent (or was turned away by a rotation and may be
+    /// repeated), so its method does not matter.
     fn not_sent(&self) -> Option<NotSent> {
         match self.outcome {
             Outcome::NotSent(kind) => Some(kind),
@@ -362,6 +369,7 @@ mod tests {
         Facts {
             classified: outcome,
             outcome,
+            rotation: false,
             hint: ServerHint::NONE,
             refused_for: None,
         }

@@ -1,7 +1,10 @@
 //! The decision engine: everything one logical request remembers between attempts, and what
 //! it does after each one.
 //!
-//! After an attempt, [`decide`](Session::decide) reads the outcome's facts, lets the pacer
+//! After an attempt, a success at the first try without pacing ends at once
+//! ([`first_try_success`](Session::first_try_success): the counters, the budget's deposit, a
+//! waiting slot); any other outcome goes to [`decide_classified`](Session::decide_classified),
+//! which reads the outcome's facts, lets the pacer
 //! learn from them (with pacing), and climbs the ladder (`ladder.rs`), which gives a verdict:
 //! stop with a reason, or retry after a delay from a source. After a transient outcome the
 //! ladder asks, in this order: is the request repeatable (and not left to an outer retry layer),
@@ -23,7 +26,11 @@
 
 mod delay;
 mod ladder;
+#[cfg(test)]
+mod not_sent_tests;
 mod pacing;
+#[cfg(test)]
+mod rotation_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 mod trail;
@@ -37,16 +44,16 @@ use super::attempt;
 use super::budget::Withdrawal;
 use super::config::Config;
 use super::deadline::Deadline;
-use super::nested::{retried_outside, retrying, NestedLayers};
+use super::nested::{mark_inner, retried_outside, NestedLayers, Restore};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
-use crate::classify::{Classify, Outcome};
+use crate::classify::{Classify, NotSent, Outcome};
 use crate::hint::ServerHint;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{PassGuard, QueueWait};
 use crate::random::uniform;
 use crate::report::{DelaySource, ReportSlot, StopReason};
-use crate::telemetry::{self, decision, Attempt};
+use crate::telemetry::{self, decision, Attempt, AttemptSpan};
 use http::uri::Authority;
 use http::Method;
 use rand::rngs::SmallRng;
@@ -78,6 +85,9 @@ pub(crate) struct Session<Req, C> {
 
 /// What the session keeps of the request between attempts.
 enum Kept<Req> {
+    /// Nothing yet: the first attempt is about to be sent or stored, or an attempt is being
+    /// sent (what to keep of it is decided as it goes).
+    Pending,
     /// A copy for the next attempt (its method is the classifier's).
     Copy(Req),
     /// No copy (no other attempt may follow): only the method, for the classifier, and with
@@ -95,6 +105,26 @@ struct Waits {
     pass: Option<PassGuard>,
     /// What the report will say.
     trail: Trail,
+}
+
+/// What is held while an attempt is handed to the inner service: the inner layers' mark and
+/// the attempt's span, entered. Made by [`Session::sending`].
+#[must_use = "an attempt's mark and span last until it is sent"]
+pub(crate) struct Sending {
+    // Dropped after the span is left, as the mark was set before it was entered.
+    inner: Option<Restore>,
+    span: AttemptSpan,
+}
+
+impl Sending {
+    /// The inner service's `future` for the attempt: the attempt's (polled in its span).
+    #[inline(always)]
+    pub(crate) fn sent<F>(self, future: F) -> Attempt<F> {
+        let Sending { inner, span } = self;
+        let attempt = span.attach(future);
+        drop(inner);
+        attempt
+    }
 }
 
 /// What to do after an attempt.
@@ -190,13 +220,18 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     #[inline]
     pub(crate) fn new(config: Arc<Config<C>>, request: &mut Req) -> Self {
         let settings = &config.settings;
-        let method = request.method().clone();
-        let waits = attempt::stamp_key(settings, &method, request.headers_mut()).map(|stream| {
-            Box::new(Waits {
-                rng: Some(stream),
-                ..Waits::default()
-            })
-        });
+        let mut waits = None;
+        if settings.stamp_idempotency_key {
+            // Copied for the key's check, beside the headers it may stamp.
+            let method = request.method().clone();
+            let stream = attempt::stamp_key(settings, &method, request.headers_mut());
+            waits = stream.map(|stream| {
+                Box::new(Waits {
+                    rng: Some(stream),
+                    ..Waits::default()
+                })
+            });
+        }
         let mut not_retryable = (!settings
             .idempotency
             .allows(request.method(), request.headers()))
@@ -209,7 +244,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Self {
             deadline: Deadline::new(settings.deadline, own, Instant::now),
             slot: request.report_slot().cloned(),
-            kept: Kept::Method(method, None),
+            kept: Kept::Pending,
             config,
             not_retryable,
             attempts: 0,
@@ -235,25 +270,34 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// Sends the stored request to `service`, keeping a copy if another attempt may follow.
     pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> Attempt<S::Future> {
-        // The placeholder lasts until `send_request` decides what to keep.
-        let kept = std::mem::replace(&mut self.kept, Kept::Method(Method::GET, None));
+        let kept = std::mem::replace(&mut self.kept, Kept::Pending);
         let Kept::Copy(request) = kept else {
             unreachable!("a request is stored before every attempt");
         };
         self.send_request(request, service)
     }
 
-    /// Sends `request` to `service`, keeping a copy if another attempt may follow. The first
-    /// attempt comes here straight from `call`: the request is not moved in and out of the
-    /// session on the way.
+    /// Sends `request` to `service`, keeping a copy if another attempt may follow.
+    #[inline]
     pub(crate) fn send_request<S: Service<Req>>(
         &mut self,
         mut request: Req,
         service: &mut S,
     ) -> Attempt<S::Future> {
+        let sending = self.sending(&mut request);
+        sending.sent(service.call(request))
+    }
+
+    /// Readies `request`'s next attempt for the inner service: counts and stamps it, keeps a
+    /// copy if another attempt may follow (else what its outcome needs of it), and tells the
+    /// inner layers what this one does, until [`Sending::sent`]. The first attempt is sent this
+    /// way straight from `call`, which calls the inner service itself: the request is not moved
+    /// on the way (a move is a copy).
+    #[inline(always)]
+    pub(crate) fn sending(&mut self, request: &mut Req) -> Sending {
         self.attempts += 1;
         let settings = &self.config.settings;
-        let deadline = self.deadline;
+        let deadline = &self.deadline;
         attempt::stamp(settings, request.headers_mut(), self.attempts, || {
             deadline.own_left(Instant::now())
         });
@@ -261,31 +305,45 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             && self.not_retryable != Some(StopReason::Delegated)
             && (self.counted() < settings.max_attempts
                 || self.refused < settings.max_refused_retries);
-        match keep.then(|| request.try_clone()) {
-            Some(Some(copy)) => self.kept = Kept::Copy(copy),
-            copy => {
-                if copy.is_some() {
-                    self.not_retryable = Some(StopReason::NotReplayable);
-                }
-                // With pacing, the outcome of this attempt is booked to its endpoint; the
-                // report's resend time reads the pacer's and a breaker's hold of it.
-                let knows = self.config.settings.abort.is_some() || self.config.pacer.is_some();
-                let authority = knows
-                    .then(|| request.authority().map(std::borrow::Cow::into_owned))
-                    .flatten();
-                self.kept = Kept::Method(request.method().clone(), authority);
+        let copy = if keep { request.try_clone() } else { None };
+        if let Some(copy) = copy {
+            self.keep(Kept::Copy(copy));
+        } else {
+            if keep {
+                self.not_retryable = Some(StopReason::NotReplayable);
             }
+            // With pacing, the outcome of this attempt is booked to its endpoint; the
+            // report's resend time reads the pacer's and a breaker's hold of it.
+            let knows = self.config.settings.abort.is_some() || self.config.pacer.is_some();
+            let authority = knows
+                .then(|| request.authority().map(std::borrow::Cow::into_owned))
+                .flatten();
+            self.keep(Kept::Method(request.method().clone(), authority));
         }
         let after = self.delays().last().map(|delay| delay.source);
         self.config.counters.attempt(self.attempts, after);
         decision!(attempt = self.attempts, "sending attempt");
-        let mark = self.inner_layers_mark();
-        telemetry::send(request, self.attempts, |request| {
-            retrying(mark, || service.call(request))
-        })
+        Sending {
+            inner: mark_inner(self.inner_layers_mark()),
+            span: telemetry::enter_attempt(request, self.attempts),
+        }
     }
 
-    /// What the inner layers are told while this one calls and polls them (see [`retrying`]).
+    /// Keeps `kept` of the attempt being sent, in the place left pending while it is sent.
+    #[inline]
+    fn keep(&mut self, kept: Kept<Req>) {
+        let pending = std::mem::replace(&mut self.kept, kept);
+        debug_assert!(
+            matches!(pending, Kept::Pending),
+            "an attempt is sent from pending"
+        );
+        // Nothing to drop: without the call of the drop glue, the path of every request is
+        // a few instructions shorter.
+        std::mem::forget(pending);
+    }
+
+    /// What the inner layers are told while this one calls and polls them (see
+    /// [`retrying`](super::nested::retrying)).
     /// A deferring layer that may retry this request tells them it retries, so they send once;
     /// one that cannot (a POST, a body it cannot copy, an outer layer retrying) leaves the mark
     /// as it is, so an inner layer allowed to retry it does. An independent layer lets the
@@ -305,6 +363,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         match &self.kept {
             Kept::Copy(request) => request.authority(),
             Kept::Method(_, authority) => authority.as_ref().map(std::borrow::Cow::Borrowed),
+            Kept::Pending => None,
         }
     }
 
@@ -332,7 +391,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// Takes the decision after an attempt that ended at `now` (read only for a transient
     /// outcome, or when pacing learns from every outcome): stop with a reason, sleep this long,
     /// or wait in the endpoint's queue. The ladder gives the verdict; with pacing, the pacer
-    /// learns from the outcome first and rewrites the verdict after.
+    /// learns from the outcome first and rewrites the verdict after. (The future classifies the
+    /// outcome itself, to end a first-try success before the ladder:
+    /// [`first_try_success`](Self::first_try_success), then
+    /// [`decide_classified`](Self::decide_classified).)
+    #[cfg(test)]
     pub(crate) fn decide<Res, E>(
         &mut self,
         result: &Result<Res, E>,
@@ -342,8 +405,63 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
+        let classified = self.classify(result);
+        self.decide_classified(result, classified, now)
+    }
+
+    /// The classifier's word on `result`, for the request's method.
+    #[inline]
+    pub(crate) fn classify<Res, E>(&self, result: &Result<Res, E>) -> Outcome
+    where
+        C: Classify<Res, E>,
+    {
+        let method = match &self.kept {
+            Kept::Copy(request) => request.method(),
+            Kept::Method(method, _) => method,
+            Kept::Pending => unreachable!("an outcome comes after its attempt was sent"),
+        };
+        self.config.classifier.classify(method, result)
+    }
+
+    /// The common end, decided before the ladder (`classified` is the classifier's word on
+    /// `result`): a success at the first try, without pacing (which books every outcome) and
+    /// with nothing to report (no wait so far, no stream kept for a key). The budget earns its
+    /// deposit, the counters and a waiting slot hear of it, and `true`: what
+    /// [`decide`](Self::decide) and [`finish`](Self::finish) do for it, without the ladder's
+    /// machinery on the path of every request.
+    #[inline]
+    pub(crate) fn first_try_success<Res, E>(
+        &mut self,
+        result: &Result<Res, E>,
+        classified: Outcome,
+    ) -> bool {
+        if classified != Outcome::Success
+            || result.is_err()
+            || self.attempts != 1
+            || self.waits.is_some()
+            || self.config.pacer.is_some()
+        {
+            return false;
+        }
+        if let Some(budget) = &self.config.settings.budget {
+            budget.deposit();
+        }
+        self.finished_first_try(StopReason::Success)
+    }
+
+    /// [`decide`](Self::decide), `result` classified as `classified`.
+    pub(crate) fn decide_classified<Res, E>(
+        &mut self,
+        result: &Result<Res, E>,
+        classified: Outcome,
+        now: impl FnOnce() -> Instant,
+    ) -> Next
+    where
+        Res: RetryResponse,
+        C: Classify<Res, E>,
+    {
         let mut now = Now::new(now);
-        let facts = self.facts(result);
+        let facts = self.facts(result, classified);
         // The pacer learns what the response was, before the server's word changes it.
         let booked = self.book(&facts, result, &mut now);
         if facts.outcome == Outcome::Success {
@@ -359,30 +477,38 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// What the ladder reads of `result`: the classifier's outcome, the server's hint (read
-    /// for a success only with pacing: a used-up quota pauses the endpoint), a breaker's
-    /// refusal. An error no rule recognises is counted and named on the way.
-    fn facts<Res, E>(&mut self, result: &Result<Res, E>) -> Facts
+    /// What the ladder reads of `result` (`classified` by the classifier): the outcome, the
+    /// server's hint (for a success, with pacing, only its quota's reset: a used-up quota pauses
+    /// the endpoint), a breaker's refusal, a rotation without proof (resent as rotation when the
+    /// request may be repeated). An error no rule recognises is counted and named on the way.
+    fn facts<Res, E>(&mut self, result: &Result<Res, E>, classified: Outcome) -> Facts
     where
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
-        let method = match &self.kept {
-            Kept::Copy(request) => request.method(),
-            Kept::Method(method, _) => method,
-        };
         let config = &self.config;
-        let classified = config.classifier.classify(method, result);
         let hint = match result {
-            Ok(response) if classified != Outcome::Success || config.pacer.is_some() => config
+            Ok(response) if classified != Outcome::Success => config
                 .classifier
                 .hint(response, (config.settings.wall_clock)()),
+            // With pacing, a success says only whether it used up the quota.
+            Ok(response) if config.pacer.is_some() => quota_hint(config, response),
             _ => ServerHint::NONE,
         };
         let mut outcome = classified;
         if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
             // The server says this response is worth another attempt, whatever its status.
             outcome = Outcome::Transient;
+        }
+        // A rotation without proof that the request was not processed: sent again as rotation
+        // if the request may be repeated at all; the endpoint is up either way.
+        let rotation = classified == Outcome::Transient
+            && matches!(result, Err(error) if config.classifier.is_rotation(error));
+        if rotation {
+            config.counters.unproven_rotation();
+            if self.not_retryable.is_none() {
+                outcome = Outcome::NotSent(NotSent::Refused);
+            }
         }
         let refused_for = match (outcome, result) {
             (Outcome::Permanent, Err(error)) => config.classifier.refused_for(error),
@@ -399,10 +525,27 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         Facts {
             classified,
             outcome,
+            rotation,
             hint,
             refused_for,
         }
     }
+}
+
+/// What pacing reads of a success: when its used-up quota resets, if it says so and hints are
+/// honoured. Out of line: the success path without pacing does not carry it.
+#[inline(never)]
+fn quota_hint<C: Classify<Res, E>, Res: RetryResponse, E>(
+    config: &Config<C>,
+    response: &Res,
+) -> ServerHint {
+    if config.settings.hint_policy.is_none() {
+        return ServerHint::NONE;
+    }
+    let reset = config
+        .classifier
+        .quota_reset(response, &*config.settings.wall_clock);
+    ServerHint::NONE.with_retry_after(reset)
 }
 
 /// The clock, read at most once and only when needed.

@@ -75,7 +75,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                 .is_congestion(response, &pacer.config().congestion),
             _ => false,
         };
-        let signal = signal_of(facts.classified, congestion, result);
+        // A rotation says the endpoint is up, whatever became of the request.
+        let signal = if facts.rotation {
+            Signal::Neutral
+        } else {
+            signal_of(facts.classified, congestion, result)
+        };
         let hint = self.hint_delay(&facts.hint);
         let pass = self.waits.as_mut().and_then(|waits| waits.pass.take());
         let lane = match &pass {

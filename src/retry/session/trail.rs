@@ -261,18 +261,28 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
+    /// The common end, a success at the first try with nothing to report beyond the counter
+    /// (and a waiting slot): recorded here, and `true`. Checked before the outcome is handed to
+    /// [`finish`](Self::finish), so that it is not moved on the way (a move is a copy).
+    #[inline]
+    pub(crate) fn finished_first_try(&mut self, stop: StopReason) -> bool {
+        if self.attempts == 1 && self.waits.is_none() && stop == StopReason::Success {
+            self.config.counters.stop(stop);
+            if let Some(slot) = self.slot.take() {
+                slot.fill(RetryReport::FIRST_TRY);
+            }
+            return true;
+        }
+        false
+    }
+
     /// Records the end of the request and hands back its last outcome.
     pub(crate) fn finish<Res: RetryResponse, E>(
         &mut self,
         result: Result<Res, E>,
         stop: StopReason,
     ) -> Result<Res, E> {
-        if self.attempts == 1 && self.waits.is_none() && stop == StopReason::Success {
-            // The common case: nothing to report beyond the counter.
-            self.config.counters.stop(stop);
-            if let Some(slot) = self.slot.take() {
-                slot.fill(RetryReport::FIRST_TRY);
-            }
+        if self.finished_first_try(stop) {
             return result;
         }
         if !stop.is_final() {

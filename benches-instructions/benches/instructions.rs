@@ -18,23 +18,23 @@
 //! system call that is not counted, and cache misses and atomics cost no more than other
 //! instructions.
 //!
-//! Run (needs valgrind, and the `gungraun-runner` binary of exactly the version of the `gungraun`
-//! dev-dependency):
+//! This bench is a crate of its own (`benches-instructions/`, never published), so that its
+//! release build is this crate with its default features, tower, http, tokio and gungraun, and
+//! none of the main package's dev-dependencies. Run (needs valgrind, and the `gungraun-runner`
+//! binary of exactly the version of the `gungraun` dependency):
 //!
 //! ```text
 //! cargo install --locked gungraun-runner --version 0.20.0
-//! cargo bench --bench instructions -- --nocapture
+//! cargo bench -p tower-http-retry-instructions --bench instructions -- --nocapture
 //! ```
 //!
 //! gungraun prints each row's counts; `--nocapture` also lets through the table printed at the
 //! end, instructions per call and their ratios to `tower::retry` and to the baseline, and each
 //! layer's overhead (its row minus the baseline) over `tower::retry`'s. `cargo xtask
 //! instructions` runs this bench and fails when our overhead ratio rises more than 5 % above the
-//! value recorded in `benches/instructions.baseline`. The table
+//! value recorded in `benches-instructions/instructions.baseline`. The table
 //! reads the latest callgrind profile of each row, kept under `target/gungraun/` (also for
 //! `callgrind_annotate`), so a filtered run mixes fresh and earlier rows.
-
-mod support;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
 use http::{Request, Response, StatusCode};
@@ -47,11 +47,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
-use support::{noop_waker, poll_now, TowerPolicy};
 use tokio::runtime::{EnterGuard, Runtime};
 use tower::retry::budget::TpsBudget;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_http_retry::{CircuitBreakerLayer, Pacing, RetryLayer};
+use tower_http_retry_instructions::{noop_waker, poll_now, TowerPolicy};
 
 /// Calls per counted batch.
 const CALLS: usize = 100;
