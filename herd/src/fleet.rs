@@ -225,8 +225,7 @@ impl StoreMetrics {
         let recovery_attempts = run.arrivals.iter().filter(|a| a.at >= p.outage).count();
         Some(Self {
             calls: store.calls.len() as u64,
-            per_request_busy: (busy_attempts > 0)
-                .then(|| busy_calls as f64 / busy_attempts as f64),
+            per_request_busy: (busy_attempts > 0).then(|| busy_calls as f64 / busy_attempts as f64),
             per_request_recovery: recovery_calls as f64 / recovery_attempts.max(1) as f64,
             open_per_request: store.open.calls as f64 / store.open.sent.max(1) as f64,
             open: store.open,
@@ -248,7 +247,10 @@ pub fn fleet_targets(
     let Some(first) = metrics.first() else {
         return Vec::new();
     };
-    let deviation = |m: &Metrics| m.shares.map(|(min, max)| (1.0 - min).max(max - 1.0) * 100.0);
+    let deviation = |m: &Metrics| {
+        m.shares
+            .map(|(min, max)| (1.0 - min).max(max - 1.0) * 100.0)
+    };
     if fleet.sharing == Sharing::Alone {
         if fleet.row != Row::Pacer || fleet.processes != 10 {
             return Vec::new();

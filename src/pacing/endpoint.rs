@@ -325,9 +325,7 @@ impl EndpointState {
             Some(Pass::Probe(lease)) => Some(lease),
             _ => None,
         };
-        let mut changed = self
-            .shared
-            .outcome(&rules, signal, lease.map(|l| l.id), at);
+        let mut changed = self.shared.outcome(&rules, signal, lease.map(|l| l.id), at);
         let mut down = None;
         // A new mode (a probe's success starts a ramp): the outcome was the old mode's, and the
         // new mode's run starts at nothing.

@@ -238,9 +238,10 @@ impl EndpointState {
         let mode = self.shared.mode_kind();
         let rate = self.rate(config);
         let link = self.link();
-        if let Some(NotBefore { at, .. }) = link.not_before.filter(|told| {
-            told.at > now && told.mode == mode && rate < told.rate * STALE_GROWTH
-        }) {
+        if let Some(NotBefore { at, .. }) = link
+            .not_before
+            .filter(|told| told.at > now && told.mode == mode && rate < told.rate * STALE_GROWTH)
+        {
             return Release::At(at);
         }
         link.wanted = true;
@@ -319,7 +320,9 @@ impl EndpointState {
             events.push(Event::Report {
                 successes: outbox.successes,
                 losses: outbox.losses,
-                over: now.saturating_duration_since(since).max(config.ramp_interval),
+                over: now
+                    .saturating_duration_since(since)
+                    .max(config.ramp_interval),
             });
             link.reported_at = Some(now);
         }
@@ -362,9 +365,6 @@ impl EndpointState {
         }
         let waiting = !self.queue.is_empty();
         let rate = self.rate(config);
-        if std::env::var_os("PACER_DEBUG").is_some() {
-            eprintln!("ADOPT {:?} rate {rate:.0} active {} mode {:?} release {:?} waiting {} state {:?} du {} ld {} at {}", now, self.shared.active_peers(self.clock.to_shared(now)), self.shared.mode_kind(), applied.release(), self.queue.len(), self.shared.mode, self.shared.demand_until, self.shared.last_demand, self.clock.to_shared(now));
-        }
         let link = self.link.as_mut().expect("a store's endpoint");
         if let Some(release) = applied.release() {
             link.wanted = false;

@@ -125,11 +125,13 @@ async fn the_in_process_and_redis_stores_answer_alike() {
         }
     }
     let ask = |want| Step::Send(Event::Release { want, jitter: 0.3 });
-    let report = |successes, losses| Step::Send(Event::Report {
-        successes,
-        losses,
-        over: Duration::ZERO,
-    });
+    let report = |successes, losses| {
+        Step::Send(Event::Report {
+            successes,
+            losses,
+            over: Duration::ZERO,
+        })
+    };
     let refresh = Step::Send(Event::Refresh);
     // Probes are due 100 ms after the down report (jitter 0.5 of a 100 ms interval); the ramp
     // starts at 153 ms with one slot every 100 ms (10/s), and grows with the reports.

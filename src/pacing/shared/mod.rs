@@ -192,7 +192,7 @@ impl Entered {
         MODES
             .into_iter()
             .zip(self.counts)
-            .flat_map(|(mode, n)| std::iter::repeat_n(mode, usize::from(n)))
+            .flat_map(|(mode, n)| std::iter::repeat(mode).take(usize::from(n)))
     }
 }
 
@@ -222,7 +222,8 @@ pub(crate) struct SharedState {
     /// The last time requests were seen waiting (a fleet's demand is heard only when a process
     /// asks: a ramp nobody asked of for a while has had no demand since then).
     pub(crate) last_demand: Nanos,
-    /// With a store: the fleet's slot clock (`slots.rs`), slots passed at `slots_at`.
+    /// With a store: the fleet's slot clock (`slots.rs`), slots passed since the ramp began
+    /// as of `slots_at`.
     pub(crate) slots: f64,
     pub(crate) slots_at: Nanos,
     /// When the endpoint last took a request (answered a success), if it ever did.
@@ -598,7 +599,14 @@ impl SharedState {
         };
         // The next waiter may go at once: the endpoint just answered.
         self.last_slot = now.saturating_sub(gap(rules.pacing.rate.floor));
-        self.slots_at = now;
+        // The ramp began with a request let through: its quiet spell starts no earlier.
+        self.last_demand = self.last_demand.max(now);
+        // A new slot clock: no slot before the ramp began, and every peer's stream starts
+        // again (the slots of an earlier ramp are on the old clock).
+        (self.slots, self.slots_at) = (0.0, now);
+        for peer in &mut self.peers {
+            peer.placed = false;
+        }
         self.entered.enter(PacingMode::Ramping);
     }
 }
