@@ -336,10 +336,16 @@ impl EndpointState {
         Next::Call(events)
     }
 
-    /// A call made at `now` was answered (or could not be made: `None`). The replica becomes
-    /// the fleet's state, with the events recorded since the call applied to it again; a
-    /// release answered is kept for the head, which is woken.
-    pub(crate) fn adopt(&mut self, config: &PacingConfig, applied: Option<Applied>, now: Instant) {
+    /// A call made at `now` was answered at `answered` (or could not be made: `None`). The
+    /// replica becomes the fleet's state, with the events recorded since the call applied to it
+    /// again; a release answered is kept for the head, which is woken.
+    pub(crate) fn adopt(
+        &mut self,
+        config: &PacingConfig,
+        applied: Option<Applied>,
+        now: Instant,
+        answered: Instant,
+    ) {
         let mode = self.shared.mode_kind();
         let rate = self.rate(config);
         let link = self.link();
@@ -377,8 +383,12 @@ impl EndpointState {
                     link.outbox.urgent = true;
                 }
                 super::store::Release::Slots { first, gap, count } => {
+                    // The first slot was due when the store granted it: the round trip does not
+                    // make it too late to use (else a fresh stream, whose first slot is a burst
+                    // window back, would drop every grant on arrival and ask again forever).
+                    let due = answered.checked_sub(SLOT_GRACE).unwrap_or(first);
                     link.slots = Some(Slots {
-                        next: first,
+                        next: first.max(due),
                         gap,
                         left: count,
                         rate,
@@ -467,16 +477,16 @@ pub(crate) fn pump(endpoint: &Arc<Endpoint>) {
         let store = Arc::clone(&store);
         let mut call = Box::pin(async move { store.apply(&pacing, &key, &events, now).await });
         match poll_once(call.as_mut()) {
-            Some(applied) => endpoint.adopted(Some(applied), now),
+            Some(applied) => endpoint.adopted(Some(applied), now, now),
             None => {
                 let later = Arc::clone(endpoint);
                 let spawned = spawn(async move {
                     let applied = call.await;
-                    later.adopted(Some(applied), now);
+                    later.adopted(Some(applied), now, Instant::now());
                     pump(&later);
                 });
                 if !spawned {
-                    endpoint.adopted(None, now);
+                    endpoint.adopted(None, now, now);
                 }
                 return;
             }
@@ -485,8 +495,9 @@ pub(crate) fn pump(endpoint: &Arc<Endpoint>) {
 }
 
 impl Endpoint {
-    fn adopted(&self, applied: Option<Applied>, now: Instant) {
-        self.lock().adopt(self.config.config(), applied, now);
+    fn adopted(&self, applied: Option<Applied>, now: Instant, answered: Instant) {
+        self.lock()
+            .adopt(self.config.config(), applied, now, answered);
     }
 }
 

@@ -90,3 +90,28 @@ async fn an_open_endpoint_costs_the_fleet_no_store_call() {
     tasks.join_all().await;
     assert_eq!(store.stats().calls, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_whose_store_is_a_round_trip_away_delivers_everything_once_the_endpoint_is_back() {
+    // Slots granted a burst window back reach the process a round trip later: they are still
+    // its to use (they were once dropped as too late on arrival, and asked for again forever).
+    let stores = herd::fleet_store::DelayedStore::fleet(10, MS);
+    let log = Log::default();
+    let mut tasks = JoinSet::new();
+    for (i, store) in stores.iter().enumerate() {
+        let layer = RetryLayer::builder()
+            .max_attempts(20)
+            .backoff(Backoff::new(Jitter::Full, 100 * MS, 2 * SEC))
+            .random_source(RandomSource::seeded(i as u64))
+            .pacing(Pacing::builder().store(store.clone()).build().unwrap())
+            .build()
+            .unwrap();
+        tasks.spawn(burst(layer.layer(endpoint(2 * SEC, log.clone())), 1000));
+    }
+    let results = tokio::time::timeout(60 * SEC, tasks.join_all())
+        .await
+        .expect("every delivery made within a minute");
+    let results: Vec<_> = results.into_iter().flatten().collect();
+    assert_eq!(results.len(), 10_000);
+    assert!(results.iter().all(|(status, _)| *status == 200));
+}
