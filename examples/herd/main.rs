@@ -17,6 +17,7 @@
 //! fleets; `scenarios.rs` the issue-19 sections, `charts.rs` the charts.
 
 mod charts;
+mod fleets;
 mod scenarios;
 
 use herd::{
@@ -176,6 +177,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
 
+    md.push_str(&fleets::shared_store(&p, &mut runs)?);
     md.push_str(&scenarios::flapping(&p, &mut runs)?);
     md.push_str(&scenarios::redelivery(&p, &mut runs)?);
     md.push_str(WHY);

@@ -65,11 +65,11 @@ impl FleetRow {
     /// A short name.
     pub fn label(&self) -> String {
         match self.sharing {
-            Sharing::Alone => format!("{} × {}", self.processes, self.row.label()),
-            Sharing::Store { rtt } => format!(
-                "{} × pacer + shared store ({rtt:?} round trip)",
-                self.processes
-            ),
+            Sharing::Alone if self.row == Row::Pacer => {
+                format!("{} × pacer, alone", self.processes)
+            }
+            Sharing::Alone => format!("{} × {}, alone", self.processes, self.row.label()),
+            Sharing::Store { .. } => format!("{} × pacer, shared store", self.processes),
         }
     }
 
@@ -79,11 +79,10 @@ impl FleetRow {
     }
 }
 
-/// The fleet rows, in table order: the independent ones, then the fleets with a store.
-pub const FLEET_ROWS: [FleetRow; 6] = [
+/// The fleet rows, in table order: the pacer's processes alone, then with a store. (Other
+/// policies' fleets of 10 alone are the harness's section on fleets of independent senders.)
+pub const FLEET_ROWS: [FleetRow; 4] = [
     FleetRow::alone(Row::Pacer, 10),
-    FleetRow::alone(Row::FullBudget, 10),
-    FleetRow::alone(Row::Full, 10),
     FleetRow::alone(Row::Pacer, 100),
     FleetRow::shared(10),
     FleetRow::shared(100),
