@@ -402,7 +402,11 @@ impl EndpointState {
                     });
                 }
                 super::store::Release::Blocked { until } => {
-                    let at = until.min(now + config.probe_interval);
+                    // The probe in flight ends within a round trip to the endpoint, most
+                    // likely: a success starts the fleet's ramp, which this process hears of
+                    // only when it asks (or its cached view is read again), so it asks again
+                    // within a ramp interval, not a probe interval.
+                    let at = until.min(now + config.ramp_interval);
                     link.not_before = Some(NotBefore {
                         at,
                         mode: after,

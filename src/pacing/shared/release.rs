@@ -85,7 +85,14 @@ impl SharedState {
                     };
                 }
                 if now < self.next_probe || want == 0 {
-                    return Grant::At(self.next_probe.max(now));
+                    let mut at = self.next_probe.max(now);
+                    if rules.lease_ttl.is_some() && want > 0 && !self.leases.is_empty() {
+                        // A probe is in flight: its success starts the fleet's ramp, which a
+                        // process hears of only when it asks. It asks again within an interval
+                        // (by then the probe has most likely ended), not at the next probe.
+                        at = at.min(now.saturating_add(rules.interval()));
+                    }
+                    return Grant::At(at);
                 }
                 let expires = rules
                     .lease_ttl

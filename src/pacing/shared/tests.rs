@@ -381,3 +381,37 @@ fn the_state_holds_on_until_its_latest_pause_or_lease() {
     release(&mut s, &rules, 1, at);
     assert_eq!(s.holds_until(), at + rules.lease_ttl.unwrap());
 }
+
+#[test]
+fn while_a_probe_is_in_flight_the_others_ask_again_within_an_interval() {
+    let mut config = config();
+    config.probes_in_flight = 2;
+    let rules = rules(&config);
+    let mut s = down(&rules, 0);
+    let due = s.next_probe;
+    assert!(matches!(
+        s.apply(
+            &rules,
+            1,
+            Op::Release {
+                want: 5,
+                jitter: 0.5
+            },
+            due
+        ),
+        Some(Grant::Probe { .. })
+    ));
+    // Its success would start the ramp: the others hear of it when they ask.
+    let interval = nanos(config.ramp_interval);
+    let other = s.apply(
+        &rules,
+        2,
+        Op::Release {
+            want: 5,
+            jitter: 0.5,
+        },
+        due,
+    );
+    assert_eq!(other, Some(Grant::At(due + interval)));
+    assert!(s.next_probe > due + interval, "not the next probe");
+}
