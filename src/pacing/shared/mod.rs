@@ -1,6 +1,6 @@
 //! The pacer's rules: the state of one endpoint that a fleet of processes shares, a plain value
 //! whose transitions are the only place the rules are written. An endpoint paced by one process
-//! keeps it under its own lock (`endpoint.rs`) and calls these methods directly; a fleet keeps
+//! keeps it under its own lock (`endpoint/`) and calls these methods directly; a fleet keeps
 //! one in a [store](super::store) and every store applies the same methods to it
 //! ([`SharedState::apply`], `op.rs`). Times are [`Nanos`] of the keeper's clock and every method
 //! takes `now`, so the rules are unit-tested without a runtime.
@@ -19,7 +19,7 @@
 //!
 //! What the fleet shares is here: the mode, the learned rate and the counts of the current
 //! measuring interval, one probe stream (`release.rs`: leases that expire), the release slots
-//! (GCRA's last slot), the peers. What only a process can hold is in `endpoint.rs`: its queue
+//! (GCRA's last slot), the peers. What only a process can hold is in `endpoint/`: its queue
 //! and wakers, its own run of congestion outcomes (an outage is noticed locally and reported
 //! once, [`down`](SharedState::down)), and with a store, its unused slots and unsent events.
 

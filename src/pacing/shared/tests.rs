@@ -1,5 +1,5 @@
 //! The rules as a fleet's store applies them ([`SharedState::apply`]); the rules as a process
-//! alone applies them are tested through `endpoint.rs`.
+//! alone applies them are tested through `endpoint/`.
 
 use super::release::PEER_TTL;
 use super::*;
