@@ -380,17 +380,32 @@ impl SharedState {
                     // the interval may hold a burst of losses and few of the successes beside
                     // them. What the peers' last reports took is what the fleet takes, if more.
                     let counted = f64::from(*successes) / secs;
-                    let accepted = match reported {
+                    let mut accepted = match reported {
                         Some(reported) => counted.max(reported),
                         None => counted,
                     };
+                    if rules.report_lag > 0 && total > 0 {
+                        // Both counts lag, the successes more (a burst of losses is reported
+                        // at once), but their ratio does not: the endpoint took that share of
+                        // what was released at the interval's rate. In slow start that is the
+                        // rate the interval began with (each success added 1 / interval).
+                        let began = match ramp {
+                            Ramp::SlowStart { .. } => ramp.rate(&rules.pacing.rate) - counted,
+                            Ramp::Cubic { .. } => ramp.rate(&rules.pacing.rate),
+                        };
+                        accepted = accepted.max(began * (1.0 - loss));
+                    }
                     ramp.lose(&rules.pacing.rate, accepted);
                     // Losses answer releases made before the cut until the slots a fleet was
                     // granted ahead at the old rate are used, an interval after, and are heard
-                    // of up to the fleet's report lag later (neither for a process alone).
+                    // of with the process's next ask, made as its slots run out: an interval
+                    // later again (neither for a process alone). Not the whole report lag:
+                    // a fleet that waited that long after each cut overshot the endpoint's
+                    // limit at a loss share above the threshold for a second at a time.
+                    let heard = if rules.report_lag > 0 { interval } else { 0 };
                     *cut_settles_at = (*interval_start + interval * 2)
                         .max(self.demand_until.saturating_add(interval))
-                        .saturating_add(rules.report_lag);
+                        .saturating_add(heard);
                     if let Some(max) = ramp.last_max() {
                         self.capacity = Some(max);
                     }

@@ -415,3 +415,34 @@ fn while_a_probe_is_in_flight_the_others_ask_again_within_an_interval() {
     assert_eq!(other, Some(Grant::At(due + interval)));
     assert!(s.next_probe > due + interval, "not the next probe");
 }
+
+#[test]
+fn a_fleet_cuts_from_the_share_its_interval_took_not_from_the_few_successes_heard_of() {
+    let config = config();
+    let rules = rules(&config);
+    let (mut s, start) = ramping(&rules, 0);
+    // Slow start at 3,000/s; the interval's losses are heard of at once, most of its
+    // successes later: 20 successes and 5 losses heard of in it.
+    if let Mode::Ramping { ramp, .. } = &mut s.mode {
+        *ramp = Ramp::SlowStart { rate: 3000.0 };
+    }
+    let report = Op::Report {
+        successes: 20,
+        losses: 5,
+        over: 0,
+    };
+    s.apply(&rules, HOLDER, report, start);
+    s.apply(
+        &rules,
+        HOLDER,
+        Op::Refresh,
+        start + nanos(config.ramp_interval),
+    );
+    // The endpoint took 80 % of the 3,000/s the interval began with (not the 200/s heard of).
+    let expected = 3000.0 * 0.8 * config.rate.decrease;
+    assert!(
+        (s.rate(&rules) - expected).abs() < 1e-6,
+        "{}",
+        s.rate(&rules)
+    );
+}
