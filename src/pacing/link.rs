@@ -273,9 +273,12 @@ impl EndpointState {
         let outbox = &link.outbox;
         let counted = outbox.successes + outbox.losses;
         let report_by = outbox.oldest.map(|oldest| {
-            // Alone, a loss or two is no news (a burst is sent at once): outcomes are reported
-            // together, so that the fleet's intervals count successes and losses alike.
-            let within = if slow_start {
+            // A loss or two is not a burst (sent at once), but it is news within an interval:
+            // later, the fleet's cut would be settled already and the loss would cut again
+            // (a fleet of 100 at 20/s each took a second to report 32 outcomes). The report
+            // carries the successes pending beside it, and the fleet cuts from the share that
+            // succeeded, which the lag of the other processes' successes does not bias much.
+            let within = if slow_start || outbox.losses > 0 {
                 config.ramp_interval
             } else {
                 REPORT_WITHIN
