@@ -3,7 +3,7 @@
 //! round trip), for models A, B and B+RA: one table of figures and one of issue 21's targets
 //! per model.
 
-use crate::{mean, optional, SEEDS};
+use crate::{mean, optional, shares, t99, SEEDS};
 use herd::{fleet_targets, spread, FleetRow, Metrics, Model, Params, StoreMetrics, FLEET_ROWS};
 use std::fmt::Write as _;
 
@@ -69,16 +69,7 @@ fn table(results: &Results) -> Result<String, std::fmt::Error> {
         let column = |f: &dyn Fn(&Metrics) -> f64, decimals: usize| {
             spread(&metrics.iter().map(f).collect::<Vec<_>>(), decimals)
         };
-        let t99 = optional(
-            metrics
-                .iter()
-                .map(|m| m.t99_after_recovery.map(|t| t.as_secs_f64())),
-            1,
-            " s",
-            "never",
-        );
-        let low = optional(metrics.iter().map(|m| m.shares.map(|s| s.0)), 2, "", "—");
-        let high = optional(metrics.iter().map(|m| m.shares.map(|s| s.1)), 2, "", "—");
+        let (t99, shares) = (t99(metrics), shares(metrics));
         let stores: Vec<StoreMetrics> = store.iter().flatten().copied().collect();
         let (paced, recovery, open) = if stores.is_empty() {
             ("—".to_string(), "—".to_string(), "—".to_string())
@@ -118,7 +109,7 @@ fn table(results: &Results) -> Result<String, std::fmt::Error> {
         };
         writeln!(
             out,
-            "| {} | {t99} | {} % | {} | {} | {} | {low} – {high} | {paced} | {recovery} | {open} |",
+            "| {} | {t99} | {} % | {} | {} | {} | {shares} | {paced} | {recovery} | {open} |",
             fleet.label(),
             column(&|m| m.delivered * 100.0, 2),
             column(&|m| m.overload as f64, 0),

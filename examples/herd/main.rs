@@ -266,14 +266,7 @@ fn table_row(row: Row, metrics: &[Metrics], fleet: bool) -> String {
     let column = |f: &dyn Fn(&Metrics) -> f64, decimals: usize| {
         spread(&metrics.iter().map(f).collect::<Vec<_>>(), decimals)
     };
-    let t99 = optional(
-        metrics
-            .iter()
-            .map(|m| m.t99_after_recovery.map(|t| t.as_secs_f64())),
-        1,
-        " s",
-        "never",
-    );
+    let t99 = t99(metrics);
     let accepted = match metrics[0].model {
         Model::HardOutage => "—".to_string(),
         Model::Capacity { .. } => optional(
@@ -301,11 +294,28 @@ fn table_row(row: Row, metrics: &[Metrics], fleet: bool) -> String {
         column(&|m| m.gave_up.attempts as f64, 0),
     );
     if fleet {
-        let low = optional(metrics.iter().map(|m| m.shares.map(|s| s.0)), 2, "", "—");
-        let high = optional(metrics.iter().map(|m| m.shares.map(|s| s.1)), 2, "", "—");
-        line += &format!(" {low} – {high} |");
+        line += &format!(" {} |", shares(metrics));
     }
     line
+}
+
+/// "99 % delivered, after recovery" over the seeds.
+pub(crate) fn t99(metrics: &[Metrics]) -> String {
+    optional(
+        metrics
+            .iter()
+            .map(|m| m.t99_after_recovery.map(|t| t.as_secs_f64())),
+        1,
+        " s",
+        "never",
+    )
+}
+
+/// A fleet's smallest and largest share of fair over the seeds, "min – max".
+pub(crate) fn shares(metrics: &[Metrics]) -> String {
+    let low = optional(metrics.iter().map(|m| m.shares.map(|s| s.0)), 2, "", "—");
+    let high = optional(metrics.iter().map(|m| m.shares.map(|s| s.1)), 2, "", "—");
+    format!("{low} – {high}")
 }
 
 /// "mean (min–max)" of the values that exist, saying in how many seeds they do not.
