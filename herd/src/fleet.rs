@@ -65,11 +65,11 @@ impl FleetRow {
     /// A short name.
     pub fn label(&self) -> String {
         match self.sharing {
-            Sharing::Alone => format!("{} × {}", self.processes, self.row.label()),
-            Sharing::Store { rtt } => format!(
-                "{} × pacer + shared store ({rtt:?} round trip)",
-                self.processes
-            ),
+            Sharing::Alone if self.row == Row::Pacer => {
+                format!("{} × pacer, alone", self.processes)
+            }
+            Sharing::Alone => format!("{} × {}, alone", self.processes, self.row.label()),
+            Sharing::Store { .. } => format!("{} × pacer, shared store", self.processes),
         }
     }
 
@@ -79,11 +79,10 @@ impl FleetRow {
     }
 }
 
-/// The fleet rows, in table order: the independent ones, then the fleets with a store.
-pub const FLEET_ROWS: [FleetRow; 6] = [
+/// The fleet rows, in table order: the pacer's processes alone, then with a store. (Other
+/// policies' fleets of 10 alone are the harness's section on fleets of independent senders.)
+pub const FLEET_ROWS: [FleetRow; 4] = [
     FleetRow::alone(Row::Pacer, 10),
-    FleetRow::alone(Row::FullBudget, 10),
-    FleetRow::alone(Row::Full, 10),
     FleetRow::alone(Row::Pacer, 100),
     FleetRow::shared(10),
     FleetRow::shared(100),
@@ -225,8 +224,7 @@ impl StoreMetrics {
         let recovery_attempts = run.arrivals.iter().filter(|a| a.at >= p.outage).count();
         Some(Self {
             calls: store.calls.len() as u64,
-            per_request_busy: (busy_attempts > 0)
-                .then(|| busy_calls as f64 / busy_attempts as f64),
+            per_request_busy: (busy_attempts > 0).then(|| busy_calls as f64 / busy_attempts as f64),
             per_request_recovery: recovery_calls as f64 / recovery_attempts.max(1) as f64,
             open_per_request: store.open.calls as f64 / store.open.sent.max(1) as f64,
             open: store.open,
@@ -248,7 +246,10 @@ pub fn fleet_targets(
     let Some(first) = metrics.first() else {
         return Vec::new();
     };
-    let deviation = |m: &Metrics| m.shares.map(|(min, max)| (1.0 - min).max(max - 1.0) * 100.0);
+    let deviation = |m: &Metrics| {
+        m.shares
+            .map(|(min, max)| (1.0 - min).max(max - 1.0) * 100.0)
+    };
     if fleet.sharing == Sharing::Alone {
         if fleet.row != Row::Pacer || fleet.processes != 10 {
             return Vec::new();

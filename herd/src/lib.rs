@@ -44,6 +44,7 @@ pub use scenario::{
 };
 
 use endpoint::Endpoint;
+use fleet_store::DelayedStore;
 use http::header::HeaderName;
 use http::{HeaderValue, Request, Response};
 use std::convert::Infallible;
@@ -59,7 +60,6 @@ use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::Policy;
 use tower::{Layer, Service, ServiceExt};
 use tower_http_retry::retry::{RandomSource, RetryLayerBuilder, RetryStats, TokenBucket};
-use fleet_store::DelayedStore;
 use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer, RetryReport, StopReason};
 
 /// The header both clients stamp with the attempt number (1 for the first attempt).
@@ -623,7 +623,10 @@ async fn simulate(
     if let Some(store) = &store {
         // The open phase's requests are a figure of their own, not the run's.
         arrivals.retain(|a| a.delivery < p.deliveries);
-        assert_eq!(store.open.sent, store.open.delivered, "the open phase delivers all");
+        assert_eq!(
+            store.open.sent, store.open.delivered,
+            "the open phase delivers all"
+        );
     }
     Run {
         model,

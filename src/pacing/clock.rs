@@ -99,7 +99,12 @@ mod tests {
     fn local_and_shared_times_map_both_ways_around_the_epoch() {
         let epoch = Instant::now() + 1000 * MS;
         let clock = Clock::new(epoch, 5_000_000_000);
-        for t in [epoch, epoch + 250 * MS, epoch - 250 * MS, epoch + Duration::from_nanos(7)] {
+        for t in [
+            epoch,
+            epoch + 250 * MS,
+            epoch - 250 * MS,
+            epoch + Duration::from_nanos(7),
+        ] {
             assert_eq!(clock.to_local(clock.to_shared(t)), t);
         }
         assert_eq!(clock.to_shared(epoch + MS), 5_001_000_000);

@@ -509,7 +509,9 @@ mod tests {
         drop(a);
         assert!(!pacer.all_settled());
         // The map is full: a.test, open and held by nobody, is forgotten for b.test.
-        let b = pacer.lane(Some(&authority("b.test"))).expect("a.test forgotten");
+        let b = pacer
+            .lane(Some(&authority("b.test")))
+            .expect("a.test forgotten");
         assert!(pacer.existing(Some(&authority("a.test"))).is_none());
         assert!(
             pacer.all_settled(),

@@ -31,7 +31,7 @@
 
 // `rate.rs` is the arithmetic of the rate, `schedule.rs` of the predicted releases, `shared/`
 // the rules (an endpoint's state as a fleet shares it, pure, with `now` passed in),
-// `endpoint.rs` what one process holds of an endpoint (its queue, its run of congestion, the
+// `endpoint/` what one process holds of an endpoint (its queue, its run of congestion, the
 // rules' state or its replica of the fleet's), `link.rs` how it paces with a store, and
 // `endpoints.rs` and `queue.rs` the bounded map of endpoints and what a request holds of one
 // (its place in the queue, its pass). `store/` keeps the shared state for a fleet (in process,

@@ -9,13 +9,14 @@ use tower_http_retry::pacing::store::{
 };
 use tower_http_retry::Pacing;
 
-/// An answer as text with its instants taken out, and the instants in microseconds after
-/// `base`. Two processes map Redis's clock each with an offset of its own, measured to within
+/// An answer as text with its instants and gaps taken out, the instants in microseconds after
+/// `base`, and the gaps of its slots in microseconds. Two processes map Redis's clock each with an offset of its own, measured to within
 /// half a round trip: the instants of two Redis processes agree to a fraction of a
 /// millisecond, not to the microsecond, so the script keeps its times a few ms away from the
 /// state's own (a probe due at 100 ms is asked for at 103 ms).
-fn normal(applied: &Applied, base: Instant) -> (String, Vec<f64>) {
+fn normal(applied: &Applied, base: Instant) -> (String, Vec<f64>, Vec<f64>) {
     let mut times = Vec::new();
+    let mut gaps = Vec::new();
     let mut at = |t: Instant| times.push((t - base).as_secs_f64() * 1e6);
     let replies: Vec<String> = applied
         .replies
@@ -27,7 +28,11 @@ fn normal(applied: &Applied, base: Instant) -> (String, Vec<f64>) {
             }
             Reply::Release(Release::Slots { first, gap, count }) => {
                 at(*first);
-                format!("{count} slots every {gap:?}")
+                // The gap apart: slots that span the end of a measuring interval are spaced
+                // by where it falls, which two clocks a fraction of a millisecond apart place
+                // a few tens of microseconds apart.
+                gaps.push(gap.as_secs_f64() * 1e6);
+                format!("{count} slots")
             }
             Reply::Release(Release::At(t)) => {
                 at(*t);
@@ -48,7 +53,7 @@ fn normal(applied: &Applied, base: Instant) -> (String, Vec<f64>) {
         "{replies:?} {:?} rate {} peers {} probes {} fallback {:?}",
         view.mode, view.rate, view.peers, view.probes, applied.fallback
     );
-    (text, times)
+    (text, times, gaps)
 }
 
 /// One event of the script: as is, or made from what the process holds and the script's base.
@@ -75,7 +80,7 @@ impl<S: PacingStore> Pair<S> {
         pacing: &Pacing,
         base: Instant,
         (ms, who, steps): &(u64, usize, Vec<Step>),
-    ) -> (String, Vec<f64>) {
+    ) -> (String, Vec<f64>, Vec<f64>) {
         let events: Vec<Event> = steps
             .iter()
             .map(|step| match *step {
@@ -125,11 +130,13 @@ async fn the_in_process_and_redis_stores_answer_alike() {
         }
     }
     let ask = |want| Step::Send(Event::Release { want, jitter: 0.3 });
-    let report = |successes, losses| Step::Send(Event::Report {
-        successes,
-        losses,
-        over: Duration::ZERO,
-    });
+    let report = |successes, losses| {
+        Step::Send(Event::Report {
+            successes,
+            losses,
+            over: Duration::ZERO,
+        })
+    };
     let refresh = Step::Send(Event::Refresh);
     // Probes are due 100 ms after the down report (jitter 0.5 of a 100 ms interval); the ramp
     // starts at 153 ms with one slot every 100 ms (10/s), and grows with the reports.
@@ -152,8 +159,8 @@ async fn the_in_process_and_redis_stores_answer_alike() {
     ];
     let base = Instant::now();
     for step in &script {
-        let (text, times) = local.send(&pacing, base, step).await;
-        let (remote_text, remote_times) = remote.send(&pacing, base, step).await;
+        let (text, times, gaps) = local.send(&pacing, base, step).await;
+        let (remote_text, remote_times, remote_gaps) = remote.send(&pacing, base, step).await;
         let context = format!("at +{} ms, process {}, {:?}", step.0, step.1, step.2);
         assert_eq!(text, remote_text, "{context}");
         assert_eq!(times.len(), remote_times.len(), "{context}");
@@ -163,6 +170,13 @@ async fn the_in_process_and_redis_stores_answer_alike() {
                 "{context}: {times:?} {remote_times:?}"
             );
         }
-        println!("+{:>4} ms p{}: {text} {times:?}", step.0, step.1);
+        assert_eq!(gaps.len(), remote_gaps.len(), "{context}");
+        for (a, b) in gaps.iter().zip(&remote_gaps) {
+            assert!(
+                (a - b).abs() <= a * 0.01,
+                "{context}: {gaps:?} {remote_gaps:?}"
+            );
+        }
+        println!("+{:>4} ms p{}: {text} {times:?} {gaps:?}", step.0, step.1);
     }
 }

@@ -313,3 +313,22 @@ fn resend_times_never_fall_inside_an_announced_outage() {
     assert_eq!(m.inside_known_pause, 0, "{m:?}");
     assert!(m.first_round_spread.is_some_and(|s| s > Duration::ZERO));
 }
+
+#[test]
+fn a_fleet_on_a_shared_store_probes_a_dead_endpoint_as_one_and_costs_no_call_while_open() {
+    let p = params();
+    let alone = Metrics::of(&herd::FLEET_ROWS[0].run(&p, MODEL_B, SEED), &p);
+    let fleet = herd::FLEET_ROWS
+        .iter()
+        .find(|f| f.processes == 10 && f.sharing != herd::Sharing::Alone)
+        .expect("a row of 10 on a store");
+    let run = fleet.run(&p, MODEL_B, SEED);
+    let shared = Metrics::of(&run, &p);
+    let store = herd::StoreMetrics::of(&run, &p).expect("a store's figures");
+    assert_eq!(shared.delivered, 1.0, "{shared:?}");
+    // One probe stream (about 2/s) for the fleet; ten alone send ten.
+    assert!(shared.retries_while_down <= 3.0, "{shared:?}");
+    assert!(alone.retries_while_down >= 15.0, "{alone:?}");
+    assert_eq!(store.open.calls, 0, "{store:?}");
+    assert!(store.calls > 0, "{store:?}");
+}

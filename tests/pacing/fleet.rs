@@ -3,6 +3,7 @@
 //! `tests/fleet/`.
 
 use super::{burst, endpoint, Log, MS, SEC};
+use std::time::Duration;
 use tokio::task::JoinSet;
 use tower::{Layer, ServiceExt};
 use tower_http_retry::pacing::store::{InProcessStore, PacingStore};
@@ -39,9 +40,11 @@ async fn a_fleet_probes_a_dead_endpoint_as_one_stream_and_delivers_everything() 
         .iter()
         .filter(|(at, _)| *at >= 100 * MS && *at < 5 * SEC)
         .count();
-    assert!(while_down <= 15, "{while_down} retries reached a dead endpoint");
+    assert!(
+        while_down <= 15,
+        "{while_down} retries reached a dead endpoint"
+    );
     let last = arrivals.iter().map(|(at, _)| *at).max().unwrap();
-    eprintln!("DEBUG while_down {while_down} last {last:?} calls {} arrivals {}", store.stats().calls, arrivals.len());
     assert!(last < 8 * SEC, "the last delivery came at {last:?}");
 }
 
@@ -50,7 +53,7 @@ async fn an_outage_one_layer_saw_holds_the_first_attempts_of_another() {
     let store = InProcessStore::new();
     let (one, other) = (layer(&store, 1), layer(&store, 2));
     let log = Log::default();
-    let _ = tokio::spawn(burst(one.layer(endpoint(60 * SEC, log.clone())), 20));
+    let first = tokio::spawn(burst(one.layer(endpoint(60 * SEC, log.clone())), 20));
     tokio::time::sleep(SEC).await;
     let authority = "hooks.test".parse().unwrap();
     assert_eq!(other.pacing_stats(Some(&authority)), None, "never met");
@@ -59,11 +62,15 @@ async fn an_outage_one_layer_saw_holds_the_first_attempts_of_another() {
     let late = tokio::spawn(burst(service, 10));
     tokio::time::sleep(100 * MS).await;
     let sent = log.0.lock().unwrap().len() - before;
-    assert!(sent <= 1, "{sent} first attempts sent into an outage the fleet knew of");
+    assert!(
+        sent <= 1,
+        "{sent} first attempts sent into an outage the fleet knew of"
+    );
     let stats = other.pacing_stats(Some(&authority)).unwrap();
     assert_eq!(stats.mode, PacingMode::Probing);
     assert!(stats.waiting >= 9, "{stats:?}");
     late.abort();
+    first.abort();
 }
 
 #[tokio::test(start_paused = true)]
@@ -72,7 +79,7 @@ async fn an_open_endpoint_costs_the_fleet_no_store_call() {
     let layers: Vec<RetryLayer> = (0..3).map(|i| layer(&store, i)).collect();
     let mut tasks = JoinSet::new();
     for layer in &layers {
-        let service = layer.layer(endpoint(0 * SEC, Log::default()));
+        let service = layer.layer(endpoint(Duration::ZERO, Log::default()));
         tasks.spawn(async move {
             for id in 0..100 {
                 let response = service.clone().oneshot(super::post(id)).await.unwrap();
@@ -85,8 +92,10 @@ async fn an_open_endpoint_costs_the_fleet_no_store_call() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn scratch_debug() {
-    let stores = herd::fleet_store::DelayedStore::fleet(2, 1 * MS);
+async fn a_fleet_whose_store_is_a_round_trip_away_delivers_everything_once_the_endpoint_is_back() {
+    // Slots granted a burst window back reach the process a round trip later: they are still
+    // its to use (they were once dropped as too late on arrival, and asked for again forever).
+    let stores = herd::fleet_store::DelayedStore::fleet(10, MS);
     let log = Log::default();
     let mut tasks = JoinSet::new();
     for (i, store) in stores.iter().enumerate() {
@@ -97,12 +106,12 @@ async fn scratch_debug() {
             .pacing(Pacing::builder().store(store.clone()).build().unwrap())
             .build()
             .unwrap();
-        let service = layer.layer(endpoint(2 * SEC, log.clone()));
-        tasks.spawn(burst(service, 100));
+        tasks.spawn(burst(layer.layer(endpoint(2 * SEC, log.clone())), 1000));
     }
-    let _ = tasks.join_all().await;
-    let arrivals = log.0.lock().unwrap().clone();
-    let mut ts: Vec<_> = arrivals.iter().filter(|(at, _)| *at >= 2 * SEC).map(|(at, s)| (at.as_millis(), *s)).collect();
-    ts.sort();
-    eprintln!("DEBUG {:?}", &ts[..ts.len().min(60)]);
+    let results = tokio::time::timeout(60 * SEC, tasks.join_all())
+        .await
+        .expect("every delivery made within a minute");
+    let results: Vec<_> = results.into_iter().flatten().collect();
+    assert_eq!(results.len(), 10_000);
+    assert!(results.iter().all(|(status, _)| *status == 200));
 }

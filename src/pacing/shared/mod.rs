@@ -1,6 +1,6 @@
 //! The pacer's rules: the state of one endpoint that a fleet of processes shares, a plain value
 //! whose transitions are the only place the rules are written. An endpoint paced by one process
-//! keeps it under its own lock (`endpoint.rs`) and calls these methods directly; a fleet keeps
+//! keeps it under its own lock (`endpoint/`) and calls these methods directly; a fleet keeps
 //! one in a [store](super::store) and every store applies the same methods to it
 //! ([`SharedState::apply`], `op.rs`). Times are [`Nanos`] of the keeper's clock and every method
 //! takes `now`, so the rules are unit-tested without a runtime.
@@ -19,7 +19,7 @@
 //!
 //! What the fleet shares is here: the mode, the learned rate and the counts of the current
 //! measuring interval, one probe stream (`release.rs`: leases that expire), the release slots
-//! (GCRA's last slot), the peers. What only a process can hold is in `endpoint.rs`: its queue
+//! (GCRA's last slot), the peers. What only a process can hold is in `endpoint/`: its queue
 //! and wakers, its own run of congestion outcomes (an outage is noticed locally and reported
 //! once, [`down`](SharedState::down)), and with a store, its unused slots and unsent events.
 
@@ -192,7 +192,7 @@ impl Entered {
         MODES
             .into_iter()
             .zip(self.counts)
-            .flat_map(|(mode, n)| std::iter::repeat_n(mode, usize::from(n)))
+            .flat_map(|(mode, n)| std::iter::repeat(mode).take(usize::from(n)))
     }
 }
 
@@ -222,7 +222,8 @@ pub(crate) struct SharedState {
     /// The last time requests were seen waiting (a fleet's demand is heard only when a process
     /// asks: a ramp nobody asked of for a while has had no demand since then).
     pub(crate) last_demand: Nanos,
-    /// With a store: the fleet's slot clock (`slots.rs`), slots passed at `slots_at`.
+    /// With a store: the fleet's slot clock (`slots.rs`), slots passed since the ramp began
+    /// as of `slots_at`.
     pub(crate) slots: f64,
     pub(crate) slots_at: Nanos,
     /// When the endpoint last took a request (answered a success), if it ever did.
@@ -379,17 +380,32 @@ impl SharedState {
                     // the interval may hold a burst of losses and few of the successes beside
                     // them. What the peers' last reports took is what the fleet takes, if more.
                     let counted = f64::from(*successes) / secs;
-                    let accepted = match reported {
+                    let mut accepted = match reported {
                         Some(reported) => counted.max(reported),
                         None => counted,
                     };
+                    if rules.report_lag > 0 && total > 0 {
+                        // Both counts lag, the successes more (a burst of losses is reported
+                        // at once), but their ratio does not: the endpoint took that share of
+                        // what was released at the interval's rate. In slow start that is the
+                        // rate the interval began with (each success added 1 / interval).
+                        let began = match ramp {
+                            Ramp::SlowStart { .. } => ramp.rate(&rules.pacing.rate) - counted,
+                            Ramp::Cubic { .. } => ramp.rate(&rules.pacing.rate),
+                        };
+                        accepted = accepted.max(began * (1.0 - loss));
+                    }
                     ramp.lose(&rules.pacing.rate, accepted);
                     // Losses answer releases made before the cut until the slots a fleet was
                     // granted ahead at the old rate are used, an interval after, and are heard
-                    // of up to the fleet's report lag later (neither for a process alone).
+                    // of with the process's next ask, made as its slots run out: an interval
+                    // later again (neither for a process alone). Not the whole report lag:
+                    // a fleet that waited that long after each cut overshot the endpoint's
+                    // limit at a loss share above the threshold for a second at a time.
+                    let heard = if rules.report_lag > 0 { interval } else { 0 };
                     *cut_settles_at = (*interval_start + interval * 2)
                         .max(self.demand_until.saturating_add(interval))
-                        .saturating_add(rules.report_lag);
+                        .saturating_add(heard);
                     if let Some(max) = ramp.last_max() {
                         self.capacity = Some(max);
                     }
@@ -598,7 +614,14 @@ impl SharedState {
         };
         // The next waiter may go at once: the endpoint just answered.
         self.last_slot = now.saturating_sub(gap(rules.pacing.rate.floor));
-        self.slots_at = now;
+        // The ramp began with a request let through: its quiet spell starts no earlier.
+        self.last_demand = self.last_demand.max(now);
+        // A new slot clock: no slot before the ramp began, and every peer's stream starts
+        // again (the slots of an earlier ramp are on the old clock).
+        (self.slots, self.slots_at) = (0.0, now);
+        for peer in &mut self.peers {
+            peer.placed = false;
+        }
         self.entered.enter(PacingMode::Ramping);
     }
 }

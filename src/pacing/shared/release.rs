@@ -85,7 +85,14 @@ impl SharedState {
                     };
                 }
                 if now < self.next_probe || want == 0 {
-                    return Grant::At(self.next_probe.max(now));
+                    let mut at = self.next_probe.max(now);
+                    if rules.lease_ttl.is_some() && want > 0 && !self.leases.is_empty() {
+                        // A probe is in flight: its success starts the fleet's ramp, which a
+                        // process hears of only when it asks. It asks again within an interval
+                        // (by then the probe has most likely ended), not at the next probe.
+                        at = at.min(now.saturating_add(rules.interval()));
+                    }
+                    return Grant::At(at);
                 }
                 let expires = rules
                     .lease_ttl
@@ -172,9 +179,10 @@ impl SharedState {
                 .clamp(rules.interval(), MAX_AHEAD.max(rules.interval())),
         };
         let reach = now.saturating_add(period);
-        // The clock a burst window ago: a slot due since then still goes.
+        // The clock a burst window ago: a slot due since then still goes (none from before the
+        // ramp began).
         let rate = ramp.rate(&rules.pacing.rate);
-        let floor = self.slots - BURST_WINDOW as f64 / 1e9 * rate;
+        let floor = (self.slots - BURST_WINDOW as f64 / 1e9 * rate).max(0.0);
         let peer = self.peers[index];
         // A stream that starts (or starts again after a lapse) takes a phase.
         let lapsed = peer.last_at.saturating_add(2 * share + rules.interval()) < now;
@@ -191,7 +199,7 @@ impl SharedState {
             floor.max(peer.last + peers / 2.0)
         };
         let first_slot = ((lower - phase) / peers).ceil() * peers + phase;
-        let Some(first) = self.slot_time(rules, first_slot, reach) else {
+        let Some(first_offset) = self.slot_offset(rules, first_slot, reach) else {
             // Beyond this batch's reach: ask again then (in slow start, whose rate doubles
             // every interval, within an interval).
             let at = match ramp {
@@ -205,28 +213,31 @@ impl SharedState {
             }
             return Grant::At(at);
         };
-        let mut last = (first_slot, first);
+        // Slots as offsets from the clock's reading, so that the gap is exact.
+        let mut last = (first_slot, first_offset);
         let mut count = 1u32;
         let mut spacing = None;
         while !fresh && count < want {
             let slot = last.0 + peers;
-            let Some(at) = self.slot_time(rules, slot, reach) else {
+            let Some(at) = self.slot_offset(rules, slot, reach) else {
                 break;
             };
-            let step = at.saturating_sub(last.1);
-            let spaced = *spacing.get_or_insert(step) as f64;
-            if (step as f64 - spaced).abs() > spaced * SPACING_DRIFT {
+            let step = at - last.1;
+            let spaced = *spacing.get_or_insert(step);
+            if (step - spaced).abs() > spaced * SPACING_DRIFT {
                 break;
             }
             last = (slot, at);
             count += 1;
         }
-        (self.peers[index].last, self.peers[index].last_at) = last;
+        let first = self.at_offset(first_offset);
+        let last_at = self.at_offset(last.1);
+        (self.peers[index].last, self.peers[index].last_at) = (last.0, last_at);
         if want > count || count > 1 {
-            self.demand_until = self.demand_until.max(last.1);
+            self.demand_until = self.demand_until.max(last_at);
         }
         let gap = if count > 1 {
-            (last.1 - first) / u64::from(count - 1)
+            ((last.1 - first_offset) / f64::from(count - 1)) as Nanos
         } else {
             share
         };

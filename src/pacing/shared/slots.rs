@@ -13,7 +13,34 @@ use crate::pacing::clock::Nanos;
 impl SharedState {
     /// When the slot clock is predicted to reach `target` (it may have, before now: then
     /// when it did, at the rate now); `None` while not ramping, or beyond `horizon`.
-    pub(crate) fn slot_time(&self, rules: &Rules<'_>, target: f64, horizon: Nanos) -> Option<Nanos> {
+    pub(crate) fn slot_time(
+        &self,
+        rules: &Rules<'_>,
+        target: f64,
+        horizon: Nanos,
+    ) -> Option<Nanos> {
+        self.slot_offset(rules, target, horizon)
+            .map(|offset| self.at_offset(offset))
+    }
+
+    /// The instant `offset` nanoseconds after the slot clock was last moved on (`slots_at`).
+    pub(crate) fn at_offset(&self, offset: f64) -> Nanos {
+        if offset >= 0.0 {
+            self.slots_at.saturating_add(offset as Nanos)
+        } else {
+            self.slots_at.saturating_sub((-offset) as Nanos)
+        }
+    }
+
+    /// [`slot_time`](Self::slot_time) as nanoseconds after `slots_at`, unrounded: the spacing
+    /// of slots is the same whatever instant the clock was read at (two stores whose clocks
+    /// differ by a fraction of a millisecond grant the same gaps).
+    pub(crate) fn slot_offset(
+        &self,
+        rules: &Rules<'_>,
+        target: f64,
+        horizon: Nanos,
+    ) -> Option<f64> {
         let Mode::Ramping {
             ramp,
             interval_start,
@@ -32,12 +59,7 @@ impl SharedState {
             let need = target - reached;
             let within = (boundary - at) as f64 / 1e9 * rate;
             if need <= within {
-                let offset = need / rate * 1e9;
-                return Some(if offset >= 0.0 {
-                    at.saturating_add(offset as Nanos)
-                } else {
-                    at.saturating_sub((-offset) as Nanos)
-                });
+                return Some((at - self.slots_at) as f64 + need / rate * 1e9);
             }
             if boundary > horizon {
                 return None;

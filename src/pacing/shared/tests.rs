@@ -1,5 +1,5 @@
 //! The rules as a fleet's store applies them ([`SharedState::apply`]); the rules as a process
-//! alone applies them are tested through `endpoint.rs`.
+//! alone applies them are tested through `endpoint/`.
 
 use super::release::PEER_TTL;
 use super::*;
@@ -145,9 +145,12 @@ fn a_successful_probe_starts_a_ramp_whose_first_slot_is_now() {
     };
     assert_eq!(first, now);
     assert_eq!(gap, 500 * MS, "the probe rate");
-    // Slow start: one ramp interval ahead at most.
+    // A new stream starts with one slot.
     assert_eq!(count, 1);
-    assert_eq!(release(&mut s, &rules, 100, now), Grant::At(now + 400 * MS));
+    // The next (at the probe rate, 500 ms on) is beyond a ramp interval: in slow start, whose
+    // rate the fleet's successes double every interval, the process asks again after one.
+    let interval = nanos(config.ramp_interval);
+    assert_eq!(release(&mut s, &rules, 100, now), Grant::At(now + interval));
 }
 
 #[test]
@@ -179,9 +182,7 @@ fn a_rate_that_grows_brings_the_next_slot_forward() {
     let config = config();
     let rules = rules(&config);
     let (mut s, now) = ramping(&rules, 0);
-    assert!(
-        matches!(release(&mut s, &rules, 1, now), Grant::Slots { first, .. } if first == now)
-    );
+    assert!(matches!(release(&mut s, &rules, 1, now), Grant::Slots { first, .. } if first == now));
     let Grant::At(slow) = release(&mut s, &rules, 1, now) else {
         panic!("the probe rate's gap")
     };
@@ -382,14 +383,66 @@ fn the_state_holds_on_until_its_latest_pause_or_lease() {
 }
 
 #[test]
-fn scratch_a_ramp_asked_one_at_a_time_opens() {
+fn while_a_probe_is_in_flight_the_others_ask_again_within_an_interval() {
+    let mut config = config();
+    config.probes_in_flight = 2;
+    let rules = rules(&config);
+    let mut s = down(&rules, 0);
+    let due = s.next_probe;
+    assert!(matches!(
+        s.apply(
+            &rules,
+            1,
+            Op::Release {
+                want: 5,
+                jitter: 0.5
+            },
+            due
+        ),
+        Some(Grant::Probe { .. })
+    ));
+    // Its success would start the ramp: the others hear of it when they ask.
+    let interval = nanos(config.ramp_interval);
+    let other = s.apply(
+        &rules,
+        2,
+        Op::Release {
+            want: 5,
+            jitter: 0.5,
+        },
+        due,
+    );
+    assert_eq!(other, Some(Grant::At(due + interval)));
+    assert!(s.next_probe > due + interval, "not the next probe");
+}
+
+#[test]
+fn a_fleet_cuts_from_the_share_its_interval_took_not_from_the_few_successes_heard_of() {
     let config = config();
     let rules = rules(&config);
-    let (mut s, at) = ramping(&rules, 0);
-    for k in 0..3000u64 {
-        let now = at + k * MS;
-        let g = s.apply(&rules, (k % 8) + 1, Op::Release { want: 1, jitter: 0.5 }, now);
-        if k % 250 == 0 { eprintln!("{k} {:?} {:?}", g, s.mode); }
-        if s.is_open() { eprintln!("open at {k}"); break; }
+    let (mut s, start) = ramping(&rules, 0);
+    // Slow start at 3,000/s; the interval's losses are heard of at once, most of its
+    // successes later: 20 successes and 5 losses heard of in it.
+    if let Mode::Ramping { ramp, .. } = &mut s.mode {
+        *ramp = Ramp::SlowStart { rate: 3000.0 };
     }
+    let report = Op::Report {
+        successes: 20,
+        losses: 5,
+        over: 0,
+    };
+    s.apply(&rules, HOLDER, report, start);
+    s.apply(
+        &rules,
+        HOLDER,
+        Op::Refresh,
+        start + nanos(config.ramp_interval),
+    );
+    // The endpoint took 80 % of the 3,000/s the interval began with (not the 200/s heard of).
+    let expected = 3000.0 * 0.8 * config.rate.decrease;
+    assert!(
+        (s.rate(&rules) - expected).abs() < 1e-6,
+        "{}",
+        s.rate(&rules)
+    );
 }

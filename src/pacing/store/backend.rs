@@ -90,7 +90,8 @@ pub struct StoreCall<'a> {
 }
 
 enum Inner<'a> {
-    Ready(Option<Applied>),
+    /// Boxed: an answer is large beside a future's pointer.
+    Ready(Option<Box<Applied>>),
     Pending(Pin<Box<dyn Future<Output = Applied> + Send + 'a>>),
 }
 
@@ -98,7 +99,7 @@ impl<'a> StoreCall<'a> {
     /// An answer known at once.
     pub fn ready(applied: Applied) -> Self {
         Self {
-            inner: Inner::Ready(Some(applied)),
+            inner: Inner::Ready(Some(Box::new(applied))),
         }
     }
 
@@ -112,7 +113,7 @@ impl<'a> StoreCall<'a> {
     /// The answer if it is known already (an in-process store), or the call back.
     pub fn into_ready(self) -> Result<Applied, Self> {
         match self.inner {
-            Inner::Ready(Some(applied)) => Ok(applied),
+            Inner::Ready(Some(applied)) => Ok(*applied),
             inner => Err(Self { inner }),
         }
     }
@@ -124,7 +125,7 @@ impl Future for StoreCall<'_> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Applied> {
         match &mut self.inner {
             Inner::Ready(applied) => Poll::Ready(
-                applied
+                *applied
                     .take()
                     .expect("a StoreCall polled after it completed"),
             ),

@@ -4,9 +4,9 @@
 //! (the fleet still probes at about its one stream's rate), the rates times the share, and a
 //! learned rate capped at [`HEADROOM`] times this process's share of it (never unlimited).
 
-use crate::pacing::shared::{Mode, SharedState};
 use crate::pacing::config::PacingConfig;
 use crate::pacing::rate::Ramp;
+use crate::pacing::shared::{Mode, SharedState};
 use std::time::Duration;
 
 /// How far the fleet's rate may grow above its last shared rate while the store is away.

@@ -5,9 +5,9 @@
 use super::backend::{PacingStore, StoreCall};
 use super::protocol::{Applied, Event, StoreStats, View};
 use super::run::{applied, cached_view, holder_id, run, Timing};
+use crate::error::InvalidConfig;
 use crate::pacing::clock::{Clock, Nanos, LOCAL_EPOCH};
 use crate::pacing::shared::SharedState;
-use crate::error::InvalidConfig;
 use crate::pacing::Pacing;
 use std::collections::HashMap;
 use std::fmt;

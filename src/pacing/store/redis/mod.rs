@@ -13,8 +13,8 @@ use super::fallback::Fallback;
 use super::protocol::{Applied, Event, StoreError, StoreStats, View};
 use super::run::{applied, cached_view, run, Timing};
 use crate::pacing::clock::{Clock, LOCAL_EPOCH};
-use crate::pacing::shared::SharedState;
 use crate::pacing::config::PacingConfig;
+use crate::pacing::shared::SharedState;
 use crate::pacing::Pacing;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use script::{Found, Scripts, Swap, Trip};
@@ -352,7 +352,7 @@ where
                 }
                 Swap::Conflict(current) => {
                     bump(&self.counters.conflicts);
-                    found = current;
+                    found = *current;
                     if found.version == 0 {
                         found.state = self.seed(endpoint).unwrap_or(found.state);
                     }

@@ -2,10 +2,10 @@
 //! this file, where their keys, fields and expiry are written), each call under a timeout, and
 //! their replies parsed.
 
-use crate::pacing::store::codec::decode;
-use crate::pacing::store::protocol::StoreError;
 use crate::pacing::clock::Nanos;
 use crate::pacing::shared::SharedState;
+use crate::pacing::store::codec::decode;
+use crate::pacing::store::protocol::StoreError;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, Value};
 use std::future::Future;
@@ -24,7 +24,7 @@ pub(super) enum Swap {
     /// The version matched; the state (if any) was written with this version.
     Done { version: u64 },
     /// Another process wrote first: the record as it is now.
-    Conflict(Found),
+    Conflict(Box<Found>),
 }
 
 /// A round trip: what it returned, when it was sent and answered (local), and the server's time.
@@ -95,10 +95,10 @@ impl Scripts {
         let answer = if integer(&items[0])? == 1 {
             Swap::Done { version }
         } else {
-            Swap::Conflict(Found {
+            Swap::Conflict(Box::new(Found {
                 version,
                 state: decode(bytes(&items[2])?).map_err(|_| StoreError::Malformed)?,
-            })
+            }))
         };
         Ok(Trip {
             server: server_time(&items[3], &items[4])?,
