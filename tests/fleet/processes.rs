@@ -228,7 +228,6 @@ struct Sample {
     at: Duration,
     /// The rate as this worker's pacer saw it (with a store, the fleet's), per second.
     rate: f64,
-    fallbacks: u64,
     rejoins: u64,
 }
 
@@ -340,7 +339,6 @@ async fn run_fleet<F: std::future::Future<Output = ()>>(
                     report.samples.push(Sample {
                         at: Duration::from_micros(wall.saturating_sub(started_wall) as u64),
                         rate: fields[1].parse().unwrap(),
-                        fallbacks: fields[3].parse().unwrap(),
                         rejoins: fields[4].parse().unwrap(),
                     });
                 }
@@ -694,7 +692,11 @@ async fn redis_killed_during_recovery_leaves_every_delivery_made_once_near_the_l
     // is the property behind it with room for this machine's noise: the fallback keeps pacing
     // at the process's share (a fleet unpaced, or each process at the whole fleet's rate, would
     // be several times the shared rate).
-    let verdict = if away <= 1.2 * shared { "met" } else { "missed" };
+    let verdict = if away <= 1.2 * shared {
+        "met"
+    } else {
+        "missed"
+    };
     eprintln!(
         "FLEET target: at most 1.2x the last shared rate while Redis is away: {verdict} ({:.2}x)",
         away / shared.max(1.0)
