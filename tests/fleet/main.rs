@@ -1,11 +1,12 @@
 //! The fleet-shared pacing store against a real Redis (`redis-server` from Debian), started by
-//! each test on its own loopback port (`tests/interop/servers.rs`: a missing binary is a loud
+//! each test on its own loopback port (`tests/support/servers.rs`: a missing binary is a loud
 //! SKIPPED, or a failure with `TOWER_HTTP_RETRY_REQUIRE_SERVERS=1`, which `cargo xtask test` sets
 //! after installing the package).
 //!
 //! Every process of a fleet is a [`RedisStore`] on a connection of its own. Real Redis means
-//! real time: each test runs for at most a couple of seconds, and asserts on what the stores
-//! answered, with bounds wide enough for a loaded machine.
+//! real time: the store tests run for at most a couple of seconds each, the fleets of worker
+//! processes (`processes.rs`) for 15–20 s together; they assert on what the stores answered and
+//! the endpoint saw, with bounds wide enough for a loaded machine.
 
 mod differential;
 mod endpoint;
@@ -15,7 +16,7 @@ mod processes;
 mod shared;
 
 #[allow(dead_code)] // The interop suite's servers: only Redis is used here.
-#[path = "../interop/servers.rs"]
+#[path = "../support/servers.rs"]
 mod servers;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};

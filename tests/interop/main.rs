@@ -2,7 +2,7 @@
 //! Debian (nginx, HAProxy) that rotate and close connections the way production servers do.
 //!
 //! The servers are started by the tests on `127.0.0.1` with configs from `tests/interop/conf/`
-//! (see `servers.rs`); when a binary is missing the test says SKIPPED on stderr, and fails
+//! (see `tests/support/servers.rs`); when a binary is missing the test says SKIPPED on stderr, and fails
 //! instead with `TOWER_HTTP_RETRY_REQUIRE_SERVERS=1` (`cargo xtask test` sets it and installs
 //! the packages). Every request carries an `x-request-id`, and each of its attempts an
 //! `x-attempt` (`attempts.rs`); the server's access log (or, behind a proxy, the upstream in
@@ -20,6 +20,7 @@ mod haproxy;
 mod nginx_h1;
 mod nginx_h2c;
 mod nginx_limit;
+#[path = "../support/servers.rs"]
 mod servers;
 mod upstream;
 
