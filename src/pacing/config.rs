@@ -1,11 +1,14 @@
 //! [`Pacing`], the configuration of endpoint pacing, and its builder.
 
-use super::rate::RateConfig;
+use super::rate::{additive_increase, RateConfig};
 use super::store::PacingStore;
 use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
 use http::StatusCode;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The share of the accepted rate a ramp keeps after a loss (`β`).
+const DECREASE: f64 = 0.7;
 
 /// Endpoint pacing: after an outage, deliveries wait and recover within seconds of the endpoint,
 /// instead of either firing on their own timers or being refused.
@@ -27,7 +30,9 @@ use std::time::Duration;
 ///   the losses in an interval stay at most [`loss_threshold`](PacingBuilder::loss_threshold).
 ///   Above it, the rate drops to 70 % of what the endpoint *accepted* in that interval, and grows
 ///   back along a cubic curve that regains it in [`regain`](PacingBuilder::regain) and then
-///   probes past it. Once the rate has kept up with the demand (at most the request asking
+///   probes past it, and at least by the same additive step whatever the rate (about 53 per
+///   second each second at the default interval: RFC 8312's TCP-friendly region), so that
+///   processes pacing the same endpoint alone converge towards equal shares. Once the rate has kept up with the demand (at most the request asking
 ///   waits) for a second without loss, the endpoint is open again. An endpoint that fails again
 ///   while ramping (a flapping one) is down again by the same rule as an open one,
 ///   [`outage_after`](PacingBuilder::outage_after) congestion outcomes in a row, once nothing
@@ -309,8 +314,9 @@ impl PacingBuilder {
                 rate: RateConfig {
                     floor,
                     ceiling: 1e6_f64.max(floor),
-                    decrease: 0.7,
+                    decrease: DECREASE,
                     regain_secs: self.regain.as_secs_f64(),
+                    additive: additive_increase(DECREASE, self.ramp_interval.as_secs_f64()),
                 },
             }),
         })

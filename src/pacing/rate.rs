@@ -7,6 +7,15 @@
 //! 2,000 requests per second, so a large endpoint would sit at 70 % of what it accepts for most
 //! of that time. Here `C` is derived from `W_max` so that the rate regains `W_max` in a fixed
 //! time, whatever its size.
+//!
+//! That makes the cubic curve scale with `W_max`: two senders that share an endpoint without
+//! sharing their state grow in proportion to their own rates and keep whatever ratio their
+//! start gave them (a multiplicative increase does not converge to fairness: Chiu and Jain,
+//! 1989). So, as TCP CUBIC's "TCP-friendly region" (RFC 8312, section 4.2), the rate after a
+//! loss never falls below the line that additive increase would have reached from the cut:
+//! `β W_max + α t`, with `α` the same for every sender whatever its rate. A sender with a large
+//! share is on its cubic curve, which is above the line; one with a small share is lifted by
+//! the line towards the others.
 
 /// How the rate reacts to losses; checked by the builder.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -19,6 +28,17 @@ pub(crate) struct RateConfig {
     pub(crate) decrease: f64,
     /// Seconds the cubic growth takes to regain the rate of the last loss (`K`).
     pub(crate) regain_secs: f64,
+    /// The additive increase after a loss (`α`), per second per second: the least the rate
+    /// grows, whatever its size. See [`additive_increase`].
+    pub(crate) additive: f64,
+}
+
+/// RFC 8312's additive increase for CUBIC's TCP-friendly region, `3 (1 - β) / (1 + β)` segments
+/// per round trip per round trip, in a rate's units: the pacer's round trip is its measuring
+/// interval (as in slow start, where each success adds `1 / interval`), so the rate grows by
+/// that many requests per interval every interval.
+pub(crate) fn additive_increase(decrease: f64, interval_secs: f64) -> f64 {
+    3.0 * (1.0 - decrease) / (1.0 + decrease) / (interval_secs * interval_secs)
 }
 
 /// The phase of a ramp.
@@ -26,7 +46,8 @@ pub(crate) struct RateConfig {
 pub(crate) enum Ramp {
     /// Doubling every interval from the floor while losses stay low.
     SlowStart { rate: f64 },
-    /// After a loss: `W(t) = C (t - K)^3 + W_max`, `t` seconds since the loss.
+    /// After a loss: `W(t) = max(C (t - K)^3 + W_max, β W_max + α t)`, `t` seconds since the
+    /// loss.
     Cubic { last_max: f64, since_loss_secs: f64 },
 }
 
@@ -42,7 +63,8 @@ impl Ramp {
             Ramp::Cubic {
                 last_max,
                 since_loss_secs,
-            } => cubic(config, last_max, since_loss_secs),
+            } => cubic(config, last_max, since_loss_secs)
+                .max(config.decrease * last_max + config.additive * since_loss_secs),
         };
         rate.clamp(config.floor, config.ceiling)
     }
@@ -106,6 +128,7 @@ mod tests {
         ceiling: 1e6,
         decrease: 0.7,
         regain_secs: 1.0,
+        additive: 0.0,
     };
 
     #[test]
@@ -139,6 +162,42 @@ mod tests {
             ramp.interval_passed(0.1);
         }
         assert!((ramp.rate(&CONFIG) - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn after_a_loss_the_rate_grows_at_least_additively_whatever_its_size() {
+        let config = RateConfig {
+            additive: additive_increase(0.7, 0.1),
+            ..CONFIG
+        };
+        // 3 * 0.3 / 1.7 requests per 100-ms interval, every interval.
+        assert!(
+            (config.additive - 52.941).abs() < 1e-3,
+            "{}",
+            config.additive
+        );
+        let mut small = Ramp::SlowStart { rate: 100.0 };
+        let mut large = Ramp::SlowStart { rate: 5000.0 };
+        small.lose(&config, 40.0);
+        large.lose(&config, 2000.0);
+        for _ in 0..10 {
+            small.interval_passed(0.1);
+            large.interval_passed(0.1);
+        }
+        // The small rate is on the additive line, 28/s + 52.9/s: past its own last maximum
+        // (the cubic curve regains only 40/s in a second).
+        let expected = 0.7 * 40.0 + config.additive;
+        assert!(
+            (small.rate(&config) - expected).abs() < 1e-6,
+            "{}",
+            small.rate(&config)
+        );
+        // The large one is on its cubic curve, as without the line: 2,000/s after a second.
+        assert!(
+            (large.rate(&config) - 2000.0).abs() < 1e-6,
+            "{}",
+            large.rate(&config)
+        );
     }
 
     #[test]

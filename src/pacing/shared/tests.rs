@@ -446,3 +446,56 @@ fn a_fleet_cuts_from_the_share_its_interval_took_not_from_the_few_successes_hear
         s.rate(&rules)
     );
 }
+
+/// A process alone, ramping since `now`, that took `accepted` requests in its first interval
+/// and lost as many: cut when the interval closes, at the time returned.
+fn cut_alone(rules: &Rules<'_>, accepted: u32, now: Nanos) -> (SharedState, Nanos) {
+    let mut s = SharedState::new();
+    assert!(s.down(rules, now, || 0.5));
+    s.outcome(rules, Signal::Success, None, now);
+    assert_eq!(s.mode_kind(), PacingMode::Ramping);
+    for _ in 0..accepted {
+        s.outcome(rules, Signal::Success, None, now);
+        s.outcome(rules, Signal::Congestion, None, now);
+    }
+    let cut_at = now + rules.interval();
+    s.advance(rules, true, cut_at);
+    (s, cut_at)
+}
+
+#[test]
+fn after_a_loss_a_small_rate_gains_on_a_large_one_by_the_same_additive_step() {
+    // Two processes pacing one endpoint alone, cut by the same loss event from 100/s and
+    // 1,000/s (what each took): the cubic curve alone would keep them 10 to 1 for ever.
+    let config = config();
+    let rules = Rules::alone(&config);
+    let (mut small, cut_at) = cut_alone(&rules, 10, 0);
+    let (mut large, _) = cut_alone(&rules, 100, 0);
+    let beta = config.rate.decrease;
+    assert!((small.rate(&rules) - 100.0 * beta).abs() < 1e-6);
+    assert!((large.rate(&rules) - 1000.0 * beta).abs() < 1e-6);
+    // A second of intervals without a loss, requests waiting all along.
+    let regained = cut_at + nanos(Duration::from_secs_f64(config.rate.regain_secs));
+    let mut now = cut_at;
+    while now < regained {
+        now += rules.interval();
+        small.advance(&rules, true, now);
+        large.advance(&rules, true, now);
+    }
+    // The large one is back at what it took, on its cubic curve; the small one is past what it
+    // took, on the additive line: 70/s plus a second of the step.
+    let alpha = config.rate.additive;
+    assert!(alpha > 50.0, "{alpha}");
+    assert!(
+        (large.rate(&rules) - 1000.0).abs() < 1e-3,
+        "{}",
+        large.rate(&rules)
+    );
+    let line = 100.0 * beta + alpha * config.rate.regain_secs;
+    assert!(
+        (small.rate(&rules) - line).abs() < 1e-3,
+        "{}",
+        small.rate(&rules)
+    );
+    assert!(large.rate(&rules) / small.rate(&rules) < 10.0 * 0.85);
+}

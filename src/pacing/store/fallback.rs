@@ -1,8 +1,9 @@
 //! A process's own pacing while its store cannot be reached: the endpoint's last known shared
 //! state, cut down to this process's share of the fleet. The same transition function runs on
 //! it, with a configuration scaled by the share: the probe interval times the number of peers
-//! (the fleet still probes at about its one stream's rate), the rates times the share, and a
-//! learned rate capped at [`HEADROOM`] times this process's share of it (never unlimited).
+//! (the fleet still probes at about its one stream's rate), the rates (and the ramp's additive
+//! step) times the share, and a learned rate capped at [`HEADROOM`] times this process's share
+//! of it (never unlimited).
 
 use crate::pacing::config::PacingConfig;
 use crate::pacing::rate::Ramp;
@@ -36,6 +37,9 @@ impl Fallback {
             ..config.clone()
         };
         local.rate.floor = 1.0 / local.probe_interval.as_secs_f64();
+        // The fleet's additive step, shared out as its rate is: the fallbacks together grow as
+        // the shared ramp would.
+        local.rate.additive = config.rate.additive * share;
         let learned = match last.mode {
             Mode::Ramping { ramp, .. } => Some(ramp.rate(&config.rate)),
             _ => None,
