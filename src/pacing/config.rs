@@ -32,8 +32,9 @@ const DECREASE: f64 = 0.7;
 ///   back along a cubic curve that regains it in [`regain`](PacingBuilder::regain) and then
 ///   probes past it, and at least by the same additive step whatever the rate (about 53 per
 ///   second each second at the default interval: RFC 8312's TCP-friendly region), so that
-///   processes pacing the same endpoint alone converge towards equal shares. Once the rate has kept up with the demand (at most the request asking
-///   waits) for a second without loss, the endpoint is open again. An endpoint that fails again
+///   processes pacing the same endpoint alone converge towards equal shares. Once the rate has
+///   kept up with the demand (at most the request asking waits) for a second without loss, the
+///   endpoint is open again. An endpoint that fails again
 ///   while ramping (a flapping one) is down again by the same rule as an open one,
 ///   [`outage_after`](PacingBuilder::outage_after) congestion outcomes in a row, once nothing
 ///   has been taken for a whole `ramp_interval` (a limit that rejects in runs while it still

@@ -23,14 +23,18 @@
 //! and wakers, its own run of congestion outcomes (an outage is noticed locally and reported
 //! once, [`down`](SharedState::down)), and with a store, its unused slots and unsent events.
 
+mod entered;
 mod op;
+mod peer;
 mod predict;
 mod release;
 mod slots;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use entered::Entered;
 pub(crate) use op::Op;
+pub(crate) use peer::{Peer, MAX_PEERS};
 pub(crate) use release::{Batch, Grant};
 
 use super::clock::{nanos, Nanos};
@@ -41,9 +45,6 @@ use std::time::Duration;
 
 /// Losses in one interval below this do not cut the rate, whatever their share.
 const MIN_LOSSES_TO_CUT: u32 = 3;
-
-/// The most peers remembered; past it the one seen longest ago is replaced.
-pub(crate) const MAX_PEERS: usize = 256;
 
 /// The rules one transition reads: the pacing configuration, and how the state is kept.
 #[derive(Clone, Copy, Debug)]
@@ -118,91 +119,6 @@ pub(crate) struct LeaseEntry {
     pub(crate) holder: u64,
     /// Taken back then if not ended before (`Nanos::MAX`: never).
     pub(crate) expires: Nanos,
-}
-
-/// A process that asked lately (the fleet's size, for fair shares and the fallback).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Peer {
-    pub(crate) holder: u64,
-    pub(crate) seen: Nanos,
-    /// While ramping: the last slot granted it, on the fleet's slot clock, and its time.
-    pub(crate) last: f64,
-    pub(crate) last_at: Nanos,
-    /// Where its slots fall in each cycle of the fleet's slots, as a fraction in 32 bits, once
-    /// `placed`.
-    pub(crate) phase: u32,
-    pub(crate) placed: bool,
-    /// It said it has nothing waiting (its last ask wanted nothing).
-    pub(crate) idle: bool,
-    /// Its successes per second over the span of its last report, and when it reported.
-    pub(crate) accepted: f32,
-    pub(crate) reported: Nanos,
-}
-
-impl Peer {
-    pub(crate) fn new(holder: u64, seen: Nanos) -> Self {
-        Self {
-            holder,
-            seen,
-            last: 0.0,
-            last_at: 0,
-            phase: 0,
-            placed: false,
-            idle: false,
-            accepted: 0.0,
-            reported: 0,
-        }
-    }
-}
-
-/// The modes entered since they were last taken ([`SharedState::take_entered`]), for the
-/// process's telemetry and its congestion run. Not part of the state's value: two states that
-/// differ only here are equal, and it is never stored.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Entered {
-    /// Entries per mode, in [`PacingMode`] order (open, probing, ramping, paused).
-    pub(crate) counts: [u8; 4],
-}
-
-impl PartialEq for Entered {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Entered {
-    pub(crate) fn enter(&mut self, mode: PacingMode) {
-        let slot = &mut self.counts[mode_index(mode)];
-        *slot = slot.saturating_add(1);
-    }
-
-    /// Whether any mode was entered.
-    pub(crate) fn any(&self) -> bool {
-        self.counts.iter().any(|&n| n > 0)
-    }
-
-    /// Each mode entered, as often as it was.
-    pub(crate) fn each(self) -> impl Iterator<Item = PacingMode> {
-        const MODES: [PacingMode; 4] = [
-            PacingMode::Open,
-            PacingMode::Probing,
-            PacingMode::Ramping,
-            PacingMode::Paused,
-        ];
-        MODES
-            .into_iter()
-            .zip(self.counts)
-            .flat_map(|(mode, n)| std::iter::repeat(mode).take(usize::from(n)))
-    }
-}
-
-fn mode_index(mode: PacingMode) -> usize {
-    match mode {
-        PacingMode::Open => 0,
-        PacingMode::Probing => 1,
-        PacingMode::Ramping => 2,
-        PacingMode::Paused => 3,
-    }
 }
 
 /// One endpoint's pacing state, as a fleet shares it (or one process keeps it alone).
