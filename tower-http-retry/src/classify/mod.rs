@@ -1,0 +1,34 @@
+//! Sorting outcomes into success, transient and permanent: an [`Outcome`] (with [`NotSent`] for
+//! a request that provably never reached the application), decided by a [`Classify`]
+//! implementation: the default table [`HttpClassifier`], two closures through [`classify_fn`]
+//! ([`ClassifyFn`]), or one of the caller's own. [`AsStdError`] gives a classifier an error's
+//! `source()` chain; [`SerialDispatch`] and [`Unretryable`] are the markers a client crate
+//! attaches to tell the classifier what only the client knows.
+//!
+//! The retry layer and the circuit breaker take the same classifier, so that a failure that is
+//! retried is also a failure that trips the breaker:
+//!
+//! ```
+//! use http::StatusCode;
+//! use tower_http_retry::{CircuitBreakerLayer, HttpClassifier, Outcome, RetryLayer};
+//!
+//! let classifier = HttpClassifier::new().status(StatusCode::CONFLICT, Outcome::Transient);
+//! assert_eq!(classifier.classify_status(StatusCode::CONFLICT), Outcome::Transient);
+//! let retry = RetryLayer::builder().classifier(classifier.clone()).build().unwrap();
+//! let breaker = CircuitBreakerLayer::builder().classifier(classifier).build().unwrap();
+//! # let _ = (retry, breaker);
+//! ```
+//!
+//! The table of [`HttpClassifier`] is written on it, where rustdoc shows it.
+
+mod error_chain;
+mod marker;
+mod outcome;
+mod table;
+mod unsent;
+
+pub use error_chain::AsStdError;
+pub use marker::{SerialDispatch, Unretryable};
+pub use outcome::{classify_fn, Classify, ClassifyFn, NotSent, Outcome};
+pub use table::HttpClassifier;
+pub use unsent::FailUnsent;
