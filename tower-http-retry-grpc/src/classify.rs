@@ -39,7 +39,7 @@ pub(crate) static GRPC_RETRY_PUSHBACK_MS: HeaderName =
 /// use http::Method;
 /// use tower_http_retry::Outcome;
 /// use tower_http_retry::classify::Classify;
-/// use tower_http_retry::grpc::{GrpcClassifier, GrpcCode};
+/// use tower_http_retry_grpc::{GrpcClassifier, GrpcCode};
 ///
 /// let trailers_only = |code: &str| -> Result<http::Response<()>, std::io::Error> {
 ///     Ok(http::Response::builder().header("grpc-status", code).body(()).unwrap())

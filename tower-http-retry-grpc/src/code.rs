@@ -9,7 +9,7 @@ use std::fmt;
 /// those of `google.rpc.Code` (and of `tonic::Code`).
 ///
 /// ```
-/// use tower_http_retry::grpc::GrpcCode;
+/// use tower_http_retry_grpc::GrpcCode;
 ///
 /// assert_eq!(GrpcCode::from_i32(14), GrpcCode::Unavailable);
 /// assert_eq!(GrpcCode::from_i32(99), GrpcCode::Unknown);

@@ -72,3 +72,8 @@ pub fn builder() -> RetryLayerBuilder<GrpcClassifier> {
         .attempt_hook(GrpcMetadata)
         .classifier(GrpcClassifier::new())
 }
+
+// The guide's code blocks are compiled and run as doctests, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/grpc.md")]
+struct GuideDoctests;

@@ -24,7 +24,7 @@ const MAX_ATTEMPTS_CAP: u32 = 5;
 /// hedging is not implemented.
 ///
 /// ```
-/// use tower_http_retry::grpc::GrpcServiceConfig;
+/// use tower_http_retry_grpc::GrpcServiceConfig;
 ///
 /// let config = GrpcServiceConfig::from_json(r#"{
 ///   "methodConfig": [{

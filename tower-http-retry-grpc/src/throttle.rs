@@ -29,7 +29,7 @@ const MILLI: u64 = 1000;
 /// (not at half), and a refused retry costs it nothing, so it recovers at once.
 ///
 /// ```
-/// use tower_http_retry::grpc::GrpcThrottle;
+/// use tower_http_retry_grpc::GrpcThrottle;
 /// use tower_http_retry::retry::RetryBudget;
 ///
 /// let throttle = GrpcThrottle::new(4.0, 0.5).unwrap();

@@ -92,3 +92,8 @@ pub use client::{rotation_safe_client, ExecutorGone, RotationSafeClient, Rotatio
 pub use connector::{SerialConnecting, SerialConnection, SerialConnector};
 pub use executor::SerialExecutor;
 pub use slots::{SlotBody, StreamSlots, StreamSlotsFuture, StreamSlotsLayer};
+
+// The guide's code blocks are compiled and run as doctests, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/rotation.md")]
+struct GuideDoctests;

@@ -257,3 +257,8 @@ impl AsStdError for ChainError {
         }
     }
 }
+
+// The guide's code blocks are compiled and run as doctests, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/reqwest-middleware.md")]
+struct GuideDoctests;

@@ -130,7 +130,32 @@ pub use report::{RetryReport, StopReason};
 #[doc(no_inline)]
 pub use retry::{AbortSignal, Backoff, Jitter, RetryLayer};
 
-// The README's code blocks are compiled and run as doctests, so the README stays true.
+// The README's and the guides' code blocks are compiled and run as doctests, so that they stay
+// true (the guides of the companions are the companions' doctests).
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/retrying.md")]
+struct RetryingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/telemetry.md")]
+struct TelemetryDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/pacing.md")]
+struct PacingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/reliability.md")]
+struct ReliabilityDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/performance.md")]
+struct PerformanceDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/troubleshooting.md")]
+struct TroubleshootingDoctests;

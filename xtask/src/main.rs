@@ -1,7 +1,7 @@
 //! The project's own commands, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
 //! * `cargo xtask test [ARGS...]`: installs the Debian packages of the real servers the tests
-//!   start (`tests/interop/`: nginx, HAProxy; `tests/fleet/`: Redis) when they are missing (with `apt-get` when
+//!   start (`tower-http-retry-hyper/tests/interop/`: nginx, HAProxy; `tower-http-retry-redis/tests/fleet/`: Redis) when they are missing (with `apt-get` when
 //!   run as root; otherwise it prints what to install), then runs
 //!   `cargo test --all-features [ARGS...]` with `TOWER_HTTP_RETRY_REQUIRE_SERVERS=1`, so that a
 //!   missing server fails the run instead of skipping its tests.
@@ -13,8 +13,12 @@
 //!   overhead over tower's (instructions per successful call above the no-layer row, divided by
 //!   `tower::retry` + `TpsBudget`'s) is more than 5 % above the value recorded in
 //!   `benches-instructions/instructions.baseline`.
+//! * `cargo xtask cycles`: the import graph between the files of each published crate (see
+//!   `cycles.rs`); fails on any cycle, naming its files.
 
 #![forbid(unsafe_code)]
+
+mod cycles;
 
 use std::env;
 use std::fs;
@@ -38,10 +42,12 @@ fn main() -> ExitCode {
     match args.next().as_deref() {
         Some("test") => test(args.collect()),
         Some("instructions") => instructions(),
+        Some("cycles") => check_cycles(),
         _ => {
             eprintln!(
                 "usage: cargo xtask test [ARGS passed to `cargo test --all-features`]\n       \
-                 cargo xtask instructions"
+                 cargo xtask instructions\n       \
+                 cargo xtask cycles"
             );
             ExitCode::FAILURE
         }
@@ -359,6 +365,41 @@ fn parse_baseline(text: &str) -> Vec<(String, f64)> {
             Some((name.to_string(), ratio.trim().parse().ok()?))
         })
         .collect()
+}
+
+/// The published crates, whose import graphs `cargo xtask cycles` checks.
+const PUBLISHED: [&str; 5] = [
+    "tower-http-retry",
+    "tower-http-retry-hyper",
+    "tower-http-retry-grpc",
+    "tower-http-retry-redis",
+    "tower-http-retry-reqwest-middleware",
+];
+
+fn check_cycles() -> ExitCode {
+    let root = workspace_root();
+    let mut found = 0;
+    for krate in PUBLISHED {
+        match cycles::cycles(&root.join(krate).join("src")) {
+            Ok(cycles) if cycles.is_empty() => println!("xtask: {krate}: no import cycle"),
+            Ok(cycles) => {
+                for cycle in cycles {
+                    found += 1;
+                    println!("xtask: {krate}: import cycle: {}", cycle.join(" <-> "));
+                }
+            }
+            Err(error) => {
+                eprintln!("xtask: {krate}: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if found == 0 {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("xtask: {found} import cycle(s)");
+        ExitCode::FAILURE
+    }
 }
 
 #[cfg(test)]

@@ -171,7 +171,7 @@ pub trait Classify<Res, E> {
     /// 504 by default); a transient error (a timeout, a connection failure) always is congestion.
     ///
     /// The default: the response's status is one of `statuses`. A protocol that reports
-    /// overload inside a 200 says so here: [`GrpcClassifier`](crate::grpc::GrpcClassifier) counts
+    /// overload inside a 200 says so here: the gRPC crate's `GrpcClassifier` counts
     /// UNAVAILABLE and RESOURCE_EXHAUSTED.
     fn is_congestion(&self, response: &Res, statuses: &[http::StatusCode]) -> bool
     where

@@ -22,7 +22,6 @@ pub(crate) struct Clock {
     at_epoch: Nanos,
 }
 
-#[cfg(any(test, feature = "redis"))]
 /// A sample that disagrees with the offset in use by more than its own uncertainty plus this
 /// replaces it (the store's clock was stepped, or the first sample was a slow one).
 const TOLERANCE: Duration = Duration::from_millis(1);
@@ -58,7 +57,6 @@ impl Clock {
         }
     }
 
-    #[cfg(any(test, feature = "redis"))]
     /// The clock a round trip measured: sent at `sent`, answered at `received`, the store's time
     /// then `server`. Kept unless the new sample disagrees with it by more than the sample's
     /// uncertainty (half its round trip) plus [`TOLERANCE`].

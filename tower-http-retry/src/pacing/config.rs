@@ -259,7 +259,7 @@ impl PacingBuilder {
     /// The statuses that mean "overloaded" (transient timeouts and connection failures always do).
     /// A transient status not in the list is retried but says nothing of the load. The classifier
     /// reads the list ([`Classify::is_congestion`](crate::classify::Classify::is_congestion)), and
-    /// may say more: [`GrpcClassifier`](crate::grpc::GrpcClassifier) counts UNAVAILABLE and
+    /// may say more: the gRPC crate's `GrpcClassifier` counts UNAVAILABLE and
     /// RESOURCE_EXHAUSTED, which arrive with HTTP status 200.
     pub fn congestion(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
         self.congestion = statuses.into_iter().collect();
@@ -270,7 +270,7 @@ impl PacingBuilder {
     /// one mode, one learned rate, one probe stream and fair shares of the releases for the
     /// whole fleet, instead of one of each per process. Every process of the fleet gives the
     /// same configuration and a handle on the same store (a
-    /// [`RedisStore`](crate::pacing::store::RedisStore) per process on one Redis, or
+    /// `RedisStore` (crate `tower-http-retry-redis`) per process on one Redis, or
     /// [`InProcessStore::peer`](crate::pacing::store::InProcessStore::peer) handles for layers
     /// of one process).
     ///

@@ -16,9 +16,9 @@ use tokio::time::Instant;
 /// A store keeps, per endpoint, the state the whole fleet shares (mode, learned rate, probe
 /// stream, release slots) and applies [`Event`]s to it atomically, through the crate's one
 /// transition function. Two implementations: [`InProcessStore`](super::InProcessStore) (the
-/// state under a lock: the processes are tasks or layers of one process) and, with the `redis`
-/// feature, [`RedisStore`](super::RedisStore) (a versioned record per endpoint, changed by a
-/// compare-and-set script). Every process of a fleet must use the same [`Pacing`]
+/// state under a lock: the processes are tasks or layers of one process) and, in the
+/// `tower-http-retry-redis` crate, `RedisStore` (a versioned record per endpoint, changed by a
+/// compare-and-set script, on the [`remote`](super::remote) kit). Every process of a fleet must use the same [`Pacing`]
 /// configuration with the same store.
 ///
 /// A call always answers. When a remote store fails, the answer comes from the process's

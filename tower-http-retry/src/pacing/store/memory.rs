@@ -19,8 +19,7 @@ use tokio::time::Instant;
 /// A [`PacingStore`] in this process's memory: one state per endpoint under a lock.
 ///
 /// Its handles share what they store: a clone is the same process, a [`peer`](Self::peer)
-/// another process of the same fleet (its own identity, as a [`RedisStore`](super::RedisStore)
-/// per process has). A record expires as a Redis key does (see
+/// another process of the same fleet (its own identity, as a Redis store per process has). A record expires as a Redis key does (see
 /// [`record_ttl`](InProcessStoreBuilder::record_ttl)), and time is tokio's, so tests and
 /// simulations on a paused clock see what a fleet on a real store would, without a network.
 #[derive(Clone)]

@@ -4,7 +4,7 @@
 //!
 //! # What is shared, what stays in the process
 //!
-//! Per endpoint the fleet shares a small value (`state.rs`):
+//! Per endpoint the fleet shares a small value (`SharedState`, in `pacing/shared/`):
 //!
 //! * the **mode**: open, down and probing, paused until a time, or ramping;
 //! * the **learned rate**: the ramp (slow start, then cubic after a loss) and the counts of the
@@ -28,14 +28,16 @@
 //!
 //! * [`InProcessStore`] keeps the values under a lock and applies events to them in place:
 //!   the answer is ready at once ([`StoreCall::into_ready`]), with no await point.
-//! * [`RedisStore`] (feature `redis`) keeps each value as a versioned record and runs the same
-//!   function in the process on the record it last read; `swap.lua` writes the result only if
-//!   the version is unchanged, and otherwise returns the record as it is, to apply the events
-//!   to again. Redis orders the writes and tells the time; it never runs a rule.
+//! * A remote store, such as the `RedisStore` of the `tower-http-retry-redis` crate, keeps each
+//!   value as a versioned [`Record`](remote::Record) and runs the same function in the process
+//!   on the record it last read ([`remote`] holds what it needs); its compare-and-set writes the
+//!   result only if the version is unchanged, and otherwise returns the record as it is, to
+//!   apply the events to again. The store orders the writes and tells the time; it never runs a
+//!   rule.
 //!
 //! The other way, the transitions written in Lua, would take one round trip per event with no
 //! retries, but puts the pacer's rules in two languages (Lua for Redis, Rust for the process),
-//! to be kept equal by hand while they change (issue 19 changes them now); rules in Lua are
+//! to be kept equal by hand while they change; rules in Lua are
 //! also slower to test and run inside Redis's single thread. With the rules in Rust, a
 //! conflict costs one more round trip, and conflicts are bounded by the batching: slots are
 //! taken about 16 at a time, outcomes are reported with the next call, and an answer that
@@ -43,63 +45,42 @@
 //!
 //! # Time
 //!
-//! Shared times are microseconds of the store's clock. Redis's scripts return `TIME`, and each
-//! process keeps an offset from its tokio clock to it, measured on every round trip (kept
-//! unless a sample disagrees by more than half its round trip plus 1 ms): the processes'
-//! clocks never need to agree. An in-process store's clock is tokio's, so a paused clock
+//! Shared times are of the store's clock. A remote store's answers carry its time (Redis's
+//! scripts return `TIME`), and each process keeps an offset from its tokio clock to it,
+//! measured on every round trip ([`StoreClock`](remote::StoreClock): kept unless a sample
+//! disagrees by more than half its round trip plus 1 ms): the processes' clocks never need to
+//! agree. An in-process store's clock is tokio's, so a paused clock
 //! drives it in tests and simulations.
-//!
-//! # Redis records
-//!
-//! One hash per endpoint, `{prefix}:{endpoint}` (see [`RedisStoreBuilder::prefix`]):
-//!
-//! | field | what |
-//! |---|---|
-//! | `v` | the version: random when the record is made, then one more per write |
-//! | `s` | the shared state, in the crate's own versioned byte format (at most about 4 KiB) |
-//!
-//! It expires (`PEXPIRE`) a [record TTL](RedisStoreBuilder::record_ttl) (60 s) past the last
-//! time it holds (a pause's end, a lease's expiry) and its last write; an absent record is an
-//! open endpoint. A lease is taken back at its expiry
-//! ([`lease_ttl`](RedisStoreBuilder::lease_ttl), 10 s) and a peer is forgotten 10 s after its
-//! last call, so a process that dies holds nothing. Two scripts, in `src/pacing/store/redis/`:
-//! `read.lua` (the record and `TIME`) and `swap.lua` (the compare-and-set, described in the
-//! file).
 //!
 //! # Cost only while paced
 //!
 //! A request to an open endpoint reads [`PacingStore::cached`]: no call. What a process knows
-//! of an endpoint is read again in the background once it is older than a second
-//! ([`RedisStoreBuilder::view_ttl`]), and the process's own congestion run reports an outage
+//! of an endpoint is read again in the background once it is older than a second (the Redis
+//! store's `view_ttl`), and the process's own congestion run reports an outage
 //! as soon as it sees one. While paced, a process calls the store for a probe (about twice a
 //! second for the whole fleet) or for a batch of slots.
 //!
 //! # When the store fails
 //!
-//! Every Redis call has a timeout of a few milliseconds. A timeout or a connection error is a
-//! [`StoreError`]; the call is still answered, by the process's fallback (the endpoint's last
+//! Every call of a remote store has a timeout (Redis's: a few milliseconds). A timeout or a
+//! connection error is a [`StoreError`]; the call is still answered, by the process's
+//! [fallback](remote::Fallback) (the endpoint's last
 //! known state at this process's share of the fleet: rates divided by the peers, a learned
 //! rate capped at 1.2 times that share, the probe interval multiplied by the peers — never
 //! unlimited), and [`Applied::fallback`] says why. The store counts it ([`StoreStats`]), logs
-//! it once (feature `tracing`), tries Redis again after 250 ms and then up to every 5 s, and
-//! rejoins the fleet's state when Redis answers; if Redis lost the record meanwhile
-//! (restarted empty), the first process back writes its own state, scaled back to the fleet.
+//! it once, tries again after 250 ms and then up to every 5 s, and rejoins the fleet's state
+//! when the store answers; if the store lost the record meanwhile (Redis restarted empty), the
+//! first process back writes its own state, scaled back to the fleet
+//! ([`Fallback::seed`](remote::Fallback::seed)).
 
 mod backend;
-// What only a remote store needs: the state as bytes, and the process's own pacing while the
-// store is away.
-#[cfg(any(test, feature = "redis"))]
 mod codec;
-#[cfg(any(test, feature = "redis"))]
 mod fallback;
 mod memory;
 mod protocol;
-#[cfg(feature = "redis")]
-mod redis;
+pub mod remote;
 mod run;
 
-#[cfg(feature = "redis")]
-pub use self::redis::{RedisStore, RedisStoreBuilder};
 pub use backend::{PacingStore, StoreCall};
 pub use memory::{InProcessStore, InProcessStoreBuilder};
 pub use protocol::{Applied, Event, Lease, Release, Reply, StoreError, StoreStats, View};

@@ -2,8 +2,8 @@
 //! connection, its own `RetryLayer` and its own hyper-util client, as separate processes would.
 //!
 //! ```text
-//! cargo run --example fleet --features redis          # through a RedisStore
-//! cargo run --example fleet --features redis -- alone # the same workers, each pacing alone
+//! cargo run -p tower-http-retry-redis --example fleet          # through a RedisStore
+//! cargo run -p tower-http-retry-redis --example fleet -- alone # the same workers, each pacing alone
 //! ```
 //!
 //! It starts its own `redis-server` (Debian's `redis-server` package; without it the example
@@ -28,8 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
-use tower_http_retry::pacing::store::{PacingStore, RedisStore};
+use tower_http_retry::pacing::store::PacingStore;
 use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer};
+use tower_http_retry_redis::RedisStore;
 
 const WORKERS: usize = 3;
 const PER_WORKER: usize = 300;

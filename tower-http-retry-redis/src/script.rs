@@ -2,21 +2,19 @@
 //! this file, where their keys, fields and expiry are written), each call under a timeout, and
 //! their replies parsed.
 
-use crate::pacing::clock::Nanos;
-use crate::pacing::shared::SharedState;
-use crate::pacing::store::codec::decode;
-use crate::pacing::store::protocol::StoreError;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, Value};
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
+use tower_http_retry::pacing::store::remote::Record;
+use tower_http_retry::pacing::store::StoreError;
 
 /// The record of one endpoint as a call found it.
 pub(super) struct Found {
     /// 0: absent.
     pub(super) version: u64,
-    pub(super) state: SharedState,
+    pub(super) record: Record,
 }
 
 /// What a compare-and-set did.
@@ -32,7 +30,8 @@ pub(super) struct Trip<T> {
     pub(super) answer: T,
     pub(super) sent: Instant,
     pub(super) received: Instant,
-    pub(super) server: Nanos,
+    /// Since the server's epoch.
+    pub(super) server: Duration,
 }
 
 /// The scripts, hashed once (`EVALSHA`, loaded again after `NOSCRIPT`: a restarted server).
@@ -62,7 +61,7 @@ impl Scripts {
         let items = array(trip.answer, 4)?;
         let found = Found {
             version: integer(&items[0])?,
-            state: decode(bytes(&items[1])?).map_err(|_| StoreError::Malformed)?,
+            record: Record::decode(bytes(&items[1])?)?,
         };
         Ok(Trip {
             server: server_time(&items[2], &items[3])?,
@@ -97,7 +96,7 @@ impl Scripts {
         } else {
             Swap::Conflict(Box::new(Found {
                 version,
-                state: decode(bytes(&items[2])?).map_err(|_| StoreError::Malformed)?,
+                record: Record::decode(bytes(&items[2])?)?,
             }))
         };
         Ok(Trip {
@@ -125,7 +124,7 @@ async fn timed<T>(
             answer,
             sent,
             received: Instant::now(),
-            server: 0,
+            server: Duration::ZERO,
         }),
         Ok(Err(error)) => Err(StoreError::Unavailable(error.to_string())),
         Err(_) => Err(StoreError::Timeout(timeout)),
@@ -157,10 +156,7 @@ fn integer(value: &Value) -> Result<u64, StoreError> {
     }
 }
 
-/// `TIME`'s seconds and microseconds as nanoseconds.
-fn server_time(seconds: &Value, micros: &Value) -> Result<Nanos, StoreError> {
-    Ok(integer(seconds)?
-        .saturating_mul(1_000_000)
-        .saturating_add(integer(micros)?)
-        .saturating_mul(1_000))
+/// `TIME`'s seconds and microseconds.
+fn server_time(seconds: &Value, micros: &Value) -> Result<Duration, StoreError> {
+    Ok(Duration::from_secs(integer(seconds)?) + Duration::from_micros(integer(micros)?))
 }

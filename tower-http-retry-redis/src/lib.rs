@@ -1,21 +1,44 @@
-//! [`RedisStore`]: the fleet's shared pacing state in Redis, one versioned record per endpoint,
-//! changed by a compare-and-set script; the transitions run in the process (the crate's one
-//! transition function), Redis only orders the writes and tells the time.
+//! [`RedisStore`]: the fleet's shared pacing state of [tower-http-retry](tower_http_retry) in
+//! Redis, one versioned record per endpoint, changed by a compare-and-set script; the
+//! transitions run in the process (the core's one transition function, through its
+//! [`remote`](tower_http_retry::pacing::store::remote) kit), Redis only orders the writes and
+//! tells the time.
+//!
+//! The guide (what is shared, the records, what a failing Redis costs, the measured fleets):
+//! `docs/fleets.md` in the repository; the pacing store's design:
+//! [`tower_http_retry::pacing::store`].
+//!
+//! # Records
+//!
+//! One hash per endpoint, `{prefix}:{endpoint}` (see [`RedisStoreBuilder::prefix`]):
+//!
+//! | field | what |
+//! |---|---|
+//! | `v` | the version: random when the record is made, then one more per write |
+//! | `s` | the shared state, in the core's own versioned byte format (the core's `remote::Record`) (at most about 4 KiB) |
+//!
+//! It expires (`PEXPIRE`) a [record TTL](RedisStoreBuilder::record_ttl) (60 s) past the last
+//! time it holds (a pause's end, a lease's expiry) and its last write; an absent record is an
+//! open endpoint. A lease is taken back at its expiry
+//! ([`lease_ttl`](RedisStoreBuilder::lease_ttl), 10 s) and a peer is forgotten 10 s after its
+//! last call, so a process that dies holds nothing. Two scripts, in this crate's `src/`:
+//! `read.lua` (the record and `TIME`) and `swap.lua` (the compare-and-set, described in the
+//! file).
+//!
+
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
 
 mod builder;
 mod script;
 
 pub use builder::RedisStoreBuilder;
 
-use super::backend::{PacingStore, StoreCall};
-use super::codec::encode;
-use super::fallback::Fallback;
-use super::protocol::{Applied, Event, StoreError, StoreStats, View};
-use super::run::{applied, cached_view, run, Timing};
-use crate::pacing::clock::{Clock, LOCAL_EPOCH};
-use crate::pacing::config::PacingConfig;
-use crate::pacing::shared::SharedState;
-use crate::pacing::Pacing;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use script::{Found, Scripts, Swap, Trip};
 use std::collections::HashMap;
@@ -24,6 +47,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
+use tower_http_retry::pacing::store::remote::{Fallback, FleetRules, Record, StoreClock};
+use tower_http_retry::pacing::store::{
+    Applied, Event, PacingStore, StoreCall, StoreError, StoreStats, View,
+};
+use tower_http_retry::pacing::Pacing;
 
 /// Compare-and-set tries per call before it is answered by the fallback (others wrote first
 /// every time).
@@ -56,7 +84,7 @@ const MAX_REJOIN_WAIT: Duration = Duration::from_secs(5);
 /// `MultiplexedConnection` the application already has.
 ///
 /// ```no_run
-/// use tower_http_retry::pacing::store::RedisStore;
+/// use tower_http_retry_redis::RedisStore;
 ///
 /// # async fn connect() -> redis::RedisResult<()> {
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
@@ -78,10 +106,9 @@ struct Inner<C> {
     prefix: String,
     call_timeout: Duration,
     view_ttl: Duration,
-    timing: Timing,
-    holder: u64,
+    rules: FleetRules,
     scripts: Scripts,
-    clock: Mutex<Option<Clock>>,
+    clock: Mutex<Option<StoreClock>>,
     cache: Mutex<HashMap<String, Cached>>,
     health: Mutex<Health>,
     counters: Counters,
@@ -91,7 +118,7 @@ struct Inner<C> {
 struct Cached {
     /// 0: the record was absent.
     version: u64,
-    state: SharedState,
+    record: Record,
     read_at: Instant,
     refreshing: bool,
     /// While the store is away: this process's own pacing of the endpoint.
@@ -103,7 +130,7 @@ impl Cached {
     fn unread(now: Instant, view_ttl: Duration) -> Self {
         Cached {
             version: 0,
-            state: SharedState::new(),
+            record: Record::new(),
             read_at: now.checked_sub(view_ttl).unwrap_or(now),
             refreshing: false,
             fallback: None,
@@ -175,7 +202,7 @@ impl<C> fmt::Debug for RedisStore<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.inner.prefix)
-            .field("holder", &self.inner.holder)
+            .field("holder", &self.inner.rules.holder())
             .field("call_timeout", &self.inner.call_timeout)
             .finish_non_exhaustive()
     }
@@ -192,7 +219,7 @@ where
         events: &'a [Event],
         now: Instant,
     ) -> StoreCall<'a> {
-        StoreCall::pending(self.inner.apply(pacing.config(), endpoint, events, now))
+        StoreCall::pending(self.inner.apply(pacing, endpoint, events, now))
     }
 
     fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
@@ -206,14 +233,10 @@ where
         // An endpoint not heard of yet is read in the background, as a stale one is.
         let entry = cache.get_mut(endpoint).expect("just made");
         let seen = clock.map(|clock| match &entry.fallback {
-            Some(fallback) => {
-                let rules = inner.timing.rules(&fallback.config);
-                cached_view(&fallback.state, &rules, &clock, entry.read_at, now)
-            }
-            None => {
-                let rules = inner.timing.rules(pacing.config());
-                cached_view(&entry.state, &rules, &clock, entry.read_at, now)
-            }
+            Some(fallback) => fallback.view(&inner.rules, clock, entry.read_at, now),
+            None => inner
+                .rules
+                .view(pacing, &entry.record, clock, entry.read_at, now),
         });
         let stale = now.saturating_duration_since(entry.read_at) >= inner.view_ttl;
         // While Redis is away, the next try is the calls' to make, not a refresh's per request.
@@ -224,12 +247,7 @@ where
                     (Arc::clone(inner), pacing.clone(), endpoint.to_owned());
                 runtime.spawn(async move {
                     inner
-                        .apply(
-                            pacing.config(),
-                            &endpoint,
-                            &[Event::Refresh],
-                            Instant::now(),
-                        )
+                        .apply(&pacing, &endpoint, &[Event::Refresh], Instant::now())
                         .await;
                     if let Some(entry) = lock(&inner.cache).get_mut(&endpoint) {
                         entry.refreshing = false;
@@ -247,14 +265,15 @@ where
     fn stats(&self) -> StoreStats {
         let c = &self.inner.counters;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        StoreStats {
-            calls: load(&c.calls),
-            conflicts: load(&c.conflicts),
-            errors: load(&c.errors),
-            fallbacks: load(&c.fallbacks),
-            fallback_answers: load(&c.fallback_answers),
-            rejoins: load(&c.rejoins),
-        }
+        // Non-exhaustive: a counter the core adds later reads 0 here.
+        let mut stats = StoreStats::default();
+        stats.calls = load(&c.calls);
+        stats.conflicts = load(&c.conflicts);
+        stats.errors = load(&c.errors);
+        stats.fallbacks = load(&c.fallbacks);
+        stats.fallback_answers = load(&c.fallback_answers);
+        stats.rejoins = load(&c.rejoins);
+        stats
     }
 }
 
@@ -269,15 +288,15 @@ where
     /// Applies `events` through Redis, or through the fallback while Redis is away.
     async fn apply(
         &self,
-        config: &PacingConfig,
+        pacing: &Pacing,
         endpoint: &str,
         events: &[Event],
         now: Instant,
     ) -> Applied {
         if let Some(error) = self.away(now) {
-            return self.apply_locally(config, endpoint, events, now, error);
+            return self.apply_locally(pacing, endpoint, events, now, error);
         }
-        match self.apply_shared(config, endpoint, events, now).await {
+        match self.apply_shared(pacing, endpoint, events, now).await {
             Ok(applied) => {
                 self.joined();
                 applied
@@ -286,7 +305,7 @@ where
                 if !matches!(error, StoreError::Contention(_) | StoreError::Malformed) {
                     self.lost(&error, now);
                 }
-                self.apply_locally(config, endpoint, events, now, error)
+                self.apply_locally(pacing, endpoint, events, now, error)
             }
         }
     }
@@ -295,45 +314,44 @@ where
     /// since, apply again to the state the script returned.
     async fn apply_shared(
         &self,
-        config: &PacingConfig,
+        pacing: &Pacing,
         endpoint: &str,
         events: &[Event],
         now: Instant,
     ) -> Result<Applied, StoreError> {
-        let rules = self.timing.rules(config);
         let key = self.key(endpoint);
         let read_only = events.iter().all(|event| matches!(event, Event::Refresh));
         let cached = match lock(&self.cache).get(endpoint) {
             Some(entry) if !read_only && entry.fallback.is_none() => {
-                Some((entry.version, entry.state.clone()))
+                Some((entry.version, entry.record.clone()))
             }
             _ => None,
         };
         let (mut found, mut fresh) = match cached {
-            Some((version, state)) => (Found { version, state }, false),
+            Some((version, record)) => (Found { version, record }, false),
             None => {
                 let trip = self.read(&key).await?;
                 (trip.answer, true)
             }
         };
         if found.version == 0 {
-            found.state = self.seed(endpoint).unwrap_or(found.state);
+            found.record = self.seed(endpoint).unwrap_or(found.record);
         }
         for _ in 0..MAX_TRIES {
             let clock = self.clock_now().await?;
-            let at = clock.to_shared(now);
-            let mut state = found.state.clone();
-            let replies = run(&mut state, &rules, self.holder, events, &clock, now, false);
-            let applied = |state: &SharedState| applied(replies.clone(), state, &rules, clock, at);
-            let changed = state != found.state;
+            let mut record = found.record.clone();
+            let applied = self.rules.apply(pacing, &mut record, events, clock, now);
+            let changed = record != found.record;
             if !changed && fresh {
-                self.remember(endpoint, found.version, state.clone(), now);
-                return Ok(applied(&state));
+                self.remember(endpoint, found.version, record, now);
+                return Ok(applied);
             }
-            let bytes = changed.then(|| encode(&state));
-            let write = bytes
-                .as_deref()
-                .map(|bytes| (bytes, self.timing.expiry_ms(&state, at)));
+            let bytes = changed.then(|| record.encode());
+            let ttl_ms = |record: &Record| {
+                let ttl = self.rules.expiry(record, clock, now);
+                u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+            };
+            let write = bytes.as_deref().map(|bytes| (bytes, ttl_ms(&record)));
             let trip = self
                 .scripts
                 .swap(
@@ -347,14 +365,14 @@ where
             let trip = self.counted(trip)?;
             match trip.answer {
                 Swap::Done { version } => {
-                    self.remember(endpoint, version, state.clone(), now);
-                    return Ok(applied(&state));
+                    self.remember(endpoint, version, record, now);
+                    return Ok(applied);
                 }
                 Swap::Conflict(current) => {
                     bump(&self.counters.conflicts);
                     found = *current;
                     if found.version == 0 {
-                        found.state = self.seed(endpoint).unwrap_or(found.state);
+                        found.record = self.seed(endpoint).unwrap_or(found.record);
                     }
                     fresh = true;
                 }
@@ -364,7 +382,7 @@ where
     }
 
     /// The clock, measured by a first read if no call has measured it yet.
-    async fn clock_now(&self) -> Result<Clock, StoreError> {
+    async fn clock_now(&self) -> Result<StoreClock, StoreError> {
         if let Some(clock) = *lock(&self.clock) {
             return Ok(clock);
         }
@@ -387,7 +405,7 @@ where
         match trip {
             Ok(trip) => {
                 let mut clock = lock(&self.clock);
-                *clock = Some(Clock::measured(
+                *clock = Some(StoreClock::measured(
                     *clock,
                     trip.sent,
                     trip.received,
@@ -402,24 +420,24 @@ where
         }
     }
 
-    fn remember(&self, endpoint: &str, version: u64, state: SharedState, now: Instant) {
+    fn remember(&self, endpoint: &str, version: u64, record: Record, now: Instant) {
         let mut cache = lock(&self.cache);
         let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
             version,
-            state: SharedState::new(),
+            record: Record::new(),
             read_at: now,
             refreshing: false,
             fallback: None,
         });
         entry.version = version;
-        entry.state = state;
+        entry.record = record;
         entry.read_at = now;
         entry.fallback = None;
     }
 
     /// The state to start a record from when Redis has none but this process paced the
     /// endpoint alone meanwhile (Redis restarted empty).
-    fn seed(&self, endpoint: &str) -> Option<SharedState> {
+    fn seed(&self, endpoint: &str) -> Option<Record> {
         let cache = lock(&self.cache);
         cache.get(endpoint)?.fallback.as_ref().map(Fallback::seed)
     }
@@ -427,40 +445,26 @@ where
     /// Answers from the fallback: the endpoint's last known state at this process's share.
     fn apply_locally(
         &self,
-        config: &PacingConfig,
+        pacing: &Pacing,
         endpoint: &str,
         events: &[Event],
         now: Instant,
         error: StoreError,
     ) -> Applied {
         bump(&self.counters.fallback_answers);
-        let clock = *lock(&self.clock).get_or_insert_with(|| Clock::new(now, LOCAL_EPOCH));
-        let at = clock.to_shared(now);
+        let clock = *lock(&self.clock).get_or_insert_with(|| StoreClock::unmeasured(now));
         let mut cache = lock(&self.cache);
         let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
             version: 0,
-            state: SharedState::new(),
+            record: Record::new(),
             read_at: now,
             refreshing: false,
             fallback: None,
         });
         let fallback = entry
             .fallback
-            .get_or_insert_with(|| Fallback::enter(&entry.state, config, self.holder, at));
-        let rules = self.timing.rules(&fallback.config);
-        let replies = run(
-            &mut fallback.state,
-            &rules,
-            self.holder,
-            events,
-            &clock,
-            now,
-            true,
-        );
-        Applied {
-            fallback: Some(error),
-            ..applied(replies, &fallback.state, &rules, clock, at)
-        }
+            .get_or_insert_with(|| Fallback::enter(&entry.record, pacing, &self.rules, clock, now));
+        fallback.apply(&self.rules, events, clock, now, error)
     }
 
     /// `Some` while Redis is away and not due for another try. The first call at or after the
@@ -527,3 +531,8 @@ where
         }
     }
 }
+
+// The guide's code blocks are compiled and run as doctests, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/fleets.md")]
+struct GuideDoctests;

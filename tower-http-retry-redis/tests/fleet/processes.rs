@@ -25,10 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_http_retry::pacing::store::{
-    Event, PacingStore, RedisStore, StoreCall, StoreStats, View,
-};
+use tower_http_retry::pacing::store::{Event, PacingStore, StoreCall, StoreStats, View};
 use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer};
+use tower_http_retry_redis::RedisStore;
 
 /// Set in a worker's environment: its number. Absent, [`worker`] does nothing.
 const WORKER: &str = "TOWER_HTTP_RETRY_FLEET_WORKER";

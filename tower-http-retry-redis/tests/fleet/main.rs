@@ -22,8 +22,9 @@ use servers::{Server, REDIS};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-use tower_http_retry::pacing::store::{Applied, Event, PacingStore, RedisStore, RedisStoreBuilder};
+use tower_http_retry::pacing::store::{Applied, Event, PacingStore};
 use tower_http_retry::Pacing;
+use tower_http_retry_redis::{RedisStore, RedisStoreBuilder};
 
 pub const MS: Duration = Duration::from_millis(1);
 

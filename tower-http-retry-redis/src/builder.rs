@@ -2,12 +2,12 @@
 
 use super::script::Scripts;
 use super::{Counters, Health, Inner, RedisStore};
-use crate::error::{positive_duration, InvalidConfig};
-use crate::pacing::store::run::{holder_id, Timing};
 use redis::aio::ConnectionLike;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_http_retry::pacing::store::remote::FleetRules;
+use tower_http_retry::InvalidConfig;
 
 /// Configures a [`RedisStore`]; [`build`](Self::build) checks every value.
 ///
@@ -25,7 +25,8 @@ pub struct RedisStoreBuilder<C> {
     prefix: String,
     call_timeout: Duration,
     view_ttl: Duration,
-    timing: Timing,
+    lease_ttl: Duration,
+    record_ttl: Duration,
 }
 
 impl<C> RedisStoreBuilder<C>
@@ -38,7 +39,8 @@ where
             prefix: "tower-http-retry:pacing".to_owned(),
             call_timeout: Duration::from_millis(5),
             view_ttl: Duration::from_secs(1),
-            timing: Timing::DEFAULT,
+            lease_ttl: FleetRules::DEFAULT_LEASE_TTL,
+            record_ttl: FleetRules::DEFAULT_RECORD_TTL,
         }
     }
 
@@ -56,7 +58,7 @@ where
     }
 
     /// How old what a process knows of an endpoint may be before it is read again, in the
-    /// background ([`PacingStore::cached`](crate::pacing::store::PacingStore::cached)).
+    /// background ([`PacingStore::cached`](tower_http_retry::pacing::store::PacingStore::cached)).
     pub fn view_ttl(mut self, ttl: Duration) -> Self {
         self.view_ttl = ttl;
         self
@@ -64,28 +66,28 @@ where
 
     /// How long a probe lease lasts if its holder never ends it.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.timing.lease_ttl = ttl;
+        self.lease_ttl = ttl;
         self
     }
 
     /// How long a record is kept past the last time it holds and its last write.
     pub fn record_ttl(mut self, ttl: Duration) -> Self {
-        self.timing.record_ttl = ttl;
+        self.record_ttl = ttl;
         self
     }
 
     /// Checks every value: fails, naming the field, on a zero or over-long duration.
     pub fn build(self) -> Result<RedisStore<C>, InvalidConfig> {
-        positive_duration("store.call_timeout", self.call_timeout)?;
-        positive_duration("store.view_ttl", self.view_ttl)?;
+        InvalidConfig::ensure_positive_duration("store.call_timeout", self.call_timeout)?;
+        InvalidConfig::ensure_positive_duration("store.view_ttl", self.view_ttl)?;
+        let rules = FleetRules::new(self.lease_ttl, self.record_ttl)?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 connection: self.connection,
                 prefix: self.prefix,
                 call_timeout: self.call_timeout,
                 view_ttl: self.view_ttl,
-                timing: self.timing.check()?,
-                holder: holder_id(),
+                rules,
                 scripts: Scripts::new(),
                 clock: Mutex::new(None),
                 cache: Mutex::new(HashMap::new()),
