@@ -1,7 +1,8 @@
 //! `cargo xtask cycles`: the import graph between the files of each published crate, and the
 //! cycles in it.
 //!
-//! A file depends on another when its code (comments and `#[cfg(test)]` code left out) names an
+//! A file depends on another when its code (comments, `#[cfg(test)]` code and `#[cfg(doc)]`
+//! imports left out) names an
 //! item of the other through a `crate::`, `super::` or `self::` path, or a path that starts with
 //! one of its own child modules. A path that ends at a module's file is followed through that
 //! file's re-exports (`pub use`, `pub(crate) use`) to the file that defines the item, and the
@@ -23,17 +24,27 @@ struct Module {
     reexports: BTreeMap<String, ModPath>,
 }
 
-/// The cycles of the crate whose sources are under `src`, each as its files (relative to the
-/// crate), sorted.
-pub(crate) fn cycles(src: &Path) -> Result<Vec<Vec<String>>, String> {
+/// One cycle: its files (relative to the crate), sorted, and the edges between them, each with
+/// the first path that makes it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Cycle {
+    pub(crate) files: Vec<String>,
+    pub(crate) edges: Vec<(String, String, String)>,
+}
+
+/// The cycles of the crate whose sources are under `src`.
+pub(crate) fn cycles(src: &Path) -> Result<Vec<Cycle>, String> {
     let mut modules = BTreeMap::new();
     load(src, &src.join("lib.rs"), Vec::new(), &mut modules)?;
     let mut edges: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
+    let mut why: BTreeMap<(ModPath, ModPath), String> = BTreeMap::new();
     for (path, module) in &modules {
         let targets = edges.entry(path.clone()).or_default();
         for used in &module.uses {
             if let Some(target) = resolve(&modules, used, 0) {
                 if &target != path {
+                    why.entry((path.clone(), target.clone()))
+                        .or_insert_with(|| format!("crate::{}", used.join("::")));
                     targets.insert(target);
                 }
             }
@@ -52,7 +63,13 @@ pub(crate) fn cycles(src: &Path) -> Result<Vec<Vec<String>>, String> {
         .map(|component| {
             let mut files: Vec<String> = component.iter().map(name).collect();
             files.sort();
-            files
+            let members: BTreeSet<&ModPath> = component.iter().collect();
+            let edges = why
+                .iter()
+                .filter(|((from, to), _)| members.contains(from) && members.contains(to))
+                .map(|((from, to), path)| (name(from), name(to), path.clone()))
+                .collect();
+            Cycle { files, edges }
         })
         .collect())
 }
@@ -81,10 +98,19 @@ fn load(
     let mut uses = Vec::new();
     let mut reexports = BTreeMap::new();
     let mut test_attr = false;
+    let mut doc_attr = false;
     for line in &lines {
         let trimmed = line.trim();
         if trimmed.starts_with("#[cfg(test)]") {
             test_attr = true;
+            continue;
+        }
+        // An import for rustdoc's links only: no dependency of the code.
+        if trimmed.starts_with("#[cfg(doc)]") {
+            doc_attr = true;
+            continue;
+        }
+        if std::mem::take(&mut doc_attr) {
             continue;
         }
         if let Some(child) = mod_declaration(trimmed) {
@@ -419,8 +445,9 @@ mod tests {
         fs::write(src.join("m/b.rs"), "use crate::A;\npub struct B;\n").unwrap();
         let found = cycles(&src).unwrap();
         fs::remove_dir_all(&dir).unwrap();
+        let files: Vec<Vec<String>> = found.into_iter().map(|cycle| cycle.files).collect();
         assert_eq!(
-            found,
+            files,
             vec![vec!["src/m/a.rs".to_owned(), "src/m/b.rs".to_owned()]]
         );
     }

@@ -385,7 +385,13 @@ fn check_cycles() -> ExitCode {
             Ok(cycles) => {
                 for cycle in cycles {
                     found += 1;
-                    println!("xtask: {krate}: import cycle: {}", cycle.join(" <-> "));
+                    println!(
+                        "xtask: {krate}: import cycle: {}",
+                        cycle.files.join(" <-> ")
+                    );
+                    for (from, to, path) in cycle.edges {
+                        println!("xtask:     {from} -> {to} ({path})");
+                    }
                 }
             }
             Err(error) => {

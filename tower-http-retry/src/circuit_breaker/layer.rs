@@ -1,241 +1,24 @@
-//! [`CircuitBreakerLayer`]: one breaker, shared by every clone (its builder is in `builder.rs`).
+//! [`CircuitBreakerLayer`]: one breaker, shared by every clone, and [`CircuitBreakerLayerBuilder`],
+//! every setting of a breaker, checked when it is built.
 
-use super::builder::CircuitBreakerLayerBuilder;
 use super::check::{check_retry, RetryMismatch};
-use super::config::Config;
+use super::config::{Config, Settings};
+use super::keyed::KeyedCircuitBreakerLayer;
 use super::service::CircuitBreaker;
 use super::state::{CircuitState, CircuitStats};
-use super::template::Shared;
+use super::template::{Shared, Template};
 use crate::abort::AbortSignal;
 use crate::classify::HttpClassifier;
+use crate::error::{at_least_one, InvalidConfig};
+use crate::random::RandomSource;
 use crate::retry::RetryLayer;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 use tower_layer::Layer;
 
-/// Wraps a service in a [`CircuitBreaker`]. Every clone of the layer, and every service it
-/// makes, shares one breaker: one state, one failure count, one window.
-///
-/// ```
-/// use std::time::Duration;
-/// use tower::ServiceBuilder;
-/// use tower_http_retry::CircuitBreakerLayer;
-/// use tower_http_retry::AbortSignal;
-///
-/// let wake = AbortSignal::new(); // give the same signal to the RetryLayer
-/// let breaker = CircuitBreakerLayer::builder()
-///     .consecutive_failures(5)
-///     .failure_ratio(0.5)
-///     .minimum_calls(20)
-///     .window(Duration::from_secs(10))
-///     .open_duration(Duration::from_secs(5))
-///     .abort_signal(wake.clone())
-///     .build()
-///     .expect("valid breaker configuration");
-/// # let client = tower::service_fn(|_: http::Request<String>| async {
-/// #     Ok::<_, std::io::Error>(http::Response::new(String::new()))
-/// # });
-/// let client = ServiceBuilder::new().layer(breaker).service(client);
-/// # let _ = client;
-/// ```
-///
-/// # How the breaker works
-///
-/// Backoff handles transient failure: the endpoint is back shortly, so wait. A breaker handles
-/// sustained failure: it is not coming back shortly, so stop trying and free the concurrency. With
-/// backoff and no breaker, a dead endpoint keeps every request busy for its whole retry sequence;
-/// with a breaker, the calls fail fast with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen)
-/// until a probe shows the endpoint is back.
-///
-/// * **Closed**: calls go through. The circuit opens after
-///   [`consecutive_failures`](CircuitBreakerLayerBuilder::consecutive_failures) in a row, or when
-///   the [`failure_ratio`](CircuitBreakerLayerBuilder::failure_ratio) over a sliding
-///   [`window`](CircuitBreakerLayerBuilder::window) is reached with at least
-///   [`minimum_calls`](CircuitBreakerLayerBuilder::minimum_calls). A failure is what the
-///   [`Classify`](crate::classify::Classify) implementation calls
-///   [`Transient`](crate::Outcome::Transient) (a 503, a timeout, a refused connection) - the same
-///   classifier as the retry layer's, so what is retried is what trips. A permanent outcome (a 404,
-///   the caller's fault) is not counted; a success ends a run of failures.
-/// * **Open**: calls fail at once with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen),
-///   without reaching the inner service, for the open duration plus jitter (drawn from a
-///   [`RandomSource`](crate::retry::RandomSource), so a fleet that tripped together does not probe
-///   together), growing each time a probe fails or the circuit trips again within a window of
-///   closing. `poll_ready` stays `Ready(Ok(()))`: a `poll_ready` error is final under tower's
-///   contract.
-/// * **Half-open**: a bounded number of probe calls go through at once, each holding its slot in
-///   its response future (dropping the future frees it). Enough successes close the circuit; one
-///   failure re-opens it.
-///
-/// # With the retry layer
-///
-/// Give both layers the same [`AbortSignal`](crate::AbortSignal): each time the breaker opens it
-/// [holds](crate::AbortSignal::hold_until) the signal until it will half-open (a keyed breaker
-/// does less: see [below](#waking-the-retry-layer)). Every request
-/// sleeping before a retry returns its last outcome at once (with
-/// [`StopReason::Held`](crate::StopReason::Held); its budget token is refunded) instead of
-/// waking later only to be refused, and so does a request whose attempt fails while the circuit
-/// is open (the attempt that opened it, for one), instead of starting a sleep. A hold is not a
-/// shutdown: [`StopReason::Aborted`](crate::StopReason::Aborted) is kept for
-/// [`AbortSignal::shutdown`](crate::AbortSignal::shutdown) and
-/// [`wake_sleepers`](crate::AbortSignal::wake_sleepers).
-///
-/// [`HttpClassifier`](crate::HttpClassifier) classifies
-/// [`CircuitOpen`](crate::circuit_breaker::CircuitOpen) as permanent *for this request*, even with
-/// `unknown_errors(Outcome::Transient)`, so a refused attempt ends the request rather than being
-/// retried into the open circuit; the request stops with
-/// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen), which is **not final**
-/// ([`is_final`](crate::StopReason::is_final) is `false`): the endpoint is failing, not the
-/// request, and [`RetryReport::resend_after`](crate::RetryReport::resend_after) says when the
-/// breaker lets a probe through. Neither `Held` nor `CircuitOpen` is final: a sender redelivers
-/// both. [`CircuitBreakerLayer::check_retry`] checks that a single request's retry sequence is long
-/// enough to trip the breaker, and that the circuit half-opens within the retry layer's deadline.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// use std::time::Duration;
-/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_http_retry::CircuitBreakerLayer;
-/// use tower_http_retry::circuit_breaker::CircuitOpen;
-/// use tower_http_retry::{AbortSignal, Backoff, Jitter, RetryLayer};
-///
-/// let wake = AbortSignal::new();
-/// let retry = RetryLayer::builder()
-///     .max_attempts(3)
-///     .backoff(Backoff::new(Jitter::Full, Duration::from_millis(100), Duration::from_secs(2)))
-///     .abort_signal(wake.clone())
-///     .build()
-///     .unwrap();
-/// let breaker = CircuitBreakerLayer::builder()
-///     .consecutive_failures(3)
-///     .abort_signal(wake)
-///     .build()
-///     .unwrap();
-/// breaker.check_retry(&retry).expect("one request's retries can trip the breaker");
-///
-/// // An endpoint that is down.
-/// let down = service_fn(|_: http::Request<String>| async {
-///     Ok::<_, std::io::Error>(http::Response::builder().status(503).body(String::new()).unwrap())
-/// });
-/// let mut client = ServiceBuilder::new()
-///     .timeout(Duration::from_secs(30)) // the whole request
-///     .layer(retry)
-///     .layer(breaker.clone())
-///     .timeout(Duration::from_secs(2)) // each attempt
-///     .service(down);
-///
-/// // Three attempts, three 503s: the last one is returned, and the circuit is now open.
-/// let response = client.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap();
-/// assert_eq!(response.status(), 503);
-/// // The next request fails fast, without reaching the endpoint.
-/// let error = client.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap_err();
-/// assert!(error.downcast_ref::<CircuitOpen>().is_some());
-/// # }
-/// ```
-///
-/// # One breaker per authority
-///
-/// A client in front of several upstreams (a reverse proxy, a gateway) should keep calling the
-/// healthy ones while one is down. [`CircuitBreakerLayerBuilder::build_per_authority`] builds a
-/// [`KeyedCircuitBreakerLayer`](super::KeyedCircuitBreakerLayer): one breaker, with the builder's
-/// configuration, per authority of the request URI (`host:port` as the URI writes it, compared
-/// without regard to case: `example.test` and `example.test:80` are two authorities). Requests without an authority
-/// (`/path`) share one breaker of their own. A refusal names its authority
-/// ([`CircuitOpen::authority`](crate::circuit_breaker::CircuitOpen::authority)).
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_http_retry::CircuitBreakerLayer;
-/// use tower_http_retry::circuit_breaker::CircuitOpen;
-/// use tower_http_retry::circuit_breaker::KeyedCircuitBreakerLayer;
-///
-/// let breakers = CircuitBreakerLayer::builder()
-///     .consecutive_failures(3)
-///     .build_per_authority(KeyedCircuitBreakerLayer::DEFAULT_MAX_AUTHORITIES)
-///     .unwrap();
-/// // Two upstreams behind one client; one of them is down.
-/// let upstreams = service_fn(|request: http::Request<String>| async move {
-///     let status = if request.uri().host() == Some("down.internal") { 503 } else { 200 };
-///     Ok::<_, std::io::Error>(http::Response::builder().status(status).body(String::new()).unwrap())
-/// });
-/// let mut client = ServiceBuilder::new().layer(breakers).service(upstreams);
-/// let get = |uri: &str| http::Request::get(uri).body(String::new()).unwrap();
-///
-/// for _ in 0..3 {
-///     client.ready().await.unwrap().call(get("http://down.internal/")).await.unwrap();
-/// }
-/// let error = client.ready().await.unwrap().call(get("http://down.internal/")).await.unwrap_err();
-/// let open = error.downcast_ref::<CircuitOpen>().expect("failed fast");
-/// assert_eq!(open.authority().unwrap().as_str(), "down.internal");
-///
-/// // The other upstream is still called.
-/// let response = client.ready().await.unwrap().call(get("http://up.internal/")).await.unwrap();
-/// assert_eq!(response.status(), 200);
-/// # }
-/// ```
-///
-/// ## How many breakers
-///
-/// At most `max_authorities` authorities have a breaker at once (the breaker of requests without
-/// one is not counted). When a new authority comes and the map is full, one breaker is forgotten:
-/// the least recently used *closed* one (if its authority comes back, its counts start again from
-/// zero); when none is closed, the least recently used open one whose open period is over (a new
-/// breaker would let the next call through as well, but the open duration's growth starts
-/// again). A breaker that is refusing calls or probing is never forgotten: that would drop its
-/// protection. So an upstream that died and is never called again holds its place only until its
-/// open period ends.
-///
-/// When every breaker is refusing calls or probing, a call to a new authority goes through
-/// *without* a breaker: it is neither refused nor counted
-/// ([`untracked_calls`](super::KeyedCircuitBreakerLayer::untracked_calls) counts it), until some
-/// breaker can be forgotten. Refusing it would fail an upstream nothing is known about; letting it evict
-/// an open breaker would send traffic to an upstream known to be down.
-///
-/// A call finds its breaker under a read lock: one hash of the authority, no allocation and no
-/// clock read (recency is a logical clock, advanced only when calls alternate between
-/// authorities). Only the first call to an authority takes the write lock, and when the map is
-/// full it also scans the map for the breaker to forget: a cost paid by calls to new
-/// authorities, linear in `max_authorities`.
-///
-/// `poll_ready` cannot know which authority the next call is for, so it waits for the inner service
-/// even when some circuit is open (see
-/// [`KeyedCircuitBreaker`](crate::circuit_breaker::KeyedCircuitBreaker)).
-///
-/// ## Waking the retry layer
-///
-/// The retry layer has one [`AbortSignal`](crate::AbortSignal) for every authority. A keyed
-/// breaker holds it [for its authority only](crate::AbortSignal::hold_authority_until), until
-/// the circuit half-opens:
-///
-/// * the requests to that authority sleeping before a retry return their last outcome at once
-///   ([`StopReason::Held`](crate::StopReason::Held), budget token refunded), and so does
-///   a request to it whose attempt fails while the circuit is open (the one that opened it, for
-///   one), as with an unkeyed breaker;
-/// * requests to other authorities keep sleeping and retrying: each sleeper is woken (the signal
-///   is shared), sees that the hold is not for its authority and goes back to sleep.
-///
-/// Without a signal nothing is woken: the sleepers of a dead upstream wait out their backoff and
-/// are then refused with [`CircuitOpen`](crate::circuit_breaker::CircuitOpen), which ends the
-/// request with [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen): not retried into the
-/// open circuit, but not final either (the report's `resend_after` says when a probe goes through).
-///
-/// # Where it goes in a stack
-///
-/// `TimeoutLayer(total) -> RetryLayer -> CircuitBreakerLayer -> TimeoutLayer(per attempt) ->
-/// client`. Inside the retry layer, the breaker sees every attempt, so a retried request counts
-/// each failure and a refused retry stops the request; outside the per-attempt timeout, it counts
-/// a hung attempt as a (transient) timeout. What the caller gets:
-///
-/// | what happened | the caller gets |
-/// |---|---|
-/// | a response, even a 5xx after the last attempt | `Ok(response)` |
-/// | the circuit was open (at the first attempt or a retry) | `Err`, `downcast_ref::<CircuitOpen>()` |
-/// | the total timeout fired | `Err`, `downcast_ref::<tower::timeout::error::Elapsed>()` |
-/// | the last attempt timed out | `Err`, `downcast_ref::<tower::timeout::error::Elapsed>()` |
-/// | the last attempt's transport error | `Err`, the client's error (e.g. hyper-util's), boxed |
+#[doc = include_str!("../docs/circuit_breaker.md")]
 #[must_use]
 pub struct CircuitBreakerLayer<C = HttpClassifier> {
     pub(super) shared: Arc<Shared<C>>,
@@ -385,6 +168,217 @@ impl<C: fmt::Debug> fmt::Debug for CircuitBreakerLayer<C> {
     }
 }
 
+/// Configures a [`CircuitBreakerLayer`]; [`build`](Self::build) checks every value.
+///
+/// | setter | default |
+/// |---|---|
+/// | [`consecutive_failures`](Self::consecutive_failures) | 5 |
+/// | [`failure_ratio`](Self::failure_ratio) | 0.5 |
+/// | [`minimum_calls`](Self::minimum_calls) | 20 |
+/// | [`window`](Self::window) | 10 s |
+/// | [`open_duration`](Self::open_duration) | 5 s |
+/// | [`open_jitter`](Self::open_jitter) | 0.5 (the circuit stays open 5 to 7.5 s) |
+/// | [`open_multiplier`](Self::open_multiplier) | 2 |
+/// | [`max_open_duration`](Self::max_open_duration) | 60 s, or the open duration if longer |
+/// | [`half_open_probes`](Self::half_open_probes) | 1 |
+/// | [`successes_to_close`](Self::successes_to_close) | 1 |
+/// | [`abort_signal`](Self::abort_signal) | none |
+/// | [`random_source`](Self::random_source) | [`RandomSource::from_entropy`] |
+/// | [`classifier`](Self::classifier) | [`HttpClassifier::new`] |
+///
+/// Only [`Outcome::Transient`](crate::Outcome::Transient) outcomes count as failures; a
+/// success resets the run of consecutive failures; a permanent outcome (a 404: the caller's
+/// fault) is not counted at all.
+#[must_use]
+pub struct CircuitBreakerLayerBuilder<C = HttpClassifier> {
+    classifier: C,
+    settings: Settings,
+}
+
+impl Default for CircuitBreakerLayerBuilder {
+    fn default() -> Self {
+        Self {
+            classifier: HttpClassifier::new(),
+            settings: Settings::default(),
+        }
+    }
+}
+
+impl CircuitBreakerLayerBuilder {
+    /// A builder starting from the preset
+    /// [`CircuitBreakerLayer::interactive`] (trips after 3 failures in a row, open 250 ms and
+    /// longer while the outage lasts, up to 3 s), to change a setting.
+    ///
+    /// ```
+    /// use tower_http_retry::AbortSignal;
+    /// use tower_http_retry::circuit_breaker::CircuitBreakerLayerBuilder;
+    /// use tower_http_retry::retry::RetryLayerBuilder;
+    ///
+    /// let wake = AbortSignal::new();
+    /// let retry = RetryLayerBuilder::interactive().abort_signal(wake.clone()).build().unwrap();
+    /// let breaker = CircuitBreakerLayerBuilder::interactive().abort_signal(wake).build().unwrap();
+    /// breaker.check_retry(&retry).unwrap();
+    /// ```
+    pub fn interactive() -> Self {
+        Self::default()
+            .consecutive_failures(3)
+            .open_duration(Duration::from_millis(250))
+            .open_jitter(0.5)
+            .open_multiplier(1.25)
+            .max_open_duration(Duration::from_secs(3))
+    }
+}
+
+impl<C> CircuitBreakerLayerBuilder<C> {
+    /// Opens the circuit after this many failures in a row (at least 1).
+    pub fn consecutive_failures(mut self, failures: u32) -> Self {
+        self.settings.consecutive_failures = Some(failures);
+        self
+    }
+
+    /// Turns the consecutive-failures trip off (the ratio trip must then be on).
+    pub fn without_consecutive_failures(mut self) -> Self {
+        self.settings.consecutive_failures = None;
+        self
+    }
+
+    /// Opens the circuit when at least this fraction of the calls in the
+    /// [`window`](Self::window) failed, in `(0, 1]`, once there were
+    /// [`minimum_calls`](Self::minimum_calls).
+    pub fn failure_ratio(mut self, ratio: f64) -> Self {
+        self.settings.failure_ratio = Some(ratio);
+        self
+    }
+
+    /// Turns the failure-ratio trip off (the consecutive-failures trip must then be on).
+    pub fn without_failure_ratio(mut self) -> Self {
+        self.settings.failure_ratio = None;
+        self
+    }
+
+    /// The fewest calls in the window for the ratio to count (at least 1), so that two failures
+    /// out of three calls at night do not open the circuit.
+    pub fn minimum_calls(mut self, calls: u32) -> Self {
+        self.settings.minimum_calls = calls;
+        self
+    }
+
+    /// How far back the failure ratio looks. The window slides in tenths: a call is forgotten
+    /// between 0.9 and 1 window after it finished.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.settings.window = window;
+        self
+    }
+
+    /// How long the circuit stays open after its first trip, before jitter: the shortest
+    /// outage every caller sees once the breaker trips (each call in that time fails at once).
+    /// Keep it within the deadline of the callers above it
+    /// ([`CircuitBreakerLayer::check_retry`] checks it).
+    pub fn open_duration(mut self, duration: Duration) -> Self {
+        self.settings.open_duration = duration;
+        self
+    }
+
+    /// Lengthens each open period by `U(0, jitter)` times itself, in `[0, 1]`, so that clients
+    /// that tripped together do not probe together.
+    pub fn open_jitter(mut self, jitter: f64) -> Self {
+        self.settings.open_jitter = jitter;
+        self
+    }
+
+    /// Multiplies the open duration each time the circuit trips again soon (at least 1; 1
+    /// turns growth off): a probe failed, or the circuit tripped less than one
+    /// [`window`](Self::window) after it closed (an endpoint that flaps). It falls back to the
+    /// base duration once the circuit has stayed closed for a whole window.
+    pub fn open_multiplier(mut self, multiplier: f64) -> Self {
+        self.settings.open_multiplier = multiplier;
+        self
+    }
+
+    /// Caps the grown open duration (before jitter).
+    pub fn max_open_duration(mut self, duration: Duration) -> Self {
+        self.settings.max_open_duration = Some(duration);
+        self
+    }
+
+    /// How many probe calls may be in flight at once while half-open (at least 1).
+    pub fn half_open_probes(mut self, probes: u32) -> Self {
+        self.settings.half_open_probes = probes;
+        self
+    }
+
+    /// How many probes must succeed for the circuit to close (at least 1). One failed probe
+    /// re-opens it.
+    pub fn successes_to_close(mut self, successes: u32) -> Self {
+        self.settings.successes_to_close = successes;
+        self
+    }
+
+    /// The signal to wake each time the circuit opens; give the same one to
+    /// [`RetryLayerBuilder::abort_signal`](crate::retry::RetryLayerBuilder::abort_signal) so that
+    /// requests sleeping before a retry return their last outcome at once.
+    pub fn abort_signal(mut self, signal: AbortSignal) -> Self {
+        self.settings.abort = Some(signal);
+        self
+    }
+
+    /// Where the open-duration jitter is drawn from (seed it in tests).
+    pub fn random_source(mut self, random: RandomSource) -> Self {
+        self.settings.random = random;
+        self
+    }
+
+    /// Replaces the classifier (the type changes with it). Use the retry layer's, so that what is
+    /// retried is what trips the breaker.
+    pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerLayerBuilder<C2> {
+        CircuitBreakerLayerBuilder {
+            classifier,
+            settings: self.settings,
+        }
+    }
+
+    /// Checks every value and builds the layer.
+    ///
+    /// Fails, naming the field, when a count is zero, the ratio is outside `(0, 1]`, the jitter
+    /// outside `[0, 1]`, the multiplier below 1 or not finite, a duration zero or above
+    /// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION), the maximum open
+    /// duration below the open duration, the window shorter than 10 ns, or both trips are turned
+    /// off.
+    pub fn build(self) -> Result<CircuitBreakerLayer<C>, InvalidConfig> {
+        let template = Template::new(self.classifier, self.settings, false)?;
+        Ok(CircuitBreakerLayer {
+            shared: template.make(None),
+        })
+    }
+
+    /// Checks every value and builds a [`KeyedCircuitBreakerLayer`]: one breaker with this
+    /// configuration per authority, for at most `max_authorities` authorities at once
+    /// ([`KeyedCircuitBreakerLayer::DEFAULT_MAX_AUTHORITIES`] is a sensible start). See
+    /// [one breaker per authority](CircuitBreakerLayer#one-breaker-per-authority).
+    ///
+    /// Fails as [`build`](Self::build) does, and when `max_authorities` is zero.
+    pub fn build_per_authority(
+        self,
+        max_authorities: usize,
+    ) -> Result<KeyedCircuitBreakerLayer<C>, InvalidConfig> {
+        at_least_one("max_authorities", max_authorities as u64)?;
+        let template = Template::new(self.classifier, self.settings, true)?;
+        Ok(KeyedCircuitBreakerLayer::new_with(
+            template,
+            max_authorities,
+        ))
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for CircuitBreakerLayerBuilder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreakerLayerBuilder")
+            .field("classifier", &self.classifier)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,5 +391,36 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(layer.config().open.cap(), Duration::from_secs(600));
+    }
+
+    #[test]
+    fn invalid_values_fail_at_build_time_naming_the_field() {
+        let field = |b: CircuitBreakerLayerBuilder| b.build().unwrap_err().field();
+        let b = CircuitBreakerLayer::builder;
+        assert_eq!(field(b().consecutive_failures(0)), "consecutive_failures");
+        assert_eq!(
+            field(b().without_consecutive_failures().without_failure_ratio()),
+            "consecutive_failures"
+        );
+        assert_eq!(field(b().failure_ratio(0.0)), "failure_ratio");
+        assert_eq!(field(b().failure_ratio(f64::NAN)), "failure_ratio");
+        assert_eq!(field(b().failure_ratio(1.5)), "failure_ratio");
+        assert_eq!(field(b().minimum_calls(0)), "minimum_calls");
+        assert_eq!(field(b().half_open_probes(0)), "half_open_probes");
+        assert_eq!(field(b().successes_to_close(0)), "successes_to_close");
+        assert_eq!(field(b().window(Duration::ZERO)), "window");
+        assert_eq!(field(b().window(Duration::from_nanos(9))), "window");
+        assert_eq!(field(b().open_duration(Duration::ZERO)), "open_duration");
+        assert_eq!(field(b().open_duration(Duration::MAX)), "open_duration");
+        assert_eq!(
+            field(b().max_open_duration(Duration::from_secs(1))),
+            "max_open_duration"
+        );
+        assert_eq!(field(b().open_jitter(-0.1)), "open_jitter");
+        assert_eq!(field(b().open_multiplier(0.5)), "open_multiplier");
+        assert_eq!(field(b().open_multiplier(f64::INFINITY)), "open_multiplier");
+        let keyed = |b: CircuitBreakerLayerBuilder, max| b.build_per_authority(max).unwrap_err();
+        assert_eq!(keyed(b(), 0).field(), "max_authorities");
+        assert_eq!(keyed(b().minimum_calls(0), 8).field(), "minimum_calls");
     }
 }

@@ -33,7 +33,6 @@
 //! [`CircuitBreakerLayer`], where rustdoc shows it.
 
 mod authorities;
-mod builder;
 mod check;
 mod config;
 mod future;
@@ -45,10 +44,9 @@ mod template;
 mod window;
 
 pub use crate::error::CircuitOpen;
-pub use builder::CircuitBreakerLayerBuilder;
 pub use check::{OpenPastDeadline, RetryMismatch, SlowTrip};
 pub use future::CircuitBreakerFuture;
 pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer};
-pub use layer::CircuitBreakerLayer;
+pub use layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
 pub use service::CircuitBreaker;
 pub use state::{CircuitState, CircuitStats};

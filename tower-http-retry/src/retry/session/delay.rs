@@ -1,6 +1,6 @@
 //! How long to wait before the next attempt: the server's hint or the backoff policy's draw.
 
-use super::ladder::Stop;
+use super::verdict::Stop;
 use super::Session;
 use crate::hint::Resolved;
 use crate::hint::ServerHint;

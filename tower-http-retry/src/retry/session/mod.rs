@@ -29,16 +29,18 @@ mod ladder;
 #[cfg(test)]
 mod not_sent_tests;
 mod pacing;
+mod report;
 #[cfg(test)]
 mod rotation_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 mod trail;
+mod verdict;
 
 pub(crate) use pacing::{AfterSleep, FirstQueue};
 
-use ladder::Facts;
 use trail::Trail;
+use verdict::Facts;
 
 use super::budget::Withdrawal;
 use super::config::Config;

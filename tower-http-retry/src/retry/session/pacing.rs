@@ -3,7 +3,7 @@
 //! rewrites the ladder's verdict ([`pace`](Session::pace)); and the queue joined instead of a
 //! sleep, after a sleep, or by a first attempt while its endpoint is down.
 
-use super::ladder::{Facts, Lift, Retry, Stop, Verdict};
+use super::verdict::{Facts, Lift, Retry, Stop, Verdict};
 use super::{Next, Now, Session};
 use crate::abort::Listener;
 use crate::classify::{Classify, NotSent, Outcome};
