@@ -1,7 +1,7 @@
-//! Fleets (issue 21): `n` processes that share the endpoint and either nothing else (each
+//! Fleets: `n` processes that share the endpoint and either nothing else (each
 //! paces alone, as independent senders do) or one pacing store ([`DelayedStore`]: the
 //! in-process store behind a simulated round trip). What a fleet with a store asks of it is
-//! measured here, and issue 21's targets for fleets are judged.
+//! measured here, and the fleet targets are judged.
 //!
 //! A fleet with a store is also run through an **open phase** after its deliveries: 2 s after
 //! every process has the endpoint open again, each sends its share of [`OPEN_PHASE_RATE`]
@@ -233,10 +233,10 @@ impl StoreMetrics {
     }
 }
 
-/// Issue 21's targets for a fleet row (one entry per seed, judged on every seed): with a store,
+/// The fleet targets for a fleet row (one entry per seed, judged on every seed): with a store,
 /// the load on the dead endpoint, fair shares within ±10 %, the delivery and overload bounds,
 /// and the store calls per request while paced and while open; without one, the fair shares
-/// of 10 processes within ±25 % (issue 10's target, printed with the others).
+/// of 10 processes within ±25 % (one of the first targets, printed with the others).
 pub fn fleet_targets(
     p: &Params,
     fleet: &FleetRow,
@@ -295,7 +295,8 @@ pub fn fleet_targets(
         .collect();
     match first.model {
         Model::HardOutage => checks.push(Check {
-            name: "99 % delivered ≤ 3.0 s after recovery (issue 10's model A bound)".to_string(),
+            name: "99 % delivered ≤ 3.0 s after recovery (the first targets' model A bound)"
+                .to_string(),
             bound: Bound::AtMost(3.0),
             unit: " s",
             decimals: 1,

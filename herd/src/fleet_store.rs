@@ -7,7 +7,7 @@
 //! compare-and-set conflict is not (its cost is measured against a real Redis in
 //! `tests/fleet/`). What a handle knows without a call ([`PacingStore::cached`]) is what its
 //! last call or read brought, read again in the background once it is older than
-//! [`VIEW_TTL`], as [`RedisStore`](tower_http_retry::pacing::store::RedisStore) does.
+//! [`VIEW_TTL`], as the Redis store of `tower-http-retry-redis` does.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tower_http_retry::pacing::store::{
     Applied, Event, InProcessStore, PacingStore, StoreCall, StoreStats, View,
 };
-use tower_http_retry::Pacing;
+use tower_http_retry::pacing::PacingRules;
 
 /// How old a handle's view of an endpoint may be before it is read again in the background
 /// (`RedisStoreBuilder::view_ttl`'s default).
@@ -85,14 +85,14 @@ impl<S: PacingStore + Clone> DelayedStore<S> {
     }
 
     /// Reads `endpoint` in the background, a round trip away.
-    fn read(&self, pacing: &Pacing, endpoint: &str) {
+    fn read(&self, rules: &PacingRules, endpoint: &str) {
         self.log.reads.fetch_add(1, Ordering::Relaxed);
         let (inner, log, rtt) = (self.inner.clone(), Arc::clone(&self.log), self.rtt);
-        let (pacing, endpoint) = (pacing.clone(), endpoint.to_owned());
+        let (rules, endpoint) = (rules.clone(), endpoint.to_owned());
         tokio::spawn(async move {
             let applied = round_trip(rtt, async {
                 inner
-                    .apply(&pacing, &endpoint, &[Event::Refresh], Instant::now())
+                    .apply(&rules, &endpoint, &[Event::Refresh], Instant::now())
                     .await
             })
             .await;
@@ -120,7 +120,7 @@ fn heard(log: &Log, endpoint: &str, view: View) {
 impl<S: PacingStore + Clone> PacingStore for DelayedStore<S> {
     fn apply<'a>(
         &'a self,
-        pacing: &'a Pacing,
+        rules: &'a PacingRules,
         endpoint: &'a str,
         events: &'a [Event],
         now: Instant,
@@ -128,7 +128,7 @@ impl<S: PacingStore + Clone> PacingStore for DelayedStore<S> {
         lock(&self.log.calls).push(now);
         StoreCall::pending(async move {
             let applied = round_trip(self.rtt, async {
-                self.inner.apply(pacing, endpoint, events, now).await
+                self.inner.apply(rules, endpoint, events, now).await
             })
             .await;
             heard(&self.log, endpoint, applied.view);
@@ -136,7 +136,7 @@ impl<S: PacingStore + Clone> PacingStore for DelayedStore<S> {
         })
     }
 
-    fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
+    fn cached(&self, rules: &PacingRules, endpoint: &str, now: Instant) -> Option<View> {
         let mut views = lock(&self.log.views);
         let heard = views.entry(endpoint.to_owned()).or_insert(Heard {
             view: None,
@@ -150,7 +150,7 @@ impl<S: PacingStore + Clone> PacingStore for DelayedStore<S> {
         if stale && !heard.reading {
             heard.reading = true;
             drop(views);
-            self.read(pacing, endpoint);
+            self.read(rules, endpoint);
         }
         view
     }
@@ -172,6 +172,7 @@ async fn round_trip(rtt: Duration, call: impl Future<Output = Applied>) -> Appli
 mod tests {
     use super::*;
     use tower_http_retry::pacing::PacingMode;
+    use tower_http_retry::Pacing;
 
     #[tokio::test(start_paused = true)]
     async fn a_call_takes_the_round_trip_and_the_fleet_shares_the_mode() {
@@ -179,10 +180,10 @@ mod tests {
         let fleet = DelayedStore::fleet(2, Duration::from_millis(2));
         let start = Instant::now();
         let down = [Event::Down { jitter: 0.5 }];
-        fleet[0].apply(&pacing, "hook", &down, start).await;
+        fleet[0].apply(pacing.rules(), "hook", &down, start).await;
         assert_eq!(start.elapsed(), Duration::from_millis(2));
         let seen = fleet[1]
-            .apply(&pacing, "hook", &[Event::Refresh], Instant::now())
+            .apply(pacing.rules(), "hook", &[Event::Refresh], Instant::now())
             .await;
         assert_eq!(seen.view.mode, PacingMode::Probing);
         assert_eq!((fleet[0].calls(), fleet[1].calls()), (1, 1));
@@ -195,17 +196,19 @@ mod tests {
         let fleet = DelayedStore::fleet(2, Duration::from_millis(2));
         let now = Instant::now();
         assert_eq!(
-            fleet[1].cached(&pacing, "hook", now),
+            fleet[1].cached(pacing.rules(), "hook", now),
             None,
             "never heard of"
         );
         // The read reaches the store half a round trip from now; the down report after it.
         tokio::time::sleep(Duration::from_micros(500)).await;
         let down = [Event::Down { jitter: 0.5 }];
-        fleet[0].apply(&pacing, "hook", &down, Instant::now()).await;
+        fleet[0]
+            .apply(pacing.rules(), "hook", &down, Instant::now())
+            .await;
         let mode = |i: usize| {
             fleet[i]
-                .cached(&pacing, "hook", Instant::now())
+                .cached(pacing.rules(), "hook", Instant::now())
                 .map(|v| v.mode)
         };
         assert_eq!(mode(0), Some(PacingMode::Probing), "its own call");

@@ -1,5 +1,5 @@
 //! What the harness measures in a run, and the targets it judges the figures against: issue
-//! 10's for every row, issue 19's for the pacer.
+//! 10's for every row, the tighter for the pacer.
 
 use crate::{Arrival, GaveUp, Model, Params, Row, Run};
 use std::time::Duration;
@@ -202,7 +202,7 @@ pub fn spread(values: &[f64], decimals: usize) -> String {
     }
 }
 
-/// Issue 10's targets.
+/// The first targets.
 pub mod target {
     use std::time::Duration;
 
@@ -219,15 +219,15 @@ pub mod target {
     /// Fleets: every process's share within this of the fair share.
     pub const FAIR_SHARE_TOLERANCE: f64 = 0.25;
 
-    /// Issue 19, model B: 99 % delivered within N/C plus this of recovery.
+    /// Model B: 99 % delivered within N/C plus this of recovery.
     pub const B_SLACK_19: Duration = Duration::from_millis(1500);
-    /// Issue 19, model B: overload 503s at most this share of N.
+    /// Model B: overload 503s at most this share of N.
     pub const B_OVERLOAD_19: f64 = 0.01;
-    /// Issue 19, model B+RA: 99 % delivered within N/C plus this of recovery.
+    /// Model B+RA: 99 % delivered within N/C plus this of recovery.
     pub const B_RA_SLACK_19: Duration = Duration::from_secs(2);
-    /// Issue 19, model B+RA: overload 503s at most this share of N.
+    /// Model B+RA: overload 503s at most this share of N.
     pub const B_RA_OVERLOAD_19: f64 = 0.02;
-    /// Issue 19, model B+RA: accepted rate once ramped at least this share of capacity.
+    /// Model B+RA: accepted rate once ramped at least this share of capacity.
     pub const B_RA_ACCEPTED_19: f64 = 0.9;
 }
 
@@ -321,7 +321,7 @@ impl Check {
     }
 }
 
-/// The targets of issue 10 that apply to `metrics` (one row, one entry per seed): model A's,
+/// The first targets that apply to `metrics` (one row, one entry per seed): model A's,
 /// model B's, and for fleets the fair-share one. `reference_failed_retries` is full jitter's
 /// mean in model A.
 pub fn targets(
@@ -430,7 +430,7 @@ pub fn targets(
     checks
 }
 
-/// Issue 19's targets for the pacer in models B and B+RA (one row, one entry per seed), judged
+/// The tighter targets for the pacer in models B and B+RA (one row, one entry per seed), judged
 /// on the mean of the seeds; none in model A.
 pub fn targets_19(p: &Params, metrics: &[Metrics]) -> Vec<Check> {
     use target::*;

@@ -1,4 +1,4 @@
-//! The scenarios beyond one outage (issue 19), each through the real layer against model B's
+//! The scenarios beyond one outage, each through the real layer against model B's
 //! endpoint (2,000/s once up, a token bucket refilled every 10 ms):
 //! * **flapping**: the endpoint fails again for [`Params::outage`] from the instant the first
 //!   burst is delivered, when a second burst of the same size is sent; or it is down 1 s and up
@@ -221,7 +221,7 @@ impl FlapMetrics {
     }
 }
 
-/// Issue 19's flapping targets for one row (its seeds), judged on the mean.
+/// The tighter flapping targets for one row (its seeds), judged on the mean.
 /// `full_jitter_failed` is full jitter's mean failed retries in [`Flap::UpDown`].
 pub fn flap_targets(p: &Params, metrics: &[FlapMetrics], full_jitter_failed: f64) -> Vec<Check> {
     let Some(first) = metrics.first() else {
@@ -505,7 +505,7 @@ impl RedeliveryMetrics {
     }
 }
 
-/// Issue 19's redelivery targets for one row (its seeds), judged on the mean.
+/// The tighter redelivery targets for one row (its seeds), judged on the mean.
 /// `reference_hits` is the no-deadline row's mean hits while down.
 pub fn redelivery_targets(
     p: &Params,

@@ -51,7 +51,7 @@ use tower_http_retry::pacing::store::remote::{Fallback, FleetRules, Record, Stor
 use tower_http_retry::pacing::store::{
     Applied, Event, PacingStore, StoreCall, StoreError, StoreStats, View,
 };
-use tower_http_retry::pacing::Pacing;
+use tower_http_retry::pacing::PacingRules;
 
 /// Compare-and-set tries per call before it is answered by the fallback (others wrote first
 /// every time).
@@ -214,7 +214,7 @@ where
 {
     fn apply<'a>(
         &'a self,
-        pacing: &'a Pacing,
+        pacing: &'a PacingRules,
         endpoint: &'a str,
         events: &'a [Event],
         now: Instant,
@@ -222,7 +222,7 @@ where
         StoreCall::pending(self.inner.apply(pacing, endpoint, events, now))
     }
 
-    fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
+    fn cached(&self, pacing: &PacingRules, endpoint: &str, now: Instant) -> Option<View> {
         let inner = &self.inner;
         let clock = *lock(&inner.clock);
         let mut cache = lock(&inner.cache);
@@ -288,7 +288,7 @@ where
     /// Applies `events` through Redis, or through the fallback while Redis is away.
     async fn apply(
         &self,
-        pacing: &Pacing,
+        pacing: &PacingRules,
         endpoint: &str,
         events: &[Event],
         now: Instant,
@@ -314,7 +314,7 @@ where
     /// since, apply again to the state the script returned.
     async fn apply_shared(
         &self,
-        pacing: &Pacing,
+        pacing: &PacingRules,
         endpoint: &str,
         events: &[Event],
         now: Instant,
@@ -445,7 +445,7 @@ where
     /// Answers from the fallback: the endpoint's last known state at this process's share.
     fn apply_locally(
         &self,
-        pacing: &Pacing,
+        pacing: &PacingRules,
         endpoint: &str,
         events: &[Event],
         now: Instant,

@@ -1,6 +1,6 @@
-//! The fleets of issue 21: 10 and 100 processes of the pacer that pace alone or share one
+//! The fleets: 10 and 100 processes of the pacer that pace alone or share one
 //! pacing store (`herd::fleet_store::DelayedStore`, the in-process store behind a simulated
-//! round trip), for models A, B and B+RA: one table of figures and one of issue 21's targets
+//! round trip), for models A, B and B+RA: one table of figures and one of the fleet targets
 //! per model.
 
 use crate::{mean, optional, shares, t99, SEEDS};
@@ -12,7 +12,7 @@ pub(crate) fn shared_store(p: &Params, runs: &mut usize) -> Result<String, std::
     let mut out = String::new();
     writeln!(
         out,
-        "## Fleets with a shared pacing store (issue 21): {} deliveries over 10 or 100 \
+        "## Fleets with a shared pacing store: {} deliveries over 10 or 100 \
          processes\n",
         p.deliveries
     )?;
@@ -132,10 +132,10 @@ fn table(results: &Results) -> Result<String, std::fmt::Error> {
     Ok(out)
 }
 
-/// Issue 21's targets, judged on every seed, a line per fleet row and target.
+/// The fleet targets, judged on every seed, a line per fleet row and target.
 fn targets(p: &Params, results: &Results) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
-    writeln!(out, "Issue 21's targets (met when every seed meets it):\n")?;
+    writeln!(out, "The fleet targets (met when every seed meets it):\n")?;
     writeln!(out, "| fleet | target | verdict |\n|---|---|---|")?;
     for (fleet, metrics, store) in results {
         for check in fleet_targets(p, fleet, metrics, store) {

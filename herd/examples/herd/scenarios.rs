@@ -39,7 +39,7 @@ fn seconds<M>(metrics: &[M], f: impl Fn(&M) -> Option<Duration>) -> String {
     )
 }
 
-/// The flapping endpoints: tables and issue 19's targets.
+/// The flapping endpoints: tables and the tighter targets.
 pub(crate) fn flapping(p: &Params, runs: &mut usize) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     writeln!(
@@ -120,7 +120,7 @@ pub(crate) fn flapping(p: &Params, runs: &mut usize) -> Result<String, std::fmt:
             .map_or(0.0, |(_, m)| mean(m, |m| m.failed_retries as f64));
         if let Some((_, pacer)) = results.iter().find(|(row, _)| *row == Row::Pacer) {
             out.push_str(&checks_on_mean(
-                "Issue 19's targets for the pacer (mean of the seeds)",
+                "The tighter targets for the pacer (mean of the seeds)",
                 &herd::flap_targets(p, pacer, full),
             )?);
         }
@@ -128,7 +128,7 @@ pub(crate) fn flapping(p: &Params, runs: &mut usize) -> Result<String, std::fmt:
     Ok(out)
 }
 
-/// The deadline with a durable redelivery queue: a table and issue 19's targets.
+/// The deadline with a durable redelivery queue: a table and the tighter targets.
 pub(crate) fn redelivery(p: &Params, runs: &mut usize) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     writeln!(
@@ -191,7 +191,7 @@ pub(crate) fn redelivery(p: &Params, runs: &mut usize) -> Result<String, std::fm
         }
         out.push_str(&checks_on_mean(
             &format!(
-                "Issue 19's targets for {} (mean of the seeds)",
+                "The tighter targets for {} (mean of the seeds)",
                 kind.label()
             ),
             &herd::redelivery_targets(p, metrics, reference),

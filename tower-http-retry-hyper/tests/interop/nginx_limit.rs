@@ -1,6 +1,6 @@
 //! nginx `limit_req` as a real rate limiter (429 with `Retry-After`, a burst) in front of the
 //! test's upstream, and an outage (503 with `Retry-After`) toggled by a file: after the outage,
-//! `RetryLayer::bulk()` makes every delivery with few overload rejections (issue 19's target:
+//! `RetryLayer::bulk()` makes every delivery with few overload rejections (the tighter target:
 //! at most 5 % of N).
 
 use crate::servers::{self, Applied, Server, NGINX};

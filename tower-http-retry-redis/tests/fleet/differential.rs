@@ -96,7 +96,7 @@ impl<S: PacingStore> Pair<S> {
             .collect();
         let now = base + Duration::from_millis(*ms);
         let applied = self.stores[*who]
-            .apply(pacing, "differential", &events, now)
+            .apply(pacing.rules(), "differential", &events, now)
             .await;
         if let Some(Release::Probe(lease)) = applied.release() {
             self.leases[*who] = Some(lease);

@@ -111,7 +111,7 @@ pub fn pacing() -> Pacing {
 pub async fn call(store: &impl PacingStore, pacing: &Pacing, events: &[Event]) -> Applied {
     store
         .apply(
-            pacing,
+            pacing.rules(),
             "api.example.test",
             events,
             tokio::time::Instant::now(),

@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http_retry::pacing::store::{Event, PacingStore, StoreCall, StoreStats, View};
+use tower_http_retry::pacing::PacingRules;
 use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer};
 use tower_http_retry_redis::RedisStore;
 
@@ -185,13 +186,13 @@ struct Said {
 impl PacingStore for Said {
     fn apply<'a>(
         &'a self,
-        pacing: &'a Pacing,
+        rules: &'a PacingRules,
         endpoint: &'a str,
         events: &'a [Event],
         now: Instant,
     ) -> StoreCall<'a> {
         StoreCall::pending(async move {
-            let applied = self.store.apply(pacing, endpoint, events, now).await;
+            let applied = self.store.apply(rules, endpoint, events, now).await;
             let reason = applied.fallback.as_ref().map(|error| format!("{error:?}"));
             let mut last = self.last.lock().unwrap();
             if *last != reason {
@@ -204,8 +205,8 @@ impl PacingStore for Said {
         })
     }
 
-    fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
-        self.store.cached(pacing, endpoint, now)
+    fn cached(&self, rules: &PacingRules, endpoint: &str, now: Instant) -> Option<View> {
+        self.store.cached(rules, endpoint, now)
     }
 
     fn stats(&self) -> StoreStats {

@@ -43,7 +43,7 @@ async fn stores_on_separate_connections_see_one_mode_and_one_pause() {
     // The same instant, through two processes' offsets to Redis's clock.
     let apart = at.max(until) - at.min(until);
     assert!(apart <= 5 * MS, "{apart:?}");
-    let cached = one.cached(&pacing, "api.example.test", Instant::now());
+    let cached = one.cached(pacing.rules(), "api.example.test", Instant::now());
     assert_eq!(cached.map(|view| view.mode), Some(PacingMode::Paused));
     assert_eq!(one.stats().errors + other.stats().errors, 0);
 }
@@ -234,12 +234,12 @@ async fn an_open_endpoint_costs_no_call_and_what_is_known_is_refreshed_in_the_ba
     let other = redis.store("cached", |b| b.view_ttl(100 * MS)).await;
     let endpoint = "api.example.test";
     // Never heard of: no answer, and a read in the background.
-    assert_eq!(other.cached(&pacing, endpoint, Instant::now()), None);
+    assert_eq!(other.cached(pacing.rules(), endpoint, Instant::now()), None);
     tokio::time::sleep(50 * MS).await;
     let calls = other.stats().calls;
     assert!((1..=2).contains(&calls), "{calls} calls");
     for _ in 0..1000 {
-        let view = other.cached(&pacing, endpoint, Instant::now());
+        let view = other.cached(pacing.rules(), endpoint, Instant::now());
         assert_eq!(view.map(|v| v.mode), Some(PacingMode::Open));
     }
     assert_eq!(
@@ -251,10 +251,10 @@ async fn an_open_endpoint_costs_no_call_and_what_is_known_is_refreshed_in_the_ba
     call(&one, &pacing, &[Event::Down { jitter: 0.5 }]).await;
     tokio::time::sleep(100 * MS).await;
     // Stale now: this answer is the old one, and a read goes out behind it.
-    let view = other.cached(&pacing, endpoint, Instant::now());
+    let view = other.cached(pacing.rules(), endpoint, Instant::now());
     assert_eq!(view.map(|v| v.mode), Some(PacingMode::Open));
     tokio::time::sleep(50 * MS).await;
-    let view = other.cached(&pacing, endpoint, Instant::now());
+    let view = other.cached(pacing.rules(), endpoint, Instant::now());
     assert_eq!(view.map(|v| v.mode), Some(PacingMode::Probing));
     assert_eq!(other.stats().calls, calls + 1);
 }

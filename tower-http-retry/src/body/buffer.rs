@@ -33,7 +33,7 @@ use tower_service::Service;
 /// let client = ServiceBuilder::new()
 ///     .layer(BufferRequestLayer::new())
 ///     .layer(RetryLayer::builder().build().unwrap())
-///     // (for gRPC, `RetryLayer::grpc()`; tonic's `Channel` takes `tonic::body::Body`: `.map_request(|r: http::Request<_>| r.map(tonic::body::Body::new))`)
+///     // (for gRPC, the gRPC crate's `layer()`; tonic's `Channel` takes `tonic::body::Body`: `.map_request(|r: http::Request<_>| r.map(tonic::body::Body::new))`)
 ///     .service(channel());
 /// # let _ = client;
 /// ```

@@ -1,6 +1,7 @@
 //! [`Pacing`], the configuration of endpoint pacing, and its builder.
 
 use super::rate::{additive_increase, RateConfig};
+use super::rules::PacingRules;
 use super::store::PacingStore;
 use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
 use http::StatusCode;
@@ -102,25 +103,9 @@ const DECREASE: f64 = 0.7;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Pacing {
-    config: Arc<PacingConfig>,
-}
-
-/// The checked configuration.
-#[derive(Clone, Debug)]
-pub(crate) struct PacingConfig {
-    pub(crate) probe_interval: Duration,
-    pub(crate) probes_in_flight: u32,
-    pub(crate) outage_after: u32,
-    pub(crate) ramp_interval: Duration,
-    pub(crate) loss_threshold: f64,
-    pub(crate) idle_to_open: Duration,
-    pub(crate) max_waiters: usize,
-    pub(crate) max_endpoints: usize,
-    pub(crate) first_attempts: bool,
-    pub(crate) congestion: Vec<StatusCode>,
-    pub(crate) rate: RateConfig,
+    rules: Arc<PacingRules>,
     /// Where a fleet keeps what it shares of each endpoint; `None`: this layer paces alone.
-    pub(crate) store: Option<Arc<dyn PacingStore>>,
+    store: Option<Arc<dyn PacingStore>>,
 }
 
 impl Pacing {
@@ -136,8 +121,14 @@ impl Pacing {
         PacingBuilder::default()
     }
 
-    pub(crate) fn config(&self) -> &PacingConfig {
-        &self.config
+    /// The checked rules, which a [`PacingStore`] applies events by.
+    pub fn rules(&self) -> &PacingRules {
+        &self.rules
+    }
+
+    /// The fleet's store, if the endpoints are paced with one.
+    pub(crate) fn store(&self) -> Option<&Arc<dyn PacingStore>> {
+        self.store.as_ref()
     }
 }
 
@@ -300,7 +291,7 @@ impl PacingBuilder {
         in_range("pacing.loss_threshold", self.loss_threshold, 0.0, 1.0)?;
         let floor = 1.0 / self.probe_interval.as_secs_f64();
         Ok(Pacing {
-            config: Arc::new(PacingConfig {
+            rules: Arc::new(PacingRules {
                 probe_interval: self.probe_interval,
                 probes_in_flight: self.probes_in_flight,
                 outage_after: self.outage_after,
@@ -311,7 +302,6 @@ impl PacingBuilder {
                 max_endpoints: self.max_endpoints,
                 first_attempts: self.first_attempts,
                 congestion: self.congestion,
-                store: self.store,
                 rate: RateConfig {
                     floor,
                     ceiling: 1e6_f64.max(floor),
@@ -320,6 +310,7 @@ impl PacingBuilder {
                     additive: additive_increase(DECREASE, self.ramp_interval.as_secs_f64()),
                 },
             }),
+            store: self.store,
         })
     }
 }

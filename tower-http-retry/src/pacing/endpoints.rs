@@ -1,7 +1,6 @@
-//! The paced endpoints of a layer, bounded in number, and the narrow handle the retry layer
-//! holds of one ([`Lane`]): it books outcomes and asks for pauses through it, and joins its
-//! queue (`queue.rs`: a request's place, [`QueueWait`], and once let through its pass,
-//! [`PassGuard`]).
+//! The paced endpoints of a layer, bounded in number: the map from an authority to its
+//! [`Endpoint`] (`handle.rs`, with the narrow handle the retry layer holds of one, [`Lane`]),
+//! and the stats of each.
 //!
 //! The map is keyed by the authority's text in lower case, so a lookup borrows the request's
 //! authority and hashes it in one piece. A count of the endpoints that are not settled (open,
@@ -9,17 +8,16 @@
 //! a first attempt is not gated and a success records nothing, with no lock, no map lookup and
 //! no clock read.
 
-use super::config::{Pacing, PacingConfig};
-use super::endpoint::{EndpointState, PacingMode, Pass};
-use super::link::{pump, Link};
-use super::queue::QueueWait;
-use super::schedule::Resend;
-use super::shared::{SharedState, Signal};
+use super::config::Pacing;
+use super::endpoint::{EndpointState, Link};
+use super::handle::{Endpoint, Lane};
+use super::mode::PacingMode;
+use super::rules::PacingRules;
+use super::shared::SharedState;
 use crate::random::RandomSource;
 use http::uri::Authority;
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -55,67 +53,6 @@ fn key(authority: Option<&Authority>) -> Cow<'_, str> {
     }
 }
 
-/// One endpoint: its state behind a lock whose critical sections are a few field updates.
-pub(crate) struct Endpoint {
-    pub(crate) config: Pacing,
-    /// Its name in the map and in a fleet's store.
-    pub(crate) key: Arc<str>,
-    state: Mutex<Slot>,
-    /// The pacer's count of unsettled endpoints.
-    unsettled: Arc<AtomicUsize>,
-}
-
-/// An endpoint's state, and whether it is counted as unsettled.
-struct Slot {
-    state: EndpointState,
-    counted: bool,
-}
-
-/// An endpoint's state, locked. Unlocking it brings the pacer's count of unsettled endpoints
-/// up to date, so that the count changes under the same lock as the state it counts.
-pub(crate) struct Locked<'a> {
-    slot: MutexGuard<'a, Slot>,
-    unsettled: &'a AtomicUsize,
-}
-
-impl Deref for Locked<'_> {
-    type Target = EndpointState;
-
-    fn deref(&self) -> &EndpointState {
-        &self.slot.state
-    }
-}
-
-impl DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut EndpointState {
-        &mut self.slot.state
-    }
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        let unsettled = !self.slot.state.is_settled();
-        if unsettled != self.slot.counted {
-            self.slot.counted = unsettled;
-            if unsettled {
-                self.unsettled.fetch_add(1, Ordering::Release);
-            } else {
-                self.unsettled.fetch_sub(1, Ordering::Release);
-            }
-        }
-    }
-}
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        // Forgotten (evicted) while counted: it no longer needs attention.
-        let slot = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if slot.counted {
-            self.unsettled.fetch_sub(1, Ordering::Release);
-        }
-    }
-}
-
 /// The state and counters of one endpoint, as
 /// [`RetryLayer::pacing_stats`](crate::RetryLayer::pacing_stats) reports them.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -145,8 +82,8 @@ impl Pacer {
         }
     }
 
-    pub(crate) fn config(&self) -> &PacingConfig {
-        self.config.config()
+    pub(crate) fn rules(&self) -> &PacingRules {
+        self.config.rules()
     }
 
     fn map(&self) -> MutexGuard<'_, Map> {
@@ -172,28 +109,24 @@ impl Pacer {
             return Some(Lane(Arc::clone(endpoint)));
         }
         let now = Instant::now();
-        if map.endpoints.len() >= self.config().max_endpoints && !evict(&mut map, now) {
+        if map.endpoints.len() >= self.rules().max_endpoints && !evict(&mut map, now) {
             return None;
         }
         let key: Arc<str> = Arc::from(key);
-        let link = self.config().store.as_ref().map(|_| Link::default());
+        let link = self.config.store().map(|_| Link::default());
         let mut state = EndpointState::new(now, self.random.stream(), link);
-        if let Some(store) = &self.config().store {
+        if let Some(store) = self.config.store() {
             // What the fleet is known to be doing, without a call.
-            if let Some(view) = store.cached(&self.config, &key, now) {
+            if let Some(view) = store.cached(self.rules(), &key, now) {
                 state.shared = SharedState::from_view(&view, &state.clock, now);
             }
         }
-        let endpoint = Arc::new(Endpoint {
-            config: self.config.clone(),
-            key: Arc::clone(&key),
-            state: Mutex::new(Slot {
-                state,
-                counted: false,
-            }),
-            unsettled: Arc::clone(&self.unsettled),
-        });
-        drop(endpoint.lock()); // counted if it starts paced
+        let endpoint = Endpoint::new(
+            self.config.clone(),
+            Arc::clone(&key),
+            state,
+            Arc::clone(&self.unsettled),
+        );
         map.endpoints
             .insert(Box::from(&*key), (Arc::clone(&endpoint), tick));
         Some(Lane(endpoint))
@@ -215,7 +148,7 @@ impl Pacer {
     /// fleet paces one this process has not met; takes no lock while every endpoint is settled
     /// and no store is shared.
     pub(crate) fn is_paced(&self, authority: Option<&Authority>) -> bool {
-        let store = self.config().store.as_ref();
+        let store = self.config.store();
         if store.is_none() && self.all_settled() {
             return false;
         }
@@ -230,7 +163,7 @@ impl Pacer {
             (None, Some(store)) => {
                 let now = Instant::now();
                 let paced = store
-                    .cached(&self.config, &key(authority), now)
+                    .cached(self.rules(), &key(authority), now)
                     .is_some_and(|view| view.mode != PacingMode::Open);
                 paced && self.lane(authority).is_some_and(|lane| lane.is_paced())
             }
@@ -256,7 +189,7 @@ impl Pacer {
     /// The state of `authority`'s endpoint, if it has one.
     pub(crate) fn stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
         let endpoint = self.map().endpoints.get(&*key(authority))?.0.clone();
-        Some(endpoint.stats())
+        Some(stats(&endpoint))
     }
 }
 
@@ -279,183 +212,28 @@ fn evict(map: &mut Map, now: Instant) -> bool {
     victim.is_some_and(|key| map.endpoints.remove(&key).is_some())
 }
 
-/// Why a request cannot wait in the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Deferred {
-    /// When sending it again makes sense.
-    pub(crate) resend: Resend,
-}
-
-impl Endpoint {
-    pub(crate) fn lock(&self) -> Locked<'_> {
-        Locked {
-            slot: self.state.lock().unwrap_or_else(PoisonError::into_inner),
-            unsettled: &self.unsettled,
-        }
+/// The state and counters of `endpoint` now (its mode moved on with time).
+fn stats(endpoint: &Endpoint) -> PacingStats {
+    let mut state = endpoint.lock();
+    let before = state.mode();
+    state.advance(endpoint.pacing(), Instant::now());
+    if state.mode() != before {
+        state.wake_head();
     }
-
-    pub(crate) fn pacing(&self) -> &PacingConfig {
-        self.config.config()
-    }
-
-    fn stats(&self) -> PacingStats {
-        let mut state = self.lock();
-        let before = state.mode();
-        state.advance(self.pacing(), Instant::now());
-        if state.mode() != before {
-            state.wake_head();
-        }
-        PacingStats {
-            mode: state.mode(),
-            rate: state.rate(self.pacing()),
-            waiting: state.queue.len(),
-            probes: state.probes,
-            deferred: state.deferred,
-        }
-    }
-
-    /// Applies `change` to the state; wakes the head of the queue when it says the head may
-    /// look again, and on every change of mode: a head waits on a timer, or on nothing while a
-    /// probe is in flight, and a new mode may mean a new time to go (or a first one). With a
-    /// store, what the change has to tell the fleet is sent.
-    fn update(self: &Arc<Self>, change: impl FnOnce(&mut EndpointState, &PacingConfig) -> bool) {
-        {
-            let mut state = self.lock();
-            let before = state.mode();
-            if change(&mut state, self.pacing()) || state.mode() != before {
-                state.wake_head();
-            }
-        }
-        pump(self);
-    }
-
-    /// Records what an outcome says; wakes the head of the queue if that may let it go.
-    pub(crate) fn record(self: &Arc<Self>, pass: Option<Pass>, signal: Signal, now: Instant) {
-        self.update(|state, config| state.record(config, pass, signal, now));
-    }
-
-    /// Joins the queue, unless it is full or the predicted wait is longer than `room`. A
-    /// request turned away is counted as deferred and takes its place behind the queue for its
-    /// resend time, unless it is a `first` attempt: that one is sent unless its classifier hands
-    /// it back unsent ([`Lane::turned_away`] then counts it).
-    fn enqueue(
-        self: &Arc<Self>,
-        room: Duration,
-        now: Instant,
-        first: bool,
-    ) -> Result<QueueWait, Deferred> {
-        let config = self.pacing();
-        let mut state = self.lock();
-        let wait = state.predicted_wait(config, state.queue.len(), now);
-        if wait > room || state.queue.len() >= config.max_waiters {
-            let resend = if first {
-                state.peek_turn_away(config, now)
-            } else {
-                state.deferred += 1;
-                state.turn_away(config, now)
-            };
-            return Err(Deferred { resend });
-        }
-        let id = state.enqueue(config).expect("the queue has room");
-        Ok(QueueWait::new(Arc::clone(self), id))
-    }
-}
-
-/// What the retry layer holds of one endpoint: it books outcomes to it, asks it to pause, and
-/// joins its queue, through this handle and nothing else.
-#[derive(Clone)]
-pub(crate) struct Lane(pub(crate) Arc<Endpoint>);
-
-impl Lane {
-    /// Whether requests to this endpoint wait in its queue now. With a store, an endpoint this
-    /// process has open is looked up in what the store last heard of it (no call).
-    pub(crate) fn is_paced(&self) -> bool {
-        let endpoint = &self.0;
-        if endpoint.lock().is_paced() {
-            return true;
-        }
-        let Some(store) = &endpoint.pacing().store else {
-            return false;
-        };
-        let now = Instant::now();
-        match store.cached(&endpoint.config, &endpoint.key, now) {
-            Some(view) if view.mode != PacingMode::Open => {
-                let mut state = endpoint.lock();
-                if !state.is_paced() && state.is_news(&view) {
-                    state.shared = SharedState::from_view(&view, &state.clock, now);
-                    state.settle();
-                }
-                state.is_paced()
-            }
-            _ => false,
-        }
-    }
-
-    /// Records what the outcome of an attempt that was not let through by the pacer says.
-    pub(crate) fn record(&self, signal: Signal, now: Instant) {
-        self.0.record(None, signal, now);
-    }
-
-    /// The retry budget said no while the endpoint is open: pace it.
-    pub(crate) fn budget_empty(&self, now: Instant) {
-        self.0.update(|state, config| {
-            state.budget_empty(config, now);
-            false
-        });
-    }
-
-    /// The endpoint asked for a pause until `until`.
-    pub(crate) fn pause_until(&self, until: Instant, now: Instant) {
-        self.0.update(|state, config| {
-            state.pause_until(config, until, now);
-            false
-        });
-    }
-
-    /// A circuit breaker refused a request for `wait` (zero: its half-open probe is in flight).
-    pub(crate) fn breaker_refused(&self, wait: Duration, now: Instant) {
-        self.0.update(|state, config| {
-            state.breaker_refused(config, wait, now);
-            false
-        });
-    }
-
-    /// A hint asked the request it answered to wait until `until`: a rate signal while the
-    /// endpoint takes requests, a pause of the whole endpoint when nothing gets through.
-    /// Returns whether the endpoint paused.
-    pub(crate) fn hinted(&self, until: Instant, now: Instant) -> bool {
-        let mut paused = false;
-        self.0.update(|state, config| {
-            paused = state.hinted(config, until, now);
-            false
-        });
-        paused
-    }
-
-    /// A first attempt turned away at `now` ([`join`](Self::join)) is handed back unsent: it
-    /// counts as deferred and takes its place behind the queue.
-    pub(crate) fn turned_away(&self, now: Instant) {
-        let mut state = self.0.lock();
-        state.deferred += 1;
-        state.take_turn_away(self.0.pacing(), now);
-    }
-
-    /// Joins the queue, unless it is full or the predicted wait is longer than `room`: then the
-    /// request is deferred, with when to send it again (a `first` attempt is counted only once
-    /// it is handed back unsent, see [`turned_away`](Self::turned_away)).
-    pub(crate) fn join(
-        &self,
-        room: Duration,
-        now: Instant,
-        first: bool,
-    ) -> Result<QueueWait, Deferred> {
-        self.0.enqueue(room, now, first)
+    PacingStats {
+        mode: state.mode(),
+        rate: state.rate(endpoint.pacing()),
+        waiting: state.queue.len(),
+        probes: state.probes,
+        deferred: state.deferred,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pacing::queue::QueueWait;
+    use crate::pacing::shared::Signal;
 
     fn authority(text: &str) -> Authority {
         text.parse().expect("a valid authority")
@@ -486,7 +264,7 @@ mod tests {
         lane.record(Signal::Congestion, now);
         lane.record(Signal::Congestion, now);
         assert!(pacer.is_paced(Some(&a)), "down after outage_after(2)");
-        let wait = lane.join(Duration::MAX, now, false).expect("room");
+        let wait = QueueWait::join(&lane, Duration::MAX, now, false).expect("room");
         drop(wait);
         assert!(!pacer.all_settled(), "probing, its queue empty again");
         assert!(

@@ -31,28 +31,35 @@
 
 // `rate.rs` is the arithmetic of the rate, `schedule.rs` of the predicted releases, `shared/`
 // the rules (an endpoint's state as a fleet shares it, pure, with `now` passed in),
-// `endpoint/` what one process holds of an endpoint (its queue, its run of congestion, the
-// rules' state or its replica of the fleet's), `link.rs` how it paces with a store, and
-// `endpoints.rs` and `queue.rs` the bounded map of endpoints and what a request holds of one
-// (its place in the queue, its pass). `store/` keeps the shared state for a fleet (in process,
+// `mode.rs` the modes, `endpoint/` what one process holds of an endpoint (its queue, its run
+// of congestion, the rules' state or its replica of the fleet's, and with a store its link to
+// the fleet: `link.rs` and `fleet.rs`), `pass.rs` what the endpoint answers the head of its
+// queue, `handle.rs` an endpoint behind its lock and the retry layer's handle of it,
+// `endpoints.rs` the bounded map of endpoints, and `queue.rs` what a request holds of one (its
+// place in the queue, its pass). `store/` keeps the shared state for a fleet (in process,
 // Redis).
 
 mod clock;
 mod config;
 mod endpoint;
 mod endpoints;
-mod link;
+mod handle;
+mod mode;
+mod pass;
 mod queue;
 mod rate;
+mod rules;
 mod schedule;
 mod shared;
 pub mod store;
 
 pub use config::{Pacing, PacingBuilder};
-pub use endpoint::PacingMode;
 pub use endpoints::PacingStats;
+pub use mode::PacingMode;
+pub use rules::PacingRules;
 
-pub(crate) use endpoints::{Deferred, Lane, Pacer};
-pub(crate) use queue::{PassGuard, QueueWait};
+pub(crate) use endpoints::Pacer;
+pub(crate) use handle::Lane;
+pub(crate) use queue::{Deferred, PassGuard, QueueWait};
 pub(crate) use schedule::Resend;
 pub(crate) use shared::Signal;

@@ -1,9 +1,8 @@
 //! A request's place in an endpoint's queue ([`QueueWait`]) and, once the pacer lets it go, its
 //! pass ([`PassGuard`]), which books the attempt's outcome to the endpoint.
 
-use super::endpoint::{Pass, Release};
-use super::endpoints::{Endpoint, Lane};
-use super::link::pump;
+use super::handle::{pump, Endpoint, Lane};
+use super::pass::{Pass, Release};
 use super::schedule::Resend;
 use super::shared::Signal;
 use pin_project_lite::pin_project;
@@ -11,7 +10,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::time::{Instant, Sleep};
+
+/// Why a request cannot wait in the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Deferred {
+    /// When sending it again makes sense.
+    pub(crate) resend: Resend,
+}
 
 pin_project! {
     /// A request's place in an endpoint's queue; completes when the pacer lets it go.
@@ -36,7 +43,35 @@ pin_project! {
 }
 
 impl QueueWait {
-    pub(crate) fn new(endpoint: Arc<Endpoint>, id: u64) -> Self {
+    /// Joins `lane`'s queue, unless it is full or the predicted wait is longer than `room`:
+    /// then the request is deferred, with when to send it again. A request turned away is
+    /// counted as deferred and takes its place behind the queue for its resend time, unless it
+    /// is a `first` attempt: that one is sent unless its classifier hands it back unsent
+    /// ([`Lane::turned_away`] then counts it).
+    pub(crate) fn join(
+        lane: &Lane,
+        room: Duration,
+        now: Instant,
+        first: bool,
+    ) -> Result<Self, Deferred> {
+        let endpoint = &lane.0;
+        let config = endpoint.pacing();
+        let mut state = endpoint.lock();
+        let wait = state.predicted_wait(config, state.queue.len(), now);
+        if wait > room || state.queue.len() >= config.max_waiters {
+            let resend = if first {
+                state.peek_turn_away(config, now)
+            } else {
+                state.deferred += 1;
+                state.turn_away(config, now)
+            };
+            return Err(Deferred { resend });
+        }
+        let id = state.enqueue(config).expect("the queue has room");
+        Ok(Self::new(Arc::clone(endpoint), id))
+    }
+
+    fn new(endpoint: Arc<Endpoint>, id: u64) -> Self {
         Self {
             endpoint,
             id,

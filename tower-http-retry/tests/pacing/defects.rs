@@ -1,4 +1,4 @@
-//! Defects of the pacer found against real callers (issue 19), each pinned by the behaviour it
+//! Defects of the pacer found against real callers, each pinned by the behaviour it
 //! broke. The endpoint is scripted: every attempt is handed to the test, which answers it when
 //! it chooses, on tokio's paused clock. Waits are bounded, so a request that hangs fails the test
 //! instead of hanging it.

@@ -42,7 +42,7 @@ const OUTAGE_AFTER: u32 = 5;
 const RAMP_INTERVAL: Duration = Duration::from_millis(100);
 const LOSS_THRESHOLD: f64 = 0.05;
 
-/// Issue 10's target for an endpoint with a capacity: 99 % delivered within N / capacity plus
+/// The first target for an endpoint with a capacity: 99 % delivered within N / capacity plus
 /// this, after recovery. Here the ramp starts at most 3/2 probe intervals after recovery (the
 /// next probe), its first two releases are up to a probe gap and a gap at the probe rate apart
 /// (1.25 s), slow start then reaches the capacity in about 0.3 s, and N / capacity is 2 s:
@@ -72,7 +72,7 @@ fn paced_while_down_bound() -> usize {
 /// and `θ` the loss threshold:
 ///
 /// * intervals that lose at most `θ` of what they release do not cut the rate; summed over the
-///   run they lose at most `θ / (1 − θ)` of the successes, that is of N: 22 (about issue 10's
+///   run they lose at most `θ / (1 − θ)` of the successes, that is of N: 22 (about the first
 ///   target of 5 % of N);
 /// * the interval in which slow start crosses the capacity loses at most `(1/(1 − θ) + 1) × A`
 ///   = 52. The interval before it lost at most `θ`, so it released at most `A / (1 − θ)`, and
@@ -318,7 +318,7 @@ async fn a_burst_through_an_outage_and_a_capacity_limit_reaches_the_server_at_th
         overload_bound()
     );
 
-    // Issue 10's delivery target: 99 % within N / capacity + 3 s of recovery.
+    // The first delivery target: 99 % within N / capacity + 3 s of recovery.
     let mut accepted_at: Vec<Duration> = up
         .iter()
         .filter(|a| a.status == 200)

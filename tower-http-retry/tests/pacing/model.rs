@@ -215,7 +215,7 @@ impl Case {
         case
     }
 
-    /// Reshapes the case towards the sequence that once stranded a queue (issue 19, defect 1):
+    /// Reshapes the case towards the sequence that once stranded a queue (defect 1):
     /// one endpoint down, some of its answers with `Retry-After`, one probe at a time, and first attempts
     /// sent on their own while it is down, so that an answer asking for a pause can come while
     /// the probe is in flight, with nobody left to wake the queue but the pacer.

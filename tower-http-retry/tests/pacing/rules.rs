@@ -1,4 +1,4 @@
-//! The pacer's rules for real servers and callers (issue 19, items 1 to 3), each against an
+//! The pacer's rules for real servers and callers, each against an
 //! in-process endpoint on tokio's paused clock that logs every arrival:
 //! * a `Retry-After` on an endpoint that still takes other requests holds the request it
 //!   answers, not the endpoint; a used-up quota, or a hint when nothing gets through, holds

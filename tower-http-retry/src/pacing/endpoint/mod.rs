@@ -2,12 +2,19 @@
 //! when the process paces alone or as a replica of the fleet's when a store keeps it, and what
 //! only the process can hold: its queue of waiting requests and their wakers, its own run of
 //! congestion outcomes, the places it gave requests it turned away, and with a store, what
-//! `link.rs` holds (unused slots, a probe granted, events not sent yet). Every method takes
+//! its [`Link`] holds (unused slots, a probe granted, events not sent yet; `fleet.rs` is what
+//! the endpoint does with it). Every method takes
 //! `now`, so the state machine is unit-tested without a runtime.
 
+mod fleet;
+mod link;
+
+pub(crate) use link::{Link, StoreNext};
+
 use super::clock::Clock;
-use super::config::PacingConfig;
-use super::link::Link;
+use super::mode::{trace, PacingMode};
+use super::pass::{Pass, Release};
+use super::rules::PacingRules;
 use super::schedule::{Resend, Schedule};
 use super::shared::{Batch, Grant, Mode, Rules, SharedState, Signal};
 use super::store::Lease;
@@ -18,55 +25,6 @@ use std::collections::VecDeque;
 use std::task::Waker;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// What the endpoint is doing, as [`PacingStats`](crate::pacing::PacingStats) reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum PacingMode {
-    /// Healthy: requests go through on their own timers.
-    Open,
-    /// Down: waiting requests are let through one probe at a time, at the probe rate.
-    Probing,
-    /// Recovering: waiting requests are released at a rate that grows while losses stay low.
-    Ramping,
-    /// Told to wait by the endpoint (`Retry-After`): nothing is released until the pause ends.
-    Paused,
-}
-
-impl PacingMode {
-    /// The mode's name in lower case (`open`, `probing`, `ramping`, `paused`): the label its
-    /// metrics carry.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            PacingMode::Open => "open",
-            PacingMode::Probing => "probing",
-            PacingMode::Ramping => "ramping",
-            PacingMode::Paused => "paused",
-        }
-    }
-}
-
-/// How a released request was let through; its outcome is recorded with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Pass {
-    /// One of the few requests in flight while the endpoint is down, on this lease of its probe
-    /// stream.
-    Probe(Lease),
-    /// Released by the rate (or the endpoint is open).
-    Paced,
-}
-
-/// Whether the request at the head of the queue may go now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Release {
-    Now(Pass),
-    /// Not before this instant.
-    At(Instant),
-    /// When a probe in flight finishes.
-    Blocked,
-    /// When the fleet's store answers (`link.rs`): the head waits for the call it asked for.
-    Asked,
-}
 
 pub(crate) struct Waiter {
     pub(crate) id: u64,
@@ -129,13 +87,13 @@ impl EndpointState {
     }
 
     /// The release rate now, per second (0 while open: unpaced).
-    pub(crate) fn rate(&self, config: &PacingConfig) -> f64 {
+    pub(crate) fn rate(&self, config: &PacingRules) -> f64 {
         self.shared.rate(&self.rules(config))
     }
 
     /// The rules this process applies to its state: a process alone's, or with a store the
     /// fleet's (its replica is the fleet's state).
-    pub(crate) fn rules<'a>(&self, config: &'a PacingConfig) -> Rules<'a> {
+    pub(crate) fn rules<'a>(&self, config: &'a PacingRules) -> Rules<'a> {
         match self.link {
             None => Rules::alone(config),
             // The replica grants no probe: the store's leases are the store's.
@@ -162,7 +120,7 @@ impl EndpointState {
     }
 
     /// Joins the queue: its id, or `None` when the queue is full.
-    pub(crate) fn enqueue(&mut self, config: &PacingConfig) -> Option<u64> {
+    pub(crate) fn enqueue(&mut self, config: &PacingRules) -> Option<u64> {
         if self.queue.len() >= config.max_waiters {
             self.deferred += 1;
             return None;
@@ -193,7 +151,7 @@ impl EndpointState {
 
     /// When the pacer is predicted to release each place of the fleet's queue (the shared
     /// state's [`schedule`](SharedState::schedule)), from `now`.
-    pub(crate) fn schedule(&self, config: &PacingConfig, now: Instant) -> Schedule {
+    pub(crate) fn schedule(&self, config: &PacingRules, now: Instant) -> Schedule {
         self.shared
             .schedule(&self.rules(config), self.clock, self.at(now))
     }
@@ -207,7 +165,7 @@ impl EndpointState {
     /// The predicted wait of a request that joins the queue now at `position` (0: the head).
     pub(crate) fn predicted_wait(
         &self,
-        config: &PacingConfig,
+        config: &PacingRules,
         position: usize,
         now: Instant,
     ) -> Duration {
@@ -223,7 +181,7 @@ impl EndpointState {
     /// predicted releases instead of coming back in one instant, and never inside a known pause
     /// (nothing is released before it ends). Takes the place (see
     /// [`take_turn_away`](Self::take_turn_away)).
-    pub(crate) fn turn_away(&mut self, config: &PacingConfig, now: Instant) -> Resend {
+    pub(crate) fn turn_away(&mut self, config: &PacingRules, now: Instant) -> Resend {
         let resend = self.peek_turn_away(config, now);
         self.take_turn_away(config, now);
         resend
@@ -231,13 +189,13 @@ impl EndpointState {
 
     /// What [`turn_away`](Self::turn_away) would say, without taking the place (a first
     /// attempt turned away is sent instead, unless its classifier hands it back unsent).
-    pub(crate) fn peek_turn_away(&self, config: &PacingConfig, now: Instant) -> Resend {
+    pub(crate) fn peek_turn_away(&self, config: &PacingRules, now: Instant) -> Resend {
         let schedule = self.schedule(config, now);
         self.resend_on(&schedule, self.turn_away_position(&schedule, now), now)
     }
 
     /// Takes the next place behind the queue for a request turned away at `now`.
-    pub(crate) fn take_turn_away(&mut self, config: &PacingConfig, now: Instant) {
+    pub(crate) fn take_turn_away(&mut self, config: &PacingRules, now: Instant) {
         let schedule = self.schedule(config, now);
         let position = self.turn_away_position(&schedule, now);
         let at = schedule.release_at(position * self.share(now));
@@ -260,7 +218,7 @@ impl EndpointState {
     /// place's gap.
     pub(crate) fn resend_from(
         &self,
-        config: &PacingConfig,
+        config: &PacingRules,
         position: usize,
         now: Instant,
     ) -> Resend {
@@ -279,7 +237,7 @@ impl EndpointState {
     }
 
     /// Whether the head of the queue may go at `now`. Taking a release moves the schedule on.
-    pub(crate) fn try_release(&mut self, config: &PacingConfig, now: Instant) -> Release {
+    pub(crate) fn try_release(&mut self, config: &PacingRules, now: Instant) -> Release {
         if self.link.is_some() {
             return self.release_linked(config, now);
         }
@@ -311,7 +269,7 @@ impl EndpointState {
     /// not paced). Returns whether the head of the queue should look again.
     pub(crate) fn record(
         &mut self,
-        config: &PacingConfig,
+        config: &PacingRules,
         pass: Option<Pass>,
         signal: Signal,
         now: Instant,
@@ -357,7 +315,7 @@ impl EndpointState {
 
     /// A hint (`Retry-After`) on one response, asking that request to wait until `until`: see
     /// [`SharedState::hinted`]. Returns whether the whole endpoint paused.
-    pub(crate) fn hinted(&mut self, config: &PacingConfig, until: Instant, now: Instant) -> bool {
+    pub(crate) fn hinted(&mut self, config: &PacingRules, until: Instant, now: Instant) -> bool {
         let rules = self.rules(config);
         let at = self.at(now);
         self.shared.advance(&rules, self.queue.len() > 1, at);
@@ -372,7 +330,7 @@ impl EndpointState {
 
     /// An empty budget while open: the endpoint is failing more than the budget allows, so it
     /// is paced instead of refusing its requests.
-    pub(crate) fn budget_empty(&mut self, config: &PacingConfig, now: Instant) {
+    pub(crate) fn budget_empty(&mut self, config: &PacingRules, now: Instant) {
         if !self.shared.is_open() {
             return;
         }
@@ -387,7 +345,7 @@ impl EndpointState {
 
     /// The endpoint said when to come back: every request waits until then (see
     /// [`SharedState::pause_until`]).
-    pub(crate) fn pause_until(&mut self, config: &PacingConfig, until: Instant, now: Instant) {
+    pub(crate) fn pause_until(&mut self, config: &PacingRules, until: Instant, now: Instant) {
         let rules = self.rules(config);
         self.shared
             .pause_until(&rules, self.at(until), self.at(now));
@@ -403,7 +361,7 @@ impl EndpointState {
     /// lets a probe through. A zero wait (the breaker is half-open, its probe in flight) says
     /// nothing of when it is done: the pause is then a probe interval, jittered, so that the
     /// request is not let through and refused again in the same instant.
-    pub(crate) fn breaker_refused(&mut self, config: &PacingConfig, wait: Duration, now: Instant) {
+    pub(crate) fn breaker_refused(&mut self, config: &PacingRules, wait: Duration, now: Instant) {
         let wait = if wait.is_zero() {
             let interval = config.probe_interval;
             uniform(interval / 2, interval + interval / 2, &mut self.rng)
@@ -415,7 +373,7 @@ impl EndpointState {
 
     /// Moves the mode on with time when it is read, not only when a request comes: what
     /// [`PacingStats`](crate::pacing::PacingStats) says and what eviction sees are true at `now`.
-    pub(crate) fn advance(&mut self, config: &PacingConfig, now: Instant) {
+    pub(crate) fn advance(&mut self, config: &PacingRules, now: Instant) {
         let rules = self.rules(config);
         let at = self.at(now);
         self.shared.advance(&rules, !self.queue.is_empty(), at);
@@ -423,17 +381,10 @@ impl EndpointState {
     }
 }
 
-/// A mode entered, in the telemetry.
-pub(crate) fn trace(mode: PacingMode) {
-    #[cfg(feature = "tracing")]
-    tracing::debug!(target: "tower_http_retry::pacer", ?mode, "endpoint pacing");
-    crate::telemetry::pacer_mode(mode.as_str());
-}
-
 impl EndpointState {
     /// Moves the mode on with time as a request asking to go (or an outcome) does.
     #[cfg(test)]
-    fn tick(&mut self, config: &PacingConfig, now: Instant) {
+    fn tick(&mut self, config: &PacingRules, now: Instant) {
         let at = self.at(now);
         self.shared
             .advance(&self.rules(config), self.queue.len() > 1, at);

@@ -7,8 +7,8 @@ use rand::SeedableRng;
 
 const MS: Duration = Duration::from_millis(1);
 
-fn config() -> PacingConfig {
-    Pacing::new().config().clone()
+fn config() -> PacingRules {
+    Pacing::new().rules().clone()
 }
 
 /// A probe's pass (its lease is not checked: the endpoint takes its outcome as a probe's).
@@ -24,7 +24,7 @@ fn state(now: Instant) -> EndpointState {
     EndpointState::new(now, SmallRng::seed_from_u64(1), None)
 }
 
-fn down(config: &PacingConfig, now: Instant) -> EndpointState {
+fn down(config: &PacingRules, now: Instant) -> EndpointState {
     let mut s = state(now);
     for _ in 0..config.outage_after {
         s.record(config, None, Signal::Congestion, now);
@@ -266,7 +266,7 @@ fn a_rate_that_grows_brings_the_next_release_forward() {
 
 /// Ramping after a probe's success, with 100 successes in the interval that just closed
 /// (1,000/s taken) and one more just now; a waiter keeps it from opening.
-fn ramping_at_1000(config: &PacingConfig, now: Instant) -> (EndpointState, Instant) {
+fn ramping_at_1000(config: &PacingRules, now: Instant) -> (EndpointState, Instant) {
     let mut s = down(config, now);
     s.record(config, Some(probe()), Signal::Success, now);
     s.queue.push_back(Waiter { id: 0, waker: None });

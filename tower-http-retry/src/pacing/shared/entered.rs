@@ -1,6 +1,6 @@
 //! The modes an endpoint entered, kept beside its state for telemetry.
 
-use super::super::PacingMode;
+use crate::pacing::mode::PacingMode;
 
 /// The modes entered since they were last taken ([`SharedState::take_entered`]), for the
 /// process's telemetry and its congestion run. Not part of the state's value: two states that

@@ -38,18 +38,22 @@ pub(crate) use peer::{Peer, MAX_PEERS};
 pub(crate) use release::{Batch, Grant};
 
 use super::clock::{nanos, Nanos};
-use super::config::PacingConfig;
+use super::mode::PacingMode;
 use super::rate::Ramp;
-use super::PacingMode;
+use super::rules::PacingRules;
 use std::time::Duration;
 
 /// Losses in one interval below this do not cut the rate, whatever their share.
 const MIN_LOSSES_TO_CUT: u32 = 3;
 
+/// With a store, a process reports its outcomes within this, whatever else happens: the fleet's
+/// rules allow for that lag.
+pub(crate) const REPORT_WITHIN: Duration = Duration::from_secs(1);
+
 /// The rules one transition reads: the pacing configuration, and how the state is kept.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rules<'a> {
-    pub(crate) pacing: &'a PacingConfig,
+    pub(crate) pacing: &'a PacingRules,
     /// A probe lease not ended by then is taken back (its holder may be dead); `None` for an
     /// endpoint paced by one process, whose passes always end their lease.
     pub(crate) lease_ttl: Option<Nanos>,
@@ -60,7 +64,7 @@ pub(crate) struct Rules<'a> {
 
 impl<'a> Rules<'a> {
     /// The rules of an endpoint paced by one process alone.
-    pub(crate) fn alone(pacing: &'a PacingConfig) -> Self {
+    pub(crate) fn alone(pacing: &'a PacingRules) -> Self {
         Self {
             pacing,
             lease_ttl: None,
@@ -69,11 +73,11 @@ impl<'a> Rules<'a> {
     }
 
     /// The rules of a fleet's shared state, whose probe leases expire after `lease_ttl`.
-    pub(crate) fn fleet(pacing: &'a PacingConfig, lease_ttl: Nanos) -> Self {
+    pub(crate) fn fleet(pacing: &'a PacingRules, lease_ttl: Nanos) -> Self {
         Self {
             pacing,
             lease_ttl: Some(lease_ttl),
-            report_lag: nanos(crate::pacing::link::REPORT_WITHIN),
+            report_lag: nanos(REPORT_WITHIN),
         }
     }
 

@@ -8,11 +8,11 @@ use crate::pacing::Pacing;
 const MS: Nanos = 1_000_000;
 const HOLDER: u64 = 7;
 
-fn config() -> PacingConfig {
-    Pacing::new().config().clone()
+fn config() -> PacingRules {
+    Pacing::new().rules().clone()
 }
 
-fn rules(config: &PacingConfig) -> Rules<'_> {
+fn rules(config: &PacingRules) -> Rules<'_> {
     Rules::fleet(config, 10_000 * MS)
 }
 

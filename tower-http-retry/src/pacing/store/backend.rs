@@ -3,7 +3,7 @@
 //! a remote one.
 
 use super::protocol::{Applied, Event, StoreStats, View};
-use crate::pacing::Pacing;
+use crate::pacing::PacingRules;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,19 +36,20 @@ use tokio::time::Instant;
 /// let other = one.peer(); // another process of the same fleet
 /// let now = Instant::now();
 /// let down = [Event::Down { jitter: 0.5 }];
-/// one.apply(&pacing, "api.example.com", &down, now).await;
+/// one.apply(pacing.rules(), "api.example.com", &down, now).await;
 /// let ask = [Event::Release { want: 1, jitter: 0.5 }];
-/// let applied = other.apply(&pacing, "api.example.com", &ask, now).await;
+/// let applied = other.apply(pacing.rules(), "api.example.com", &ask, now).await;
 /// assert_eq!(applied.view.mode, PacingMode::Probing);
 /// assert!(matches!(applied.release(), Some(Release::At(_))), "the first probe is due later");
 /// # }
 /// ```
 pub trait PacingStore: fmt::Debug + Send + Sync + 'static {
     /// Applies `events`, in order and atomically, to `endpoint`'s shared state at `now` (the
-    /// caller's clock), under `pacing`'s rules.
+    /// caller's clock), under `rules` (the [`Pacing`](crate::Pacing)'s, see
+    /// [`Pacing::rules`](crate::Pacing::rules)).
     fn apply<'a>(
         &'a self,
-        pacing: &'a Pacing,
+        rules: &'a PacingRules,
         endpoint: &'a str,
         events: &'a [Event],
         now: Instant,
@@ -57,7 +58,7 @@ pub trait PacingStore: fmt::Debug + Send + Sync + 'static {
     /// The endpoint as this process last heard of it, without a call (`None`: never heard of).
     /// A remote store refreshes what it knows in the background when it is older than a
     /// short time to live, so that a request to an open endpoint costs no call.
-    fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View>;
+    fn cached(&self, rules: &PacingRules, endpoint: &str, now: Instant) -> Option<View>;
 
     /// The store's counters.
     fn stats(&self) -> StoreStats;
@@ -66,16 +67,16 @@ pub trait PacingStore: fmt::Debug + Send + Sync + 'static {
 impl<S: PacingStore + ?Sized> PacingStore for Arc<S> {
     fn apply<'a>(
         &'a self,
-        pacing: &'a Pacing,
+        rules: &'a PacingRules,
         endpoint: &'a str,
         events: &'a [Event],
         now: Instant,
     ) -> StoreCall<'a> {
-        (**self).apply(pacing, endpoint, events, now)
+        (**self).apply(rules, endpoint, events, now)
     }
 
-    fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
-        (**self).cached(pacing, endpoint, now)
+    fn cached(&self, rules: &PacingRules, endpoint: &str, now: Instant) -> Option<View> {
+        (**self).cached(rules, endpoint, now)
     }
 
     fn stats(&self) -> StoreStats {

@@ -5,8 +5,8 @@
 //! step) times the share, and a learned rate capped at [`HEADROOM`] times this process's share
 //! of it (never unlimited).
 
-use crate::pacing::config::PacingConfig;
 use crate::pacing::rate::Ramp;
+use crate::pacing::rules::PacingRules;
 use crate::pacing::shared::{Mode, SharedState};
 use std::time::Duration;
 
@@ -20,16 +20,16 @@ const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(60);
 #[derive(Clone, Debug)]
 pub(crate) struct Fallback {
     pub(crate) state: SharedState,
-    pub(crate) config: PacingConfig,
+    pub(crate) config: PacingRules,
     /// This process's share of the fleet when the store was lost (`1 / peers`).
     share: f64,
 }
 
 impl Fallback {
     /// The fallback of `holder` for an endpoint last known as `last`, at store time `now`.
-    pub(crate) fn enter(last: &SharedState, config: &PacingConfig, holder: u64, now: u64) -> Self {
+    pub(crate) fn enter(last: &SharedState, config: &PacingRules, holder: u64, now: u64) -> Self {
         let share = 1.0 / f64::from(last.active_peers(now));
-        let mut local = PacingConfig {
+        let mut local = PacingRules {
             probe_interval: config
                 .probe_interval
                 .mul_f64(1.0 / share)
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn a_fallback_paces_at_its_share_and_grows_at_most_to_the_headroom() {
-        let config = Pacing::new().config().clone();
+        let config = Pacing::new().rules().clone();
         let last = ramping_at(1000.0, 10);
         let fallback = Fallback::enter(&last, &config, 0, 0);
         let Mode::Ramping { ramp, .. } = fallback.state.mode else {
@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn a_fallback_of_an_endpoint_that_was_down_probes_at_its_share_of_the_stream() {
-        let config = Pacing::new().config().clone();
+        let config = Pacing::new().rules().clone();
         let mut last = ramping_at(1.0, 100);
         last.mode = Mode::Probing;
         let fallback = Fallback::enter(&last, &config, 0, 0);

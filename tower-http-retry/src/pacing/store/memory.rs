@@ -8,7 +8,7 @@ use super::run::{applied, cached_view, holder_id, run, Timing};
 use crate::error::InvalidConfig;
 use crate::pacing::clock::{Clock, Nanos, LOCAL_EPOCH};
 use crate::pacing::shared::SharedState;
-use crate::pacing::Pacing;
+use crate::pacing::PacingRules;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,14 +101,14 @@ impl InProcessStore {
     /// [`PacingStore::apply`], answered at once.
     fn apply_now(
         &self,
-        pacing: &Pacing,
+        rules: &PacingRules,
         endpoint: &str,
         events: &[Event],
         now: Instant,
     ) -> Applied {
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         let timing = self.shared.timing;
-        let rules = timing.rules(pacing.config());
+        let rules = timing.rules(rules);
         let clock = self.clock(now);
         let at = clock.to_shared(now);
         let mut records = self.lock();
@@ -153,22 +153,22 @@ impl fmt::Debug for InProcessStore {
 impl PacingStore for InProcessStore {
     fn apply<'a>(
         &'a self,
-        pacing: &'a Pacing,
+        rules: &'a PacingRules,
         endpoint: &'a str,
         events: &'a [Event],
         now: Instant,
     ) -> StoreCall<'a> {
-        StoreCall::ready(self.apply_now(pacing, endpoint, events, now))
+        StoreCall::ready(self.apply_now(rules, endpoint, events, now))
     }
 
-    fn cached(&self, pacing: &Pacing, endpoint: &str, now: Instant) -> Option<View> {
+    fn cached(&self, rules: &PacingRules, endpoint: &str, now: Instant) -> Option<View> {
         let clock = self.clock(now);
         let records = self.lock();
         let record = records.get(endpoint)?;
         if record.expires <= clock.to_shared(now) {
             return None;
         }
-        let rules = self.shared.timing.rules(pacing.config());
+        let rules = self.shared.timing.rules(rules);
         Some(cached_view(&record.state, &rules, &clock, now, now))
     }
 
@@ -212,7 +212,7 @@ impl InProcessStoreBuilder {
 mod tests {
     use super::*;
     use crate::pacing::store::{Release, Reply};
-    use crate::pacing::PacingMode;
+    use crate::pacing::{Pacing, PacingMode};
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -225,11 +225,11 @@ mod tests {
             .unwrap();
         let other = store.peer();
         let now = Instant::now();
-        let applied = store.apply_now(&pacing, "a", &[Event::Down { jitter: 0.0 }], now);
+        let applied = store.apply_now(pacing.rules(), "a", &[Event::Down { jitter: 0.0 }], now);
         assert_eq!(applied.view.mode, PacingMode::Probing);
-        let seen = other.cached(&pacing, "a", now).expect("a record");
+        let seen = other.cached(pacing.rules(), "a", now).expect("a record");
         assert_eq!(seen.mode, PacingMode::Probing);
-        assert_eq!(other.cached(&pacing, "b", now), None);
+        assert_eq!(other.cached(pacing.rules(), "b", now), None);
         // The first probe is due 250 ms after the report; the record holds until then + 1 s.
         let later = now + 1249 * MS;
         assert_eq!(store.records(later), 1);
@@ -238,7 +238,7 @@ mod tests {
             want: 1,
             jitter: 0.0,
         }];
-        let applied = other.apply_now(&pacing, "a", &ask, later + 2 * MS);
+        let applied = other.apply_now(pacing.rules(), "a", &ask, later + 2 * MS);
         assert_eq!(applied.replies, [Reply::Release(Release::Unpaced)]);
     }
 
@@ -246,7 +246,7 @@ mod tests {
     fn a_call_is_answered_without_a_future() {
         let pacing = Pacing::new();
         let store = InProcessStore::new();
-        let call = store.apply(&pacing, "a", &[Event::Refresh], Instant::now());
+        let call = store.apply(pacing.rules(), "a", &[Event::Refresh], Instant::now());
         let applied = call.into_ready().expect("ready at once");
         assert_eq!(applied.view.mode, PacingMode::Open);
         assert_eq!(store.stats().calls, 1);

@@ -2,8 +2,8 @@
 //! process's own clock (tokio's [`Instant`]); every store maps it to its own.
 
 use crate::pacing::clock::Clock;
+use crate::pacing::mode::PacingMode;
 use crate::pacing::shared::SharedState;
-use crate::pacing::PacingMode;
 use std::fmt;
 use std::time::Duration;
 use tokio::time::Instant;

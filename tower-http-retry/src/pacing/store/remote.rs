@@ -17,15 +17,15 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let (pacing, rules) = (Pacing::new(), FleetRules::default());
+//! let (pacing, fleet) = (Pacing::new(), FleetRules::default());
 //! let now = Instant::now();
 //! let clock = StoreClock::unmeasured(now); // measured on each round trip in a real store
 //! let found = Record::decode(&Record::new().encode()).unwrap(); // what the store holds
 //! let mut record = found.clone();
-//! let applied = rules.apply(&pacing, &mut record, &[Event::Down { jitter: 0.5 }], clock, now);
+//! let applied = fleet.apply(pacing.rules(), &mut record, &[Event::Down { jitter: 0.5 }], clock, now);
 //! assert_eq!(applied.view.mode, PacingMode::Probing);
 //! assert_ne!(record, found, "changed: written back if the version is still the one read");
-//! assert!(rules.expiry(&record, clock, now) >= rules.record_ttl());
+//! assert!(fleet.expiry(&record, clock, now) >= fleet.record_ttl());
 //! # }
 //! ```
 
@@ -36,7 +36,7 @@ use super::run::{self, Timing};
 use crate::error::InvalidConfig;
 use crate::pacing::clock::{nanos, Clock, LOCAL_EPOCH};
 use crate::pacing::shared::SharedState;
-use crate::pacing::Pacing;
+use crate::pacing::PacingRules;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -104,7 +104,7 @@ impl StoreClock {
 }
 
 /// The fleet's rules as one process applies them to records: the fleet's timing that is not in
-/// [`Pacing`] (the same for every process) and this process's identity (a random holder id,
+/// [`Pacing`](crate::Pacing) (the same for every process) and this process's identity (a random holder id,
 /// which its probe leases carry).
 #[derive(Clone, Copy, Debug)]
 pub struct FleetRules {
@@ -149,18 +149,18 @@ impl FleetRules {
         self.holder
     }
 
-    /// Applies `events`, in order, to `record` at `now` (the process's clock) under `pacing`'s
-    /// rules, and says what the process hears back. A store writes `record` back only if it is
+    /// Applies `events`, in order, to `record` at `now` (the process's clock) under `rules`, and
+    /// says what the process hears back. A store writes `record` back only if it is
     /// still the version read (and not at all when it did not change).
     pub fn apply(
         &self,
-        pacing: &Pacing,
+        rules: &PacingRules,
         record: &mut Record,
         events: &[Event],
         clock: StoreClock,
         now: Instant,
     ) -> Applied {
-        let rules = self.timing.rules(pacing.config());
+        let rules = self.timing.rules(rules);
         let replies = run::run(
             &mut record.0,
             &rules,
@@ -185,13 +185,13 @@ impl FleetRules {
     /// [`PacingStore::cached`]: super::PacingStore::cached
     pub fn view(
         &self,
-        pacing: &Pacing,
+        rules: &PacingRules,
         record: &Record,
         clock: StoreClock,
         heard_at: Instant,
         now: Instant,
     ) -> View {
-        let rules = self.timing.rules(pacing.config());
+        let rules = self.timing.rules(rules);
         run::cached_view(&record.0, &rules, &clock.0, heard_at, now)
     }
 }
@@ -216,15 +216,15 @@ impl Fallback {
     /// The fallback of this process for an endpoint last known as `last`.
     pub fn enter(
         last: &Record,
-        pacing: &Pacing,
-        rules: &FleetRules,
+        rules: &PacingRules,
+        fleet: &FleetRules,
         clock: StoreClock,
         now: Instant,
     ) -> Self {
         Self(fallback::Fallback::enter(
             &last.0,
-            pacing.config(),
-            rules.holder,
+            rules,
+            fleet.holder,
             clock.0.to_shared(now),
         ))
     }

@@ -5,10 +5,10 @@
 use super::protocol::{Applied, Event, Lease, Release, Reply, View};
 use crate::error::{positive_duration, InvalidConfig};
 use crate::pacing::clock::{nanos, Clock, Nanos};
-use crate::pacing::config::PacingConfig;
+use crate::pacing::mode::PacingMode;
 use crate::pacing::rate::Ramp;
+use crate::pacing::rules::PacingRules;
 use crate::pacing::shared::{Grant, Mode, Op, Rules, SharedState};
-use crate::pacing::PacingMode;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -39,7 +39,7 @@ impl Timing {
         Ok(self)
     }
 
-    pub(crate) fn rules<'a>(&self, pacing: &'a PacingConfig) -> Rules<'a> {
+    pub(crate) fn rules<'a>(&self, pacing: &'a PacingRules) -> Rules<'a> {
         Rules::fleet(pacing, nanos(self.lease_ttl))
     }
 

@@ -72,7 +72,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let congestion = match result {
             Ok(response) if facts.classified == Outcome::Transient => config
                 .classifier
-                .is_congestion(response, &pacer.config().congestion),
+                .is_congestion(response, &pacer.rules().congestion),
             _ => false,
         };
         // A rotation says the endpoint is up, whatever became of the request.
@@ -223,7 +223,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// Joins `lane`'s queue at `now`, or says why it cannot.
     fn queue(&mut self, lane: &Lane, now: Instant) -> Result<QueueWait, Deferred> {
-        let wait = lane.join(self.deadline.room(now), now, self.attempts == 0)?;
+        let wait = QueueWait::join(lane, self.deadline.room(now), now, self.attempts == 0)?;
         let attempts = self.attempts;
         self.trail().joined_queue(attempts, now);
         Ok(wait)
@@ -280,7 +280,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             .config
             .pacer
             .as_ref()
-            .filter(|pacer| pacer.config().first_attempts)
+            .filter(|pacer| pacer.rules().first_attempts)
         else {
             return false;
         };

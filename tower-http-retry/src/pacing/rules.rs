@@ -1,0 +1,25 @@
+//! [`PacingRules`]: a pacing configuration's checked rules, apart from its store, so that the
+//! rules (`shared/`) and the stores (`store/`) read them without the handle that holds a store.
+
+use super::rate::RateConfig;
+use http::StatusCode;
+use std::time::Duration;
+
+/// The checked rules of a [`Pacing`](super::Pacing) configuration, without its store: what a
+/// [`PacingStore`](super::store::PacingStore) is given to apply events by
+/// ([`Pacing::rules`](super::Pacing::rules)). Opaque: it is built only by
+/// [`PacingBuilder::build`](super::PacingBuilder::build).
+#[derive(Clone, Debug)]
+pub struct PacingRules {
+    pub(crate) probe_interval: Duration,
+    pub(crate) probes_in_flight: u32,
+    pub(crate) outage_after: u32,
+    pub(crate) ramp_interval: Duration,
+    pub(crate) loss_threshold: f64,
+    pub(crate) idle_to_open: Duration,
+    pub(crate) max_waiters: usize,
+    pub(crate) max_endpoints: usize,
+    pub(crate) first_attempts: bool,
+    pub(crate) congestion: Vec<StatusCode>,
+    pub(crate) rate: RateConfig,
+}
