@@ -4,6 +4,7 @@ use super::script::Scripts;
 use super::{Counters, Health, Inner, RedisStore};
 use redis::aio::ConnectionLike;
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower_http_retry::pacing::store::remote::FleetRules;
@@ -91,6 +92,7 @@ where
                 scripts: Scripts::new(),
                 clock: Mutex::new(None),
                 cache: Mutex::new(HashMap::new()),
+                refreshes: AtomicUsize::new(0),
                 health: Mutex::new(Health::Joined),
                 counters: Counters::default(),
             }),

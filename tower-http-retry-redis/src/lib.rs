@@ -40,16 +40,16 @@ mod script;
 pub use builder::RedisStoreBuilder;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use script::{Found, Scripts, Swap, Trip};
+use script::{Failure, Found, Scripts, Swap, Trip};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower_http_retry::pacing::store::remote::{Fallback, FleetRules, Record, StoreClock};
 use tower_http_retry::pacing::store::{
-    Applied, Event, PacingStore, StoreCall, StoreError, StoreStats, View,
+    Applied, Event, Lease, PacingStore, Release, StoreCall, StoreError, StoreStats, View,
 };
 use tower_http_retry::pacing::PacingRules;
 
@@ -60,6 +60,8 @@ const MAX_TRIES: u32 = 8;
 /// [`MAX_REJOIN_WAIT`] while the store stays away.
 const FIRST_REJOIN_WAIT: Duration = Duration::from_millis(250);
 const MAX_REJOIN_WAIT: Duration = Duration::from_secs(5);
+/// Background reads in flight at most, per store.
+const MAX_REFRESHES: usize = 16;
 
 /// A [`PacingStore`] in Redis, shared by every process of a fleet that uses the same server and
 /// key prefix.
@@ -78,6 +80,18 @@ const MAX_REJOIN_WAIT: Duration = Duration::from_secs(5);
 /// divided by the peers, at most 1.2 times that share of the learned rate; its probes spread
 /// as one stream) — never unlimited. It tries Redis again after 250 ms, then up to every 5 s,
 /// and rejoins the fleet's state when Redis answers ([`StoreStats::rejoins`]).
+///
+/// An error Redis answers for one endpoint's key (a key of another type, a record of another
+/// format) sends that endpoint alone to the fallback: Redis is not away for the others. A
+/// probe lease granted by a call whose answer was lost (a timeout after Redis ran the script)
+/// is ended by the endpoint's next call that gets through, as a failed probe, instead of
+/// blocking the fleet's probe stream until it expires.
+///
+/// What a process heard of endpoints is kept for at most the pacing's
+/// [`max_endpoints`](tower_http_retry::pacing::PacingRules::max_endpoints) of them beside the
+/// paced ones (open endpoints read longest ago are forgotten), and endpoints it never heard of
+/// are read in the background at most 16 at a time: a sender that meets thousands of healthy
+/// hosts keeps nothing of them, as the pacer without a store does.
 ///
 /// The connection is any async Redis connection that can be cloned: a
 /// [`ConnectionManager`] (the default type, which reconnects by itself) or a
@@ -110,6 +124,8 @@ struct Inner<C> {
     scripts: Scripts,
     clock: Mutex<Option<StoreClock>>,
     cache: Mutex<HashMap<String, Cached>>,
+    /// Background reads in flight.
+    refreshes: AtomicUsize,
     health: Mutex<Health>,
     counters: Counters,
 }
@@ -123,18 +139,76 @@ struct Cached {
     refreshing: bool,
     /// While the store is away: this process's own pacing of the endpoint.
     fallback: Option<Fallback>,
+    /// The probe leases of the fleet's record this process's calls handed to its pacer, not
+    /// ended yet.
+    handed_out: Vec<u64>,
+    /// A call that asked for a release got no answer, though Redis may have applied it (a
+    /// timeout, a connection lost): a lease it granted is held by nobody in this process.
+    unanswered: bool,
 }
 
 impl Cached {
-    /// An endpoint not read yet: due for a read in the background.
-    fn unread(now: Instant, view_ttl: Duration) -> Self {
+    /// An endpoint heard of at `read_at`, as an absent record.
+    fn new(read_at: Instant) -> Self {
         Cached {
             version: 0,
             record: Record::new(),
-            read_at: now.checked_sub(view_ttl).unwrap_or(now),
+            read_at,
             refreshing: false,
             fallback: None,
+            handed_out: Vec::new(),
+            unanswered: false,
         }
+    }
+
+    /// An endpoint not read yet: due for a read in the background.
+    fn unread(now: Instant, view_ttl: Duration) -> Self {
+        Self::new(now.checked_sub(view_ttl).unwrap_or(now))
+    }
+
+    /// Ends, as failed probes, the leases of `record` held by this process that no call handed
+    /// out, after a call that may have been applied went unanswered.
+    fn orphans(&self, rules: &FleetRules, record: &Record, clock: StoreClock) -> Vec<Event> {
+        if !self.unanswered {
+            return Vec::new();
+        }
+        rules
+            .held_leases(record, clock)
+            .into_iter()
+            .filter(|lease| !self.handed_out.contains(&lease.id()))
+            .map(|lease| Event::ProbeDone {
+                lease,
+                success: false,
+            })
+            .collect()
+    }
+
+    /// A call's `events` and `applied` answer were written to `record`: the leases handed out
+    /// and ended, and nothing is unanswered any more.
+    fn settled(
+        &mut self,
+        rules: &FleetRules,
+        events: &[Event],
+        applied: &Applied,
+        record: &Record,
+    ) {
+        for event in events {
+            if let Event::ProbeDone { lease, .. } = event {
+                self.handed_out.retain(|id| *id != lease.id());
+            }
+        }
+        if let Some(Release::Probe(lease)) = applied.release() {
+            self.handed_out.push(lease.id());
+        }
+        // Leases taken back (expired) are nobody's any more (their ids matter here, not when
+        // they expire: any clock will do).
+        let held: Vec<u64> = rules
+            .held_leases(record, StoreClock::unmeasured(Instant::now()))
+            .iter()
+            .map(Lease::id)
+            .collect();
+        self.handed_out.retain(|id| held.contains(id));
+        self.unanswered = false;
     }
 }
 
@@ -161,6 +235,55 @@ struct Counters {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Plain data with no invariant to break half-way: a poisoned lock is usable.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Bounds the cache to `max` endpoints: forgets those read longest ago among the ones open (an
+/// absent record says the same; in the fallback, the process's own pacing is open) with no read
+/// in flight, and gives back the room they took. Endpoints paced or read are kept: then the
+/// cache may hold more, bounded by what the pacers pace and the reads in flight.
+fn bound(cache: &mut HashMap<String, Cached>, max: usize) {
+    if cache.len() <= max {
+        return;
+    }
+    let mut open: Vec<(Instant, String)> = cache
+        .iter()
+        .filter(|(_, entry)| {
+            !entry.refreshing
+                && match &entry.fallback {
+                    Some(fallback) => fallback.is_open(),
+                    None => entry.record.is_open(),
+                }
+        })
+        .map(|(endpoint, entry)| (entry.read_at, endpoint.clone()))
+        .collect();
+    open.sort_unstable();
+    let excess = cache.len() - max;
+    for (_, endpoint) in open.into_iter().take(excess) {
+        cache.remove(&endpoint);
+    }
+    if cache.capacity() > 4 * cache.len().max(16) {
+        cache.shrink_to(2 * cache.len());
+    }
+}
+
+/// A background read of an endpoint in flight: dropped (done, or its task dropped), its entry
+/// is no longer marked, and the cache is bounded again (an endpoint read meanwhile was kept).
+struct Refreshing<C> {
+    inner: Arc<Inner<C>>,
+    endpoint: String,
+    /// The pacing's `max_endpoints`.
+    bound: usize,
+}
+
+impl<C> Drop for Refreshing<C> {
+    fn drop(&mut self) {
+        self.inner.refreshes.fetch_sub(1, Ordering::Relaxed);
+        let mut cache = lock(&self.inner.cache);
+        if let Some(entry) = cache.get_mut(&self.endpoint) {
+            entry.refreshing = false;
+        }
+        bound(&mut cache, self.bound);
+    }
 }
 
 fn bump(counter: &AtomicU64) {
@@ -228,6 +351,7 @@ where
         let mut cache = lock(&inner.cache);
         let known = cache.contains_key(endpoint);
         if !known {
+            bound(&mut cache, pacing.max_endpoints().saturating_sub(1));
             cache.insert(endpoint.to_owned(), Cached::unread(now, inner.view_ttl));
         }
         // An endpoint not heard of yet is read in the background, as a stale one is.
@@ -239,19 +363,34 @@ where
                 .view(pacing, &entry.record, clock, entry.read_at, now),
         });
         let stale = now.saturating_duration_since(entry.read_at) >= inner.view_ttl;
-        // While Redis is away, the next try is the calls' to make, not a refresh's per request.
-        if stale && !entry.refreshing && !inner.is_away(now) {
+        // While Redis is away, the next try is the calls' to make, not a refresh's per request;
+        // and a burst of endpoints never heard of reads at most a few at a time (the others
+        // are read when asked of again), not a read each at once that Redis cannot answer
+        // within the call timeout.
+        if stale
+            && !entry.refreshing
+            && !inner.is_away(now)
+            && inner.refreshes.load(Ordering::Relaxed) < MAX_REFRESHES
+        {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 entry.refreshing = true;
-                let (inner, pacing, endpoint) =
-                    (Arc::clone(inner), pacing.clone(), endpoint.to_owned());
+                inner.refreshes.fetch_add(1, Ordering::Relaxed);
+                // Made before the task: a task dropped unpolled (its runtime shut down) clears
+                // the flag too, and the endpoint is read again later.
+                let refreshing = Refreshing {
+                    inner: Arc::clone(inner),
+                    endpoint: endpoint.to_owned(),
+                    bound: pacing.max_endpoints(),
+                };
+                let pacing = pacing.clone();
                 runtime.spawn(async move {
+                    let Refreshing {
+                        inner, endpoint, ..
+                    } = &refreshing;
                     inner
-                        .apply(&pacing, &endpoint, &[Event::Refresh], Instant::now())
+                        .apply(&pacing, endpoint, &[Event::Refresh], Instant::now())
                         .await;
-                    if let Some(entry) = lock(&inner.cache).get_mut(&endpoint) {
-                        entry.refreshing = false;
-                    }
+                    drop(refreshing);
                 });
             }
         }
@@ -301,11 +440,22 @@ where
                 self.joined();
                 applied
             }
-            Err(error) => {
-                if !matches!(error, StoreError::Contention(_) | StoreError::Malformed) {
-                    self.lost(&error, now);
+            Err(failure) => {
+                // Only a failure of Redis itself is the whole store's: a key of another type
+                // sends its own endpoint to the fallback, not every endpoint.
+                if failure.store_away {
+                    self.lost(&failure.error, now);
                 }
-                self.apply_locally(pacing, endpoint, events, now, error)
+                let applied = self.apply_locally(pacing, endpoint, events, now, failure.error);
+                // A failure of Redis itself may come after the script ran: a lease it granted
+                // is ended by the next call that gets through (see `Cached::orphans`).
+                let asked = events.iter().any(|e| matches!(e, Event::Release { .. }));
+                if failure.store_away && asked {
+                    if let Some(entry) = lock(&self.cache).get_mut(endpoint) {
+                        entry.unanswered = true;
+                    }
+                }
+                applied
             }
         }
     }
@@ -318,7 +468,7 @@ where
         endpoint: &str,
         events: &[Event],
         now: Instant,
-    ) -> Result<Applied, StoreError> {
+    ) -> Result<Applied, Failure> {
         let key = self.key(endpoint);
         let read_only = events.iter().all(|event| matches!(event, Event::Refresh));
         let cached = match lock(&self.cache).get(endpoint) {
@@ -340,10 +490,24 @@ where
         for _ in 0..MAX_TRIES {
             let clock = self.clock_now().await?;
             let mut record = found.record.clone();
-            let applied = self.rules.apply(pacing, &mut record, events, clock, now);
+            // Before this call's events: the leases of a call that went unanswered, which
+            // nobody holds (a second layer on this store handle racing this call within one
+            // round trip could see its fresh probe ended early: one probe more for the fleet).
+            let orphans = match lock(&self.cache).get(endpoint) {
+                Some(entry) => entry.orphans(&self.rules, &found.record, clock),
+                None => Vec::new(),
+            };
+            let applied = if orphans.is_empty() {
+                self.rules.apply(pacing, &mut record, events, clock, now)
+            } else {
+                let all: Vec<Event> = orphans.iter().chain(events).cloned().collect();
+                let mut applied = self.rules.apply(pacing, &mut record, &all, clock, now);
+                applied.replies.drain(..orphans.len());
+                applied
+            };
             let changed = record != found.record;
             if !changed && fresh {
-                self.remember(endpoint, found.version, record, now);
+                self.remember(endpoint, found.version, record, events, &applied, now);
                 return Ok(applied);
             }
             let bytes = changed.then(|| record.encode());
@@ -365,7 +529,7 @@ where
             let trip = self.counted(trip)?;
             match trip.answer {
                 Swap::Done { version } => {
-                    self.remember(endpoint, version, record, now);
+                    self.remember(endpoint, version, record, events, &applied, now);
                     return Ok(applied);
                 }
                 Swap::Conflict(current) => {
@@ -378,11 +542,11 @@ where
                 }
             }
         }
-        Err(StoreError::Contention(MAX_TRIES))
+        Err(StoreError::Contention(MAX_TRIES).into())
     }
 
     /// The clock, measured by a first read if no call has measured it yet.
-    async fn clock_now(&self) -> Result<StoreClock, StoreError> {
+    async fn clock_now(&self) -> Result<StoreClock, Failure> {
         if let Some(clock) = *lock(&self.clock) {
             return Ok(clock);
         }
@@ -391,7 +555,7 @@ where
         Ok((*lock(&self.clock)).expect("measured by the read"))
     }
 
-    async fn read(&self, key: &str) -> Result<Trip<Found>, StoreError> {
+    async fn read(&self, key: &str) -> Result<Trip<Found>, Failure> {
         let trip = self
             .scripts
             .read(&self.connection, key, self.call_timeout)
@@ -400,7 +564,7 @@ where
     }
 
     /// Counts a call and its failure; a successful one measures the clock.
-    fn counted<T>(&self, trip: Result<Trip<T>, StoreError>) -> Result<Trip<T>, StoreError> {
+    fn counted<T>(&self, trip: Result<Trip<T>, Failure>) -> Result<Trip<T>, Failure> {
         bump(&self.counters.calls);
         match trip {
             Ok(trip) => {
@@ -420,15 +584,22 @@ where
         }
     }
 
-    fn remember(&self, endpoint: &str, version: u64, record: Record, now: Instant) {
+    /// A call's `events` and its `applied` answer: `record` at `version` is what this process
+    /// knows of the endpoint now.
+    fn remember(
+        &self,
+        endpoint: &str,
+        version: u64,
+        record: Record,
+        events: &[Event],
+        applied: &Applied,
+        now: Instant,
+    ) {
         let mut cache = lock(&self.cache);
-        let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
-            version,
-            record: Record::new(),
-            read_at: now,
-            refreshing: false,
-            fallback: None,
-        });
+        let entry = cache
+            .entry(endpoint.to_owned())
+            .or_insert_with(|| Cached::new(now));
+        entry.settled(&self.rules, events, applied, &record);
         entry.version = version;
         entry.record = record;
         entry.read_at = now;
@@ -454,13 +625,9 @@ where
         bump(&self.counters.fallback_answers);
         let clock = *lock(&self.clock).get_or_insert_with(|| StoreClock::unmeasured(now));
         let mut cache = lock(&self.cache);
-        let entry = cache.entry(endpoint.to_owned()).or_insert_with(|| Cached {
-            version: 0,
-            record: Record::new(),
-            read_at: now,
-            refreshing: false,
-            fallback: None,
-        });
+        let entry = cache
+            .entry(endpoint.to_owned())
+            .or_insert_with(|| Cached::new(now));
         let fallback = entry
             .fallback
             .get_or_insert_with(|| Fallback::enter(&entry.record, pacing, &self.rules, clock, now));

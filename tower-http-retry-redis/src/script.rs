@@ -3,7 +3,7 @@
 //! their replies parsed.
 
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, Script, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -34,6 +34,41 @@ pub(super) struct Trip<T> {
     pub(super) server: Duration,
 }
 
+/// A call that failed: what the caller is told, and whether Redis itself is away (a timeout,
+/// a connection that failed, a server that cannot serve) or answered with an error that
+/// concerns this call's key only (a key of another type, a record of another format), which
+/// the other endpoints' calls do not meet.
+#[derive(Debug)]
+pub(super) struct Failure {
+    pub(super) error: StoreError,
+    pub(super) store_away: bool,
+}
+
+impl From<StoreError> for Failure {
+    /// A failure of this call's key: a record that cannot be read, a compare-and-set that
+    /// kept losing.
+    fn from(error: StoreError) -> Self {
+        Self {
+            error,
+            store_away: false,
+        }
+    }
+}
+
+impl Failure {
+    fn redis(error: &RedisError) -> Self {
+        // Redis answered, with an error for this command: the connection and the server are fine.
+        let key_only = matches!(
+            error.kind(),
+            ErrorKind::ResponseError | ErrorKind::ExtensionError | ErrorKind::TypeError
+        );
+        Self {
+            error: StoreError::Unavailable(error.to_string()),
+            store_away: !key_only,
+        }
+    }
+}
+
 /// The scripts, hashed once (`EVALSHA`, loaded again after `NOSCRIPT`: a restarted server).
 pub(super) struct Scripts {
     read: Script,
@@ -54,7 +89,7 @@ impl Scripts {
         connection: &C,
         key: &str,
         timeout: Duration,
-    ) -> Result<Trip<Found>, StoreError> {
+    ) -> Result<Trip<Found>, Failure> {
         let mut connection = connection.clone();
         let invocation = self.read.key(key);
         let trip = timed(timeout, invocation.invoke_async::<Value>(&mut connection)).await?;
@@ -79,7 +114,7 @@ impl Scripts {
         expected: u64,
         write: Option<(&[u8], u64)>,
         timeout: Duration,
-    ) -> Result<Trip<Swap>, StoreError> {
+    ) -> Result<Trip<Swap>, Failure> {
         let mut connection = connection.clone();
         let (state, ttl_ms) = write.unwrap_or((&[], 1));
         let mut invocation = self.swap.key(key);
@@ -117,7 +152,7 @@ fn first_version() -> u64 {
 async fn timed<T>(
     timeout: Duration,
     call: impl Future<Output = RedisResult<T>>,
-) -> Result<Trip<T>, StoreError> {
+) -> Result<Trip<T>, Failure> {
     let sent = Instant::now();
     match tokio::time::timeout(timeout, call).await {
         Ok(Ok(answer)) => Ok(Trip {
@@ -126,8 +161,11 @@ async fn timed<T>(
             received: Instant::now(),
             server: Duration::ZERO,
         }),
-        Ok(Err(error)) => Err(StoreError::Unavailable(error.to_string())),
-        Err(_) => Err(StoreError::Timeout(timeout)),
+        Ok(Err(error)) => Err(Failure::redis(&error)),
+        Err(_) => Err(Failure {
+            error: StoreError::Timeout(timeout),
+            store_away: true,
+        }),
     }
 }
 

@@ -23,3 +23,13 @@ pub struct PacingRules {
     pub(crate) congestion: Vec<StatusCode>,
     pub(crate) rate: RateConfig,
 }
+
+impl PacingRules {
+    /// The most endpoints a layer keeps a state for ([`PacingBuilder::max_endpoints`]): a
+    /// store's cache of what it heard of endpoints is bounded by it too.
+    ///
+    /// [`PacingBuilder::max_endpoints`]: super::PacingBuilder::max_endpoints
+    pub fn max_endpoints(&self) -> usize {
+        self.max_endpoints
+    }
+}

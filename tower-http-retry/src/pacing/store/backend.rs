@@ -18,8 +18,8 @@ use tokio::time::Instant;
 /// transition function. Two implementations: [`InProcessStore`](super::InProcessStore) (the
 /// state under a lock: the processes are tasks or layers of one process) and, in the
 /// `tower-http-retry-redis` crate, `RedisStore` (a versioned record per endpoint, changed by a
-/// compare-and-set script, on the [`remote`](super::remote) kit). Every process of a fleet must use the same [`Pacing`]
-/// configuration with the same store.
+/// compare-and-set script, on the [`remote`](super::remote) kit). Every process of a fleet
+/// must use the same [`Pacing`](crate::Pacing) configuration with the same store.
 ///
 /// A call always answers. When a remote store fails, the answer comes from the process's
 /// fallback pacing and says why ([`Applied::fallback`]).

@@ -6,7 +6,7 @@ use super::backend::{PacingStore, StoreCall};
 use super::protocol::{Applied, Event, StoreStats, View};
 use super::run::{applied, cached_view, holder_id, run, Timing};
 use crate::error::InvalidConfig;
-use crate::pacing::clock::{Clock, Nanos, LOCAL_EPOCH};
+use crate::pacing::clock::{nanos, Clock, Nanos, LOCAL_EPOCH};
 use crate::pacing::shared::SharedState;
 use crate::pacing::PacingRules;
 use std::collections::HashMap;
@@ -19,9 +19,11 @@ use tokio::time::Instant;
 /// A [`PacingStore`] in this process's memory: one state per endpoint under a lock.
 ///
 /// Its handles share what they store: a clone is the same process, a [`peer`](Self::peer)
-/// another process of the same fleet (its own identity, as a Redis store per process has). A record expires as a Redis key does (see
-/// [`record_ttl`](InProcessStoreBuilder::record_ttl)), and time is tokio's, so tests and
-/// simulations on a paused clock see what a fleet on a real store would, without a network.
+/// another process of the same fleet (its own identity, as a Redis store per process has). A
+/// record expires as a Redis key does (see [`record_ttl`](InProcessStoreBuilder::record_ttl)):
+/// a call that makes a record first drops the expired ones, at most once a record time to live.
+/// Time is tokio's, so tests and simulations on a paused clock see what a fleet on a real store
+/// would, without a network.
 #[derive(Clone)]
 pub struct InProcessStore {
     shared: Arc<Shared>,
@@ -30,9 +32,29 @@ pub struct InProcessStore {
 
 struct Shared {
     timing: Timing,
-    records: Mutex<HashMap<String, Record>>,
+    records: Mutex<Records>,
     clock: OnceLock<Clock>,
     calls: AtomicU64,
+}
+
+/// The records, and when the expired ones are swept next.
+#[derive(Default)]
+struct Records {
+    map: HashMap<String, Record>,
+    /// Store time at or after which a call that makes a record first drops the expired ones:
+    /// a sweep at most once a record time to live, so that the records kept are those of the
+    /// endpoints used within about two of them, at an amortized cost per new endpoint.
+    sweep_at: Nanos,
+}
+
+impl Records {
+    /// Drops the records expired at `at`, and the room they took.
+    fn sweep(&mut self, at: Nanos) {
+        self.map.retain(|_, record| record.expires > at);
+        if self.map.capacity() > 4 * self.map.len().max(16) {
+            self.map.shrink_to(2 * self.map.len());
+        }
+    }
 }
 
 struct Record {
@@ -58,7 +80,7 @@ impl InProcessStore {
         Self {
             shared: Arc::new(Shared {
                 timing,
-                records: Mutex::new(HashMap::new()),
+                records: Mutex::new(Records::default()),
                 clock: OnceLock::new(),
                 calls: AtomicU64::new(0),
             }),
@@ -79,8 +101,8 @@ impl InProcessStore {
     pub fn records(&self, now: Instant) -> usize {
         let at = self.clock(now).to_shared(now);
         let mut records = self.lock();
-        records.retain(|_, record| record.expires > at);
-        records.len()
+        records.sweep(at);
+        records.map.len()
     }
 
     fn clock(&self, now: Instant) -> Clock {
@@ -90,7 +112,7 @@ impl InProcessStore {
             .get_or_init(|| Clock::new(now, LOCAL_EPOCH))
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Record>> {
+    fn lock(&self) -> MutexGuard<'_, Records> {
         // Plain data with no invariant to break half-way: a poisoned lock is usable.
         self.shared
             .records
@@ -112,7 +134,12 @@ impl InProcessStore {
         let clock = self.clock(now);
         let at = clock.to_shared(now);
         let mut records = self.lock();
+        if at >= records.sweep_at && !records.map.contains_key(endpoint) {
+            records.sweep(at);
+            records.sweep_at = at.saturating_add(nanos(timing.record_ttl));
+        }
         let record = records
+            .map
             .entry(endpoint.to_owned())
             .or_insert_with(|| Record {
                 state: SharedState::new(),
@@ -164,7 +191,7 @@ impl PacingStore for InProcessStore {
     fn cached(&self, rules: &PacingRules, endpoint: &str, now: Instant) -> Option<View> {
         let clock = self.clock(now);
         let records = self.lock();
-        let record = records.get(endpoint)?;
+        let record = records.map.get(endpoint)?;
         if record.expires <= clock.to_shared(now) {
             return None;
         }

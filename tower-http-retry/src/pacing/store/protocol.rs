@@ -76,6 +76,11 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// Which lease of the endpoint's probe stream this is (unique within its record).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// When the store takes the lease back if it is not ended before.
     pub fn expires(&self) -> Instant {
         self.expires

@@ -31,7 +31,7 @@
 
 use super::codec;
 use super::fallback;
-use super::protocol::{Applied, Event, StoreError, View};
+use super::protocol::{Applied, Event, Lease, StoreError, View};
 use super::run::{self, Timing};
 use crate::error::InvalidConfig;
 use crate::pacing::clock::{nanos, Clock, LOCAL_EPOCH};
@@ -63,6 +63,12 @@ impl Record {
     /// The record as bytes, to store.
     pub fn encode(&self) -> Vec<u8> {
         codec::encode(&self.0)
+    }
+
+    /// Whether the record says the endpoint is open (nobody paces it): one a cache may forget,
+    /// as an absent record means the same.
+    pub fn is_open(&self) -> bool {
+        self.0.is_open()
     }
 }
 
@@ -173,6 +179,24 @@ impl FleetRules {
         run::applied(replies, &record.0, &rules, clock.0, clock.0.to_shared(now))
     }
 
+    /// The probe leases of `record` that this process holds. A store that lost the answer to
+    /// a call that may have been applied (a timeout) compares them with the leases it handed
+    /// out: one it never handed out is held by nobody, and is ended (a failed probe) rather
+    /// than left to block the fleet's probe stream until it expires.
+    pub fn held_leases(&self, record: &Record, clock: StoreClock) -> Vec<Lease> {
+        record
+            .0
+            .leases
+            .iter()
+            .filter(|entry| entry.holder == self.holder)
+            .map(|entry| Lease {
+                id: entry.id,
+                expires: clock.0.to_local(entry.expires),
+                local: false,
+            })
+            .collect()
+    }
+
     /// How long the store keeps `record` from `now` (at least a millisecond): past the last
     /// time it holds by [`record_ttl`](Self::record_ttl).
     pub fn expiry(&self, record: &Record, clock: StoreClock, now: Instant) -> Duration {
@@ -266,6 +290,12 @@ impl Fallback {
     ) -> View {
         let timing = rules.timing.rules(&self.0.config);
         run::cached_view(&self.0.state, &timing, &clock.0, heard_at, now)
+    }
+
+    /// Whether this process's own pacing has the endpoint open: nothing learned that a cache
+    /// must keep.
+    pub fn is_open(&self) -> bool {
+        self.0.state.is_open()
     }
 
     /// The record to start the store's from on rejoining, when the store lost the endpoint's
