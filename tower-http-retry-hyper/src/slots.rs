@@ -34,6 +34,11 @@ use tower_service::Service;
 /// is safe (an `http` and an `https` origin on one authority share their slots). A response
 /// body that is neither read to its end nor dropped keeps its slot.
 ///
+/// **The response body type.** The services it makes answer with the inner response's body
+/// wrapped in a [`SlotBody`], which holds the slot until it ends: a stack that names its body
+/// type (or boxes it) names `SlotBody<Incoming>` under it, or maps it away, e.g. with
+/// `http_body_util::BodyExt::boxed`, which keeps the slot as long as the boxed body lives.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

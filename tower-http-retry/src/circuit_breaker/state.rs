@@ -279,7 +279,9 @@ impl Breaker {
             match outcome {
                 // The caller's own fault (a 404, a bad request), or a request the endpoint was
                 // up to refuse: it says nothing of the endpoint's health.
-                Outcome::Permanent | Outcome::NotSent(NotSent::Refused) => return,
+                Outcome::Permanent | Outcome::NotSent(NotSent::Refused | NotSent::TooEarly) => {
+                    return
+                }
                 Outcome::Success => return self.record_success(generation, now),
                 // A connection that could not be made is what an outage looks like.
                 Outcome::Transient | Outcome::NotSent(NotSent::Unconnected) => {}
@@ -323,7 +325,9 @@ impl Breaker {
                         self.open(&mut inner, now())
                     }
                     // Neither verdict: the probe slot is free again.
-                    Outcome::Permanent | Outcome::NotSent(NotSent::Refused) => false,
+                    Outcome::Permanent | Outcome::NotSent(NotSent::Refused | NotSent::TooEarly) => {
+                        false
+                    }
                 }
             }
         };

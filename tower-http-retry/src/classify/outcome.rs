@@ -47,6 +47,13 @@ pub enum NotSent {
     /// as an attempt, takes the backoff delay and a budget token, and is a failure for the
     /// circuit breaker, like a transient outcome.
     Unconnected,
+    /// The server answered `425 Too Early` (RFC 8470): it would not risk processing a request
+    /// that came in TLS early data, and did not. The request is sent again once, after a short
+    /// jittered pause (by then the handshake is done), whatever its method, without spending an
+    /// attempt or a budget token; a second `425` stops it
+    /// ([`RefusedTooOften`](crate::StopReason::RefusedTooOften)). Like a refusal, the circuit
+    /// breaker counts it neither way, and pacing not as congestion.
+    TooEarly,
 }
 
 /// Decides the [`Outcome`] of a response or an error.

@@ -23,6 +23,7 @@ const REFUSED: Outcome = Outcome::NotSent(NotSent::Refused);
 /// |---|---|
 /// | 1xx, 2xx, 3xx | success |
 /// | 408, 429, 500, 502, 503, 504 | transient |
+/// | 425 Too Early (RFC 8470: the server did not process a request sent in TLS early data) | [not sent](Outcome::NotSent), [too early](NotSent::TooEarly): resent once, for any method |
 /// | 403 whose rate-limit headers say the quota is used up (`x-ratelimit-remaining: 0`, an IETF `RateLimit` policy with `r=0`; see [`ServerHints`]) | transient |
 /// | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
 /// | HTTP/2 stream reset by the server with `REFUSED_STREAM`; a stream above the last stream id of the server's `GOAWAY` (`h2::Error`, also for a request sent on the connection after it) as h2 reports it, or as hyper does on a connection marked [`SerialDispatch`] (the rotation-safe client of `tower-http-retry-hyper`) | [not sent](Outcome::NotSent), [refused](NotSent::Refused): rotation, resent for any method |
@@ -79,6 +80,8 @@ pub struct HttpClassifier {
     success: [u64; 16],
     /// One bit per status code 0..1024: set when not sent, refused (e.g. 421, if so configured).
     refused: [u64; 16],
+    /// Set when not sent, too early (425).
+    too_early: [u64; 16],
     /// One bit per status code 0..1024: set when not sent, unconnected.
     unconnected: [u64; 16],
     unknown_errors: Outcome,
@@ -93,6 +96,7 @@ impl HttpClassifier {
             transient: [0; 16],
             success: [0; 16],
             refused: [0; 16],
+            too_early: [0; 16],
             unconnected: [0; 16],
             unknown_errors: Outcome::Transient,
             hints: Arc::new(ServerHints::new()),
@@ -103,6 +107,7 @@ impl HttpClassifier {
         for code in [408, 429, 500, 502, 503, 504] {
             classifier.set(code, Outcome::Transient);
         }
+        classifier.set(425, Outcome::NotSent(NotSent::TooEarly));
         classifier
     }
 
@@ -138,6 +143,8 @@ impl HttpClassifier {
             Outcome::NotSent(NotSent::Refused)
         } else if bit(&self.unconnected) {
             Outcome::NotSent(NotSent::Unconnected)
+        } else if bit(&self.too_early) {
+            Outcome::NotSent(NotSent::TooEarly)
         } else {
             Outcome::Permanent
         }
@@ -182,11 +189,13 @@ impl HttpClassifier {
         self.transient[word] &= !bit;
         self.refused[word] &= !bit;
         self.unconnected[word] &= !bit;
+        self.too_early[word] &= !bit;
         match outcome {
             Outcome::Success => self.success[word] |= bit,
             Outcome::Transient => self.transient[word] |= bit,
             Outcome::NotSent(NotSent::Refused) => self.refused[word] |= bit,
             Outcome::NotSent(NotSent::Unconnected) => self.unconnected[word] |= bit,
+            Outcome::NotSent(NotSent::TooEarly) => self.too_early[word] |= bit,
             Outcome::Permanent => {}
         }
     }

@@ -26,6 +26,7 @@
 //! # let _ = layer;
 //! ```
 
+mod date;
 mod policy;
 mod rate_limit;
 mod retry_after;
@@ -193,7 +194,7 @@ pub(crate) fn reference_time(headers: &HeaderMap, now: SystemTime) -> SystemTime
     let Some(date) = headers
         .get(DATE)
         .and_then(|date| date.to_str().ok())
-        .and_then(|date| httpdate::parse_http_date(date.trim()).ok())
+        .and_then(|date| date::parse(date.trim()))
     else {
         return now;
     };

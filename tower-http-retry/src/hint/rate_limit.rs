@@ -153,6 +153,10 @@ pub enum ResetFormat {
         /// How far from now an epoch value may be to be taken for one.
         window: Duration,
     },
+    /// A duration from now with its units, as Go's `time.Duration` writes it: `1s`, `6m0s`,
+    /// `20ms`, `1h2m3.5s` (units `h`, `m`, `s`, `ms`, `us` or `µs`, `ns`; each number may have
+    /// a fraction; `0` alone is zero). OpenAI writes its resets so.
+    Duration,
 }
 
 impl ResetFormat {
@@ -163,13 +167,16 @@ impl ResetFormat {
 
     /// The wait `raw` means, measured against `now`; `None` when it is not a number.
     fn read(self, raw: &[u8], now: SystemTime) -> Option<Duration> {
+        if let Self::Duration = self {
+            return go_duration(raw);
+        }
         let value = seconds(raw)?;
         let since_epoch = now.duration_since(UNIX_EPOCH).unwrap_or_default();
         let until = |epoch: Duration| epoch.saturating_sub(since_epoch);
         Some(match self {
             Self::EpochSeconds => until(value),
             Self::EpochMillis => until(value / 1000),
-            Self::DeltaSeconds => value,
+            Self::DeltaSeconds | Self::Duration => value,
             Self::Auto { window } => {
                 let near =
                     |epoch: Duration| epoch.max(since_epoch) - epoch.min(since_epoch) <= window;
@@ -235,6 +242,20 @@ impl XRateLimit {
         Self::new(X_RATELIMIT_RESET, ResetFormat::AUTO).remaining(X_RATELIMIT_REMAINING)
     }
 
+    /// OpenAI's request quota: `x-ratelimit-reset-requests` ([`ResetFormat::Duration`]:
+    /// `1s`) and `x-ratelimit-remaining-requests`.
+    pub fn openai_requests() -> Self {
+        Self::new(X_RATELIMIT_RESET_REQUESTS, ResetFormat::Duration)
+            .remaining(X_RATELIMIT_REMAINING_REQUESTS)
+    }
+
+    /// OpenAI's token quota: `x-ratelimit-reset-tokens` ([`ResetFormat::Duration`]: `6m0s`)
+    /// and `x-ratelimit-remaining-tokens`.
+    pub fn openai_tokens() -> Self {
+        Self::new(X_RATELIMIT_RESET_TOKENS, ResetFormat::Duration)
+            .remaining(X_RATELIMIT_REMAINING_TOKENS)
+    }
+
     /// `RateLimit-Reset` and `RateLimit-Remaining` of the IETF drafts up to 06 (sent by
     /// express-rate-limit's `draft-6` and many gateways): the reset in seconds from now, read in
     /// [`ResetFormat::AUTO`] so that a server that writes a Unix time there is understood too.
@@ -293,6 +314,51 @@ const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+const X_RATELIMIT_RESET_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-reset-requests");
+const X_RATELIMIT_REMAINING_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining-requests");
+const X_RATELIMIT_RESET_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-reset-tokens");
+const X_RATELIMIT_REMAINING_TOKENS: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining-tokens");
+
+/// A Go `time.Duration` string ([`ResetFormat::Duration`]); `None` for anything else (a sign,
+/// a unit missing or unknown, nothing).
+pub(super) fn go_duration(value: &[u8]) -> Option<Duration> {
+    let text = std::str::from_utf8(value).ok()?;
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = Duration::ZERO;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&len| len > 0)?;
+        let (number, after) = rest.split_at(number_len);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let nanos_per_unit: f64 = match unit {
+            "h" => 3_600e9,
+            "m" => 60e9,
+            "s" => 1e9,
+            "ms" => 1e6,
+            "us" | "µs" | "μs" => 1e3,
+            "ns" => 1.0,
+            _ => return None,
+        };
+        let amount: f64 = number.parse().ok()?;
+        total =
+            total.checked_add(Duration::try_from_secs_f64(amount * nanos_per_unit / 1e9).ok()?)?;
+        rest = after;
+    }
+    Some(total)
+}
 
 /// A non-negative number of seconds, integer or with up to nine decimals.
 fn seconds(value: &[u8]) -> Option<Duration> {

@@ -18,7 +18,10 @@ pub enum RetryAfterHint {
 /// Reads the `Retry-After` header(s) of a response.
 ///
 /// Accepts delta-seconds (`120`; absurdly large values saturate rather than fail, the clamp deals
-/// with them) and the three HTTP-date forms of RFC 9110 (IMF-fixdate, RFC 850, asctime), measured
+/// with them), the three HTTP-date forms of RFC 9110 (IMF-fixdate, RFC 850, asctime) and the
+/// lenient dates urllib3 reads too (`Mon, 3 Jun 2019 12:00:00 UTC`: a one-digit day; `UTC`,
+/// `UT`, `Z` or a numeric offset for the zone; the weekday optional, and right when present),
+/// measured
 /// against `now` when it agrees with the response's `Date` header within the second `Date` is
 /// rounded to, else against the `Date` (so that a client whose clock is off waits what the server
 /// meant, up to 1 s late), and against `now` when there is no valid `Date`. Negative numbers,
@@ -66,7 +69,7 @@ fn parse_value(raw: &[u8], now: SystemTime) -> Option<Duration> {
         return Some(Duration::from_secs(seconds));
     }
     let text = std::str::from_utf8(value).ok()?;
-    let date = httpdate::parse_http_date(text).ok()?;
+    let date = super::date::parse(text)?;
     Some(date.duration_since(now).unwrap_or(Duration::ZERO))
 }
 

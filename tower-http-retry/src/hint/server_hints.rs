@@ -47,6 +47,8 @@ pub enum ResetHeader {
 /// | IETF `RateLimit`, draft-07 | `RateLimit: limit=100, remaining=0, reset=2` | whole seconds |
 /// | IETF drafts up to 06 ([`XRateLimit::ietf_draft_06`]) | `RateLimit-Remaining: 0`, `RateLimit-Reset: 2` | whole (or fractional) seconds |
 /// | `X-RateLimit-*` ([`XRateLimit::auto`]) | `X-RateLimit-Remaining: 0`, `X-RateLimit-Reset: 1767225602` | Unix time or seconds from now, integer or fractional; clock as below |
+/// | OpenAI's requests ([`XRateLimit::openai_requests`]) | `x-ratelimit-remaining-requests: 0`, `x-ratelimit-reset-requests: 1s` | a duration with units, to the nanosecond |
+/// | OpenAI's tokens ([`XRateLimit::openai_tokens`]) | `x-ratelimit-remaining-tokens: 0`, `x-ratelimit-reset-tokens: 6m0s` | a duration with units, to the nanosecond |
 ///
 /// Absolute times (an epoch reset, an HTTP-date) are measured against the local clock when it
 /// agrees with the response's `Date` within the second `Date` is rounded to: exact up to how
@@ -97,7 +99,8 @@ pub struct ServerHints {
 
 impl ServerHints {
     /// The default: `retry-after-ms`, `RateLimit` (draft 8 on and draft-07),
-    /// `RateLimit-Reset` (drafts up to 06), `x-ratelimit-*` (auto format) after `Retry-After`;
+    /// `RateLimit-Reset` (drafts up to 06), `x-ratelimit-*` (auto format), OpenAI's
+    /// `x-ratelimit-reset-requests` and `x-ratelimit-reset-tokens` after `Retry-After`;
     /// `x-should-retry` and `x-envoy-overloaded`.
     pub fn new() -> Self {
         Self {
@@ -106,6 +109,8 @@ impl ServerHints {
                 ResetHeader::RateLimit,
                 ResetHeader::XRateLimit(XRateLimit::ietf_draft_06()),
                 ResetHeader::XRateLimit(XRateLimit::auto()),
+                ResetHeader::XRateLimit(XRateLimit::openai_requests()),
+                ResetHeader::XRateLimit(XRateLimit::openai_tokens()),
             ],
             should_retry: Some(HeaderName::from_static("x-should-retry")),
             stand_down: vec![HeaderName::from_static("x-envoy-overloaded")],
@@ -402,6 +407,49 @@ mod tests {
             (true, true)
         );
         assert_eq!(quota(429, &[]), (false, false));
+    }
+
+    #[test]
+    fn openai_resets_are_durations_with_units_read_when_their_quota_is_used_up() {
+        // OpenAI's documented example: 59 requests left (its reset is no hint), no token left.
+        let hints = ServerHints::new();
+        let response = headers(&[
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-limit-tokens", "150000"),
+            ("x-ratelimit-remaining-requests", "59"),
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-requests", "1s"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+        ]);
+        let hint = hints.read(StatusCode::TOO_MANY_REQUESTS, &response, SystemTime::now());
+        assert_eq!(hint.retry_after(), Some(Duration::from_secs(360)));
+        let requests_out = headers(&[
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", "1h2m3.5s"),
+        ]);
+        let hint = hints.read(
+            StatusCode::TOO_MANY_REQUESTS,
+            &requests_out,
+            SystemTime::now(),
+        );
+        assert_eq!(hint.retry_after(), Some(Duration::from_millis(3_723_500)));
+        for (raw, expected) in [
+            ("20ms", Some(Duration::from_millis(20))),
+            ("0", Some(Duration::ZERO)),
+            ("1.5us", Some(Duration::from_nanos(1500))),
+            ("2m", Some(Duration::from_secs(120))),
+            ("", None),
+            ("5", None),
+            ("-1s", None),
+            ("1d", None),
+            ("s", None),
+        ] {
+            assert_eq!(
+                super::super::rate_limit::go_duration(raw.as_bytes()),
+                expected,
+                "{raw:?}"
+            );
+        }
     }
 
     #[test]

@@ -89,7 +89,9 @@ pub enum StopReason {
     Held,
     /// The server turned the request away unprocessed (an HTTP/2 `REFUSED_STREAM` or `GOAWAY`,
     /// see [`NotSent::Refused`](crate::classify::NotSent::Refused)) once more after
-    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries) free resends.
+    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries) free resends,
+    /// or answered `425 Too Early` again after its one free resend
+    /// ([`NotSent::TooEarly`](crate::classify::NotSent::TooEarly)).
     RefusedTooOften,
     /// The server asked not to retry this request: `x-should-retry: false`, `x-envoy-overloaded`, a
     /// negative gRPC pushback (see [`ServerHint`](crate::hint::ServerHint)). Its last outcome is

@@ -291,6 +291,11 @@ impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
     }
 }
 
+/// The builder after [`fail_unsent`](RetryLayerBuilder::fail_unsent): its classifier `C`
+/// wrapped in [`FailUnsent`](crate::classify::FailUnsent), which hands a request the layer did
+/// not send back as the service's error.
+pub type FailUnsentBuilder<C = HttpClassifier> = RetryLayerBuilder<crate::classify::FailUnsent<C>>;
+
 /// Configures a [`RetryLayer`]; [`build`](Self::build) checks every value.
 ///
 /// | setter | default |
@@ -536,7 +541,20 @@ impl<C> RetryLayerBuilder<C> {
     /// stack whose error cannot hold one does not compile. The classifier is wrapped in
     /// [`FailUnsent`](crate::classify::FailUnsent); set it after
     /// [`classifier`](Self::classifier).
-    pub fn fail_unsent(self) -> RetryLayerBuilder<crate::classify::FailUnsent<C>> {
+    ///
+    /// The builder's type changes with it (the conversion is checked at compile time), to
+    /// [`FailUnsentBuilder`]: code that passes builders around names that.
+    ///
+    /// ```
+    /// use tower_http_retry::retry::{FailUnsentBuilder, RetryLayerBuilder};
+    ///
+    /// fn with_defaults(builder: RetryLayerBuilder) -> FailUnsentBuilder {
+    ///     builder.max_attempts(5).fail_unsent()
+    /// }
+    /// let layer = with_defaults(RetryLayerBuilder::bulk()).build().unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn fail_unsent(self) -> FailUnsentBuilder<C> {
         RetryLayerBuilder {
             classifier: crate::classify::FailUnsent::new(self.classifier),
             settings: self.settings,

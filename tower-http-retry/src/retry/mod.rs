@@ -66,7 +66,7 @@ pub use backoff::{Backoff, Jitter};
 pub use budget::{RetryBudget, TokenBucket, TokenBucketBuilder};
 pub use future::RetryFuture;
 pub use idempotency::Idempotency;
-pub use layer::{RetryLayer, RetryLayerBuilder};
+pub use layer::{FailUnsentBuilder, RetryLayer, RetryLayerBuilder};
 pub use nested::NestedLayers;
 pub use service::Retry;
 pub use stats::{DelayHistogram, RetryStats};

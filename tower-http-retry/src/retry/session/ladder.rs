@@ -88,7 +88,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             });
         }
         // 4. Attempts.
-        if let Some(reason) = self.exhausted(facts.not_sent() == Some(NotSent::Refused)) {
+        if let Some(reason) = self.exhausted(facts.not_sent()) {
             let resend = (reason == StopReason::AttemptsExhausted).then(|| self.backoff_delay().0);
             return Err(Stop {
                 reason,
@@ -122,9 +122,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         listener: Option<Listener>,
         now: Instant,
     ) -> Verdict {
-        // 6. Rotation: a short jittered pause, spending neither an attempt nor a token (the
-        // endpoint is up; an outage looks like `Unconnected`).
-        if facts.not_sent() == Some(NotSent::Refused) {
+        // 6. Rotation (and a `425 Too Early`, once): a short jittered pause, spending neither
+        // an attempt nor a token (the endpoint is up; an outage looks like `Unconnected`).
+        if let Some(kind @ (NotSent::Refused | NotSent::TooEarly)) = facts.not_sent() {
+            self.too_early |= kind == NotSent::TooEarly;
             let pause = rotation_pause(self.refused + 1, self.rng());
             return Verdict::Retry(Retry {
                 delay: pause,
@@ -216,11 +217,15 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// Why no attempt may follow, if none may: a free resend of a refused request has its own
-    /// cap, any other retry spends an attempt. (`max_attempts == 1` turns every retry off.)
-    fn exhausted(&self, refused: bool) -> Option<StopReason> {
+    /// cap (a `425 Too Early` is resent once), any other retry spends an attempt.
+    /// (`max_attempts == 1` turns every retry off.)
+    fn exhausted(&self, not_sent: Option<NotSent>) -> Option<StopReason> {
         let settings = &self.config.settings;
-        if refused && settings.max_attempts > 1 {
-            (self.refused >= settings.max_refused_retries).then_some(StopReason::RefusedTooOften)
+        let free = matches!(not_sent, Some(NotSent::Refused | NotSent::TooEarly));
+        if free && settings.max_attempts > 1 {
+            let again_too_early = not_sent == Some(NotSent::TooEarly) && self.too_early;
+            (again_too_early || self.refused >= settings.max_refused_retries)
+                .then_some(StopReason::RefusedTooOften)
         } else {
             (self.counted() >= settings.max_attempts).then_some(StopReason::AttemptsExhausted)
         }

@@ -78,6 +78,8 @@ pub(crate) struct Session<Req, C> {
     attempts: u32,
     /// Free resends of refused requests so far.
     refused: u32,
+    /// A `425 Too Early` was resent already (it is resent once).
+    too_early: bool,
     /// The layer's deadline and the request's own (read by the attempt hook).
     deadline: Deadline,
     slot: Option<ReportSlot>,
@@ -253,6 +255,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             not_retryable,
             attempts: 0,
             refused: 0,
+            too_early: false,
             waits,
         }
     }

@@ -222,3 +222,41 @@ fn zero_max_refused_retries_turns_refused_resends_off() {
     let next = session.decide(&response(421), Instant::now);
     assert_eq!(stop(next), StopReason::RefusedTooOften);
 }
+
+#[test]
+fn a_too_early_post_without_a_key_is_resent_once_for_free_and_a_second_425_stops_it() {
+    // An empty budget: the resend spends no token (it would stop as `BudgetEmpty` otherwise).
+    let config = config(builder().budget(empty_bucket()));
+    assert_eq!(
+        HttpClassifier::new().classify_status(http::StatusCode::TOO_EARLY),
+        Outcome::NotSent(NotSent::TooEarly)
+    );
+    let mut session = sent(&config, Method::POST);
+    let pause = sleep(session.decide(&response(425), Instant::now));
+    assert!((MS..=4 * MS).contains(&pause), "{pause:?}");
+    assert_eq!(session.delays()[0].source, DelaySource::Refused);
+    resend(&mut session);
+    assert_eq!(
+        stop(session.decide(&response(425), Instant::now)),
+        StopReason::RefusedTooOften
+    );
+    // Only the first attempt counted against `max_attempts` (3): the resend was free, and the
+    // stop is the 425's own cap, not the attempts'.
+    assert_eq!(session.counted(), 1);
+}
+
+#[test]
+fn a_425_after_other_free_resends_is_still_resent_once() {
+    let config = config(not_sent_builder());
+    let mut session = sent(&config, Method::POST);
+    sleep(session.decide(&response(421), Instant::now));
+    resend(&mut session);
+    sleep(session.decide(&response(425), Instant::now));
+    resend(&mut session);
+    sleep(session.decide(&response(421), Instant::now));
+    resend(&mut session);
+    assert_eq!(
+        stop(session.decide(&response(425), Instant::now)),
+        StopReason::RefusedTooOften
+    );
+}
