@@ -2,6 +2,7 @@
 //! headers.
 
 use super::code::GrpcCode;
+use crate::retry_info::{retry_info, Details};
 use http::header::{HeaderMap, HeaderName};
 use http::StatusCode;
 use std::time::{Duration, SystemTime};
@@ -23,7 +24,7 @@ pub(crate) static GRPC_RETRY_PUSHBACK_MS: HeaderName =
 /// |---|---|
 /// | HTTP 200, no `grpc-status` in the headers | success: the call is **committed** (its status comes in the trailers, after the messages) and is passed through, never retried |
 /// | `grpc-status` in the headers (a Trailers-Only response) with a [retryable code](Self::retryable_codes), UNAVAILABLE by default | transient |
-/// | RESOURCE_EXHAUSTED with a valid `grpc-retry-pushback-ms` (0 or more) | transient ([switchable](Self::resource_exhausted_with_pushback)) |
+/// | RESOURCE_EXHAUSTED with a valid `grpc-retry-pushback-ms` (0 or more), or a `google.rpc.RetryInfo` in `grpc-status-details-bin` | transient ([switchable](Self::resource_exhausted_with_pushback)) |
 /// | `grpc-status` 0 (OK) | success |
 /// | any other `grpc-status` (CANCELLED, DEADLINE_EXCEEDED, INVALID_ARGUMENT, DATA_LOSS, ...; a malformed one reads as INTERNAL) | permanent |
 /// | HTTP status other than 200 without `grpc-status` | the code gRPC maps it to ([`GrpcCode::of_http_status`]: 429, 502, 503, 504 → UNAVAILABLE, so transient), then as above |
@@ -33,7 +34,10 @@ pub(crate) static GRPC_RETRY_PUSHBACK_MS: HeaderName =
 /// backoff delay (clamped like `Retry-After`); a negative or malformed one means "do not
 /// retry" ([`ServerHint::stand_down`], the request stops with
 /// [`StopReason::StandDown`](tower_http_retry::StopReason::StandDown)). Without the header, a
-/// `Retry-After` (from a proxy's 429 or 503) is read as usual.
+/// `google.rpc.RetryInfo` among the details of the call's rich status
+/// (`grpc-status-details-bin`, as Google's APIs send it, AIP-194) gives the delay; a rich status
+/// that cannot be read is ignored and counted as malformed. Without either, a `Retry-After`
+/// (from a proxy's 429 or 503) is read as usual.
 ///
 /// ```
 /// use http::Method;
@@ -187,7 +191,14 @@ impl<B, E: AsStdError> Classify<http::Response<B>, E> for GrpcClassifier {
         let headers = response.headers();
         match Self::status_of(response.status(), headers) {
             None => Outcome::Success,
-            Some(code) => self.classify_code(code, Self::pushback(headers)),
+            Some(code) => {
+                // A `RetryInfo` says "retry after" as a pushback does (AIP-194).
+                let pushback = Self::pushback(headers).or_else(|| match retry_info(headers) {
+                    Details::RetryAfter(delay) => Some(Pushback::After(delay)),
+                    _ => None,
+                });
+                self.classify_code(code, pushback)
+            }
         }
     }
 
@@ -225,14 +236,24 @@ impl<B, E: AsStdError> Classify<http::Response<B>, E> for GrpcClassifier {
 
     fn hint(&self, response: &http::Response<B>, now: SystemTime) -> ServerHint {
         match Self::pushback(response.headers()) {
-            Some(Pushback::After(delay)) => ServerHint::after(delay),
-            Some(Pushback::DoNotRetry) => ServerHint::stand_down(),
+            Some(Pushback::After(delay)) => return ServerHint::after(delay),
+            Some(Pushback::DoNotRetry) => return ServerHint::stand_down(),
+            None => {}
+        }
+        // The server's `google.rpc.RetryInfo`, in a call that failed with a status.
+        let details = match response.headers().get(&GRPC_STATUS) {
+            Some(_) => retry_info(response.headers()),
+            None => Details::Absent,
+        };
+        let hint = match details {
+            Details::RetryAfter(delay) => return ServerHint::after(delay),
             // A proxy's 429 or 503; a `Retry-After` on a 200 asks for nothing.
-            None if response.status().is_client_error() || response.status().is_server_error() => {
+            _ if response.status().is_client_error() || response.status().is_server_error() => {
                 ServerHint::of_retry_after(response.headers(), now)
             }
-            None => ServerHint::NONE,
-        }
+            _ => ServerHint::NONE,
+        };
+        hint.with_malformed(hint.is_malformed() || details == Details::Malformed)
     }
 }
 
@@ -257,6 +278,45 @@ mod tests {
 
     fn hint(response: http::Response<()>) -> ServerHint {
         Classify::<_, io::Error>::hint(&GrpcClassifier::new(), &response, SystemTime::now())
+    }
+
+    #[test]
+    fn a_retry_info_in_the_rich_status_is_the_delay_and_makes_resource_exhausted_retryable() {
+        use crate::retry_info::tests::{details_bin, retry_info_of};
+        let info = details_bin(vec![(
+            "type.googleapis.com/google.rpc.RetryInfo",
+            retry_info_of(37, 0),
+        )]);
+        let info = info.to_str().unwrap().to_owned();
+        let with_details = |code: &str, pushback: Option<&str>| {
+            let mut headers = vec![("grpc-status", code), ("grpc-status-details-bin", &info)];
+            if let Some(ms) = pushback {
+                headers.push(("grpc-retry-pushback-ms", ms));
+            }
+            response(200, &headers)
+        };
+        assert_eq!(
+            hint(with_details("8", None)),
+            ServerHint::after(Duration::from_secs(37))
+        );
+        let classifier = GrpcClassifier::new();
+        assert_eq!(
+            classify(&classifier, with_details("8", None)),
+            Outcome::Transient
+        );
+        let exhausted = response(200, &[("grpc-status", "8")]);
+        assert_eq!(classify(&classifier, exhausted), Outcome::Permanent);
+        // The pushback header wins (A6).
+        assert_eq!(
+            hint(with_details("14", Some("250"))),
+            ServerHint::after(Duration::from_millis(250))
+        );
+        // A rich status that is not one: counted as malformed, the call classified by its code.
+        let broken = response(
+            200,
+            &[("grpc-status", "14"), ("grpc-status-details-bin", "!!")],
+        );
+        assert!(hint(broken).is_malformed());
     }
 
     #[test]

@@ -31,6 +31,7 @@
 
 mod classify;
 mod code;
+mod retry_info;
 mod service_config;
 mod stack;
 mod throttle;

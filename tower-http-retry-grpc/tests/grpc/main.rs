@@ -232,6 +232,83 @@ async fn resource_exhausted_with_pushback_is_retried_after_the_pushback() {
     assert_eq!(layer.stats().retry_after_seen, 1);
 }
 
+/// `google.rpc.Status`, `google.protobuf.Any`, `google.rpc.RetryInfo` and
+/// `google.protobuf.Duration`: what a Google API puts in a rich status (AIP-194), as tonic's
+/// `Status::with_details` sends it (`grpc-status-details-bin`).
+mod rich {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Status {
+        #[prost(int32, tag = "1")]
+        pub(crate) code: i32,
+        #[prost(string, tag = "2")]
+        pub(crate) message: String,
+        #[prost(message, repeated, tag = "3")]
+        pub(crate) details: Vec<Any>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Any {
+        #[prost(string, tag = "1")]
+        pub(crate) type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        pub(crate) value: Vec<u8>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct RetryInfo {
+        #[prost(message, optional, tag = "1")]
+        pub(crate) retry_delay: Option<Duration>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Duration {
+        #[prost(int64, tag = "1")]
+        pub(crate) seconds: i64,
+        #[prost(int32, tag = "2")]
+        pub(crate) nanos: i32,
+    }
+}
+
+/// A RESOURCE_EXHAUSTED whose rich status says to retry after `delay`.
+fn retry_info(delay: Duration) -> Status {
+    use prost::Message;
+    let info = rich::RetryInfo {
+        retry_delay: Some(rich::Duration {
+            seconds: i64::try_from(delay.as_secs()).unwrap(),
+            nanos: i32::try_from(delay.subsec_nanos()).unwrap(),
+        }),
+    };
+    let status = rich::Status {
+        code: Code::ResourceExhausted as i32,
+        message: "quota".to_owned(),
+        details: vec![rich::Any {
+            type_url: "type.googleapis.com/google.rpc.RetryInfo".to_owned(),
+            value: info.encode_to_vec(),
+        }],
+    };
+    Status::with_details(
+        Code::ResourceExhausted,
+        "quota",
+        status.encode_to_vec().into(),
+    )
+}
+
+#[tokio::test]
+async fn resource_exhausted_with_a_retry_info_is_retried_after_its_delay() {
+    let handler = Scripted::answering([retry_info(300 * MS)]);
+    let (addr, _server) = serve(handler.clone()).await;
+    let layer = builder().build().unwrap();
+    let mut client = client!(layer.clone(), channel(addr));
+    client.check(check()).await.unwrap();
+    let calls = handler.calls();
+    assert_eq!(calls.len(), 2);
+    let waited = calls[1].at - calls[0].at;
+    // The server's delay, not the 20 ms backoff; at most +10 % jitter and some scheduling.
+    assert!(waited >= 300 * MS, "{waited:?}");
+    assert!(waited < 600 * MS, "{waited:?}");
+    assert_eq!(layer.stats().retry_after_seen, 1);
+}
+
 #[tokio::test]
 async fn resource_exhausted_without_pushback_is_not_retried() {
     let handler = Scripted::answering([Status::resource_exhausted("quota")]);
