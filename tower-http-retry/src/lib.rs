@@ -159,3 +159,7 @@ struct PerformanceDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/troubleshooting.md")]
 struct TroubleshootingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/migrating.md")]
+struct MigratingDoctests;

@@ -5,7 +5,7 @@ use test_support as support;
 
 use http::Method;
 use std::time::Duration;
-use support::{refused_addr, Reply, TestServer, REQUEST_ID};
+use support::{refused_addr, H2Reply, H2Server, Reply, TestServer, REQUEST_ID};
 use tower::{Layer, Service, ServiceExt};
 use tower_http_retry::circuit_breaker::CircuitOpen;
 use tower_http_retry::retry::RandomSource;
@@ -239,4 +239,51 @@ async fn a_keyed_breaker_over_reqwest_refuses_only_the_failing_authority() {
     .await
     .unwrap();
     assert_eq!(ok.status(), 200);
+}
+
+/// An HTTP/2 client over prior knowledge, with reqwest's own retry policy `retry`.
+fn h2_client(retry: reqwest::retry::Builder) -> reqwest::Client {
+    reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .retry(retry)
+        .build()
+        .unwrap()
+}
+
+/// reqwest 0.13 resends a refused HTTP/2 stream by itself (its default policy retries "protocol
+/// NACKs", within a budget of 20 % extra requests): under the layer, a POST refused once is
+/// sent twice and handled once, and the layer sees one success (its report says nothing of the
+/// resend). With `reqwest::retry::never()`, the layer makes that resend itself, free
+/// (`NotSent::Refused`), and reports it: one retry engine decides, and counts.
+#[tokio::test]
+async fn a_refused_stream_is_resent_once_by_reqwest_or_by_the_layer_and_handled_once() {
+    let server = H2Server::start(|arrival| match arrival.nth {
+        1 => H2Reply::Refuse,
+        _ => H2Reply::Status(200),
+    })
+    .await;
+    let url = server.uri("/orders").to_string();
+    for (id, policy, attempts) in [
+        ("reqwest-default", None, 1),
+        ("reqwest-never", Some(reqwest::retry::never()), 2),
+    ] {
+        let client = match policy {
+            None => reqwest::Client::builder()
+                .http2_prior_knowledge()
+                .build()
+                .unwrap(),
+            Some(never) => h2_client(never),
+        };
+        let mut service = retry().layer(client.clone());
+        let response = send(
+            &mut service,
+            request(&client, Method::POST, url.clone(), id),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status(), 200, "{id}");
+        assert_eq!(RetryReport::of(&response).attempts, attempts, "{id}");
+        assert_eq!(server.handled(&Method::POST, id), 1, "{id}: handled once");
+    }
+    assert_eq!(server.refused(), 2, "one refusal each");
 }
