@@ -434,6 +434,34 @@ mod tests {
     }
 
     #[test]
+    fn the_latest_ratelimit_draft_with_quota_units_and_partition_keys_is_read() {
+        // draft-ietf-httpapi-ratelimit-headers-10's fields: `qu` (quota unit) and `pk` (a
+        // partition key, a byte sequence) beside `q`, `w`, `r` and `t`.
+        let response = headers(&[
+            (
+                "ratelimit-policy",
+                "\"burst\";q=100;w=60;qu=\"requests\";pk=:cHJvamVjdC0x:, \"daily\";q=1000;w=86400",
+            ),
+            (
+                "ratelimit",
+                "\"burst\";r=0;t=30;pk=:cHJvamVjdC0x:, \"daily\";r=120;t=3600",
+            ),
+        ]);
+        let hint =
+            ServerHints::new().read(StatusCode::TOO_MANY_REQUESTS, &response, SystemTime::now());
+        assert_eq!(hint.retry_after(), Some(Duration::from_secs(30)));
+        assert!(!hint.is_malformed());
+        // A used-up policy without `t`: its declared window.
+        let response = headers(&[
+            ("ratelimit-policy", "\"burst\";q=100;w=60;qu=\"requests\""),
+            ("ratelimit", "\"burst\";r=0;pk=:cHJvamVjdC0x:"),
+        ]);
+        let hint =
+            ServerHints::new().read(StatusCode::TOO_MANY_REQUESTS, &response, SystemTime::now());
+        assert_eq!(hint.retry_after(), Some(Duration::from_secs(60)));
+    }
+
+    #[test]
     fn openai_resets_are_durations_with_units_read_when_their_quota_is_used_up() {
         // OpenAI's documented example: 59 requests left (its reset is no hint), no token left.
         let hints = ServerHints::openai();
