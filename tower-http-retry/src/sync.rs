@@ -1,6 +1,6 @@
 //! The atomics behind the crate's lock-free state, in one place so that a model check can swap
 //! them for loom's, which explore every interleaving and every value the memory orderings allow
-//! a load to return. See `tests/loom.rs` for how to run it.
+//! a load to return. See the `loom-model` crate's `tests/loom.rs` for how to run it.
 //!
 //! The switch is a cfg of this crate's own, not the usual `--cfg loom`: that one also changes
 //! tokio, which then has no `tokio::net` and breaks the dev-dependencies built on it.

@@ -2,13 +2,13 @@
 //! down to single atomic steps, and the values each load may return under the bucket's memory
 //! orderings.
 //!
-//! `tests/reliability/budget.rs` runs every order of whole operations; here each operation is
+//! The core's `tests/reliability/budget.rs` runs every order of whole operations; here each operation is
 //! split into its atomic steps (the load and compare-and-swap of every update, the relaxed load
 //! before a deposit, the refill claim inside a withdrawal).
 //!
 //! ```text
 //! RUSTFLAGS="--cfg tower_http_retry_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --features loom --test loom
+//!     cargo test -p loom-model --release --test loom
 //! ```
 //!
 //! The cfg swaps the crate's atomics for loom's and the feature brings loom in; the flags rebuild
