@@ -5,7 +5,7 @@
 //! applies at the process's own clock mapped onto Redis's), and waits the other half. The
 //! in-process store applies every call atomically on arrival: the round trip is simulated, a
 //! compare-and-set conflict is not (its cost is measured against a real Redis in
-//! `tests/fleet/`). What a handle knows without a call ([`PacingStore::cached`]) is what its
+//! `tower-http-retry-redis/tests/fleet/`). What a handle knows without a call ([`PacingStore::cached`]) is what its
 //! last call or read brought, read again in the background once it is older than
 //! [`VIEW_TTL`], as the Redis store of `tower-http-retry-redis` does.
 

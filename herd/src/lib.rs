@@ -114,7 +114,7 @@ pub struct Params {
 }
 
 impl Params {
-    /// The scenario of issues 4 and 10, with parameters under which every backoff row spans the
+    /// The scenario of the first targets, with parameters under which every backoff row spans the
     /// outage.
     pub fn harness() -> Self {
         Self {
@@ -310,7 +310,7 @@ impl Model {
         Model::Capacity { retry_after: true },
     ];
 
-    /// The models the fleets run against (the issue's fleet targets are model B's).
+    /// The models the fleets run against (the fleet targets are model B's).
     pub const FLEET: [Model; 2] = [
         Model::Capacity { retry_after: false },
         Model::Capacity { retry_after: true },

@@ -1,5 +1,5 @@
-//! What the harness measures in a run, and the targets it judges the figures against: issue
-//! 10's for every row, the tighter for the pacer.
+//! What the harness measures in a run, and the targets it judges the figures against: the
+//! first for every row, the tighter for the pacer.
 
 use crate::{Arrival, GaveUp, Model, Params, Row, Run};
 use std::time::Duration;

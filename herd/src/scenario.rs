@@ -5,7 +5,7 @@
 //!   1 s in turns for 60 s;
 //! * **redelivery**: a deadline on every request, and a durable queue that sends each
 //!   undelivered, not final delivery again at its report's resend time (`resend_after`, as the
-//!   README's redelivery snippet does), through the same layer.
+//!   redelivery snippet of docs/retrying.md does), through the same layer.
 
 use crate::endpoint::{Downtime, Endpoint};
 use crate::{webhook, Arrival, Bound, Check, Completion, Model, Params, Row};

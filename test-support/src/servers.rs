@@ -39,7 +39,6 @@ pub const HAPROXY: Program = Program {
     package: "haproxy",
 };
 
-#[allow(dead_code)] // Started by the fleet suite only.
 pub const REDIS: Program = Program {
     binary: "redis-server",
     package: "redis-server",
@@ -199,7 +198,6 @@ impl Server {
     /// Redis on `127.0.0.1:port`, in the foreground, with nothing saved to disk (`--save ''
     /// --appendonly no`); its log is the directory's `error.log`. Redis cannot listen on port 0:
     /// take one from [`free_port`], and the same one to start it again once the first is dropped.
-    #[allow(dead_code)] // The fleet suite's.
     pub fn redis(binary: &Path, port: u16) -> Server {
         let dir = scratch_dir("redis");
         let child = Command::new(binary)
@@ -217,7 +215,6 @@ impl Server {
     }
 
     /// The server's process id (to stop it with a signal, as a test of a stalled server does).
-    #[allow(dead_code)] // The fleet suite's.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

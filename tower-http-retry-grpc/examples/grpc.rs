@@ -8,7 +8,7 @@
 //! stops retrying once failures have taken the tokens down to half.
 //!
 //! ```text
-//! cargo run --example grpc --features grpc
+//! cargo run -p tower-http-retry-grpc --example grpc
 //! ```
 
 use std::pin::Pin;

@@ -8,7 +8,8 @@
 //!   before sending anything (a Trailers-Only response) is classified by its code; a call whose
 //!   headers came without a status is committed and passed through.
 //! * Its [`hint`](tower_http_retry::classify::Classify::hint) reads the server's
-//!   `grpc-retry-pushback-ms`.
+//!   `grpc-retry-pushback-ms`, then a `google.rpc.RetryInfo` in the call's rich status
+//!   (`grpc-status-details-bin`).
 //! * [`GrpcMetadata`], the layer's [attempt
 //!   hook](tower_http_retry::retry::RetryLayerBuilder::attempt_hook), stamps
 //!   `grpc-previous-rpc-attempts` and keeps `grpc-timeout` to the time left.

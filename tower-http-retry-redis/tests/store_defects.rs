@@ -1,15 +1,17 @@
-//! Four defects of the fleet-wide pacing store (`RedisStore`, `InProcessStore`), its fallback
+//! Five defects of the fleet-wide pacing store (`RedisStore`, `InProcessStore`), its fallback
 //! and its caches, each pinned by a test that failed before its fix, and what was checked and
 //! found correct beside them:
 //!
 //! 1. a `RedisStore` kept a cache entry for every endpoint it was ever asked about, forever
 //!    (4,000 healthy hosts: about 1.5 KB each), where the pacer without a store keeps nothing;
-//! 2. a probe grant Redis applied but whose reply came after the call timeout left a lease no
-//!    process knew it held: the whole fleet was refused probes until `lease_ttl` ended it;
+//! 2. an `InProcessStore` never dropped expired records, though a record expires as a Redis key
+//!    does;
 //! 3. one endpoint's key of the wrong type (`WRONGTYPE`) sent every endpoint to the fallback,
 //!    and the store flapped between lost and rejoined;
-//! 4. an `InProcessStore` never dropped expired records, though a record expires as a Redis key
-//!    does.
+//! 4. a probe grant Redis applied but whose reply came after the call timeout left a lease no
+//!    process knew it held: the whole fleet was refused probes until `lease_ttl` ended it;
+//! 5. a background read whose task was dropped before it ran (its runtime shut down) left its
+//!    endpoint marked as being read, never read again.
 //!
 //! The Redis tests start their own `redis-server` on a free loopback port; every wait is
 //! bounded, so a hang fails instead of hanging. The in-process tests run on tokio's paused

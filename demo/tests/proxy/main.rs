@@ -240,7 +240,7 @@ async fn a_proxy_out_of_budget_tells_its_callers_to_stand_down() {
     assert_eq!(outer.stats().attempts, 1);
 }
 
-/// The measurement: a proxy and its caller both with this crate's default layer, an
+/// The measurement: a proxy and its caller both with this crate's default layer, an
 /// upstream that is down and asks for a second (`Retry-After: 1`). Before the proxy stood its
 /// callers down after retrying, the caller sent 3 requests, each retried 3 times by the proxy:
 /// 9 upstream calls and about 8.6 s for one request. Real sockets and real time (about 2 s).

@@ -5,7 +5,7 @@
 //! redelivery queue.
 //!
 //! ```text
-//! cargo run --release --all-features --example herd
+//! cargo run --release -p herd --example herd
 //! ```
 //!
 //! Prints markdown tables (and writes them to `docs/herd.md`), then draws requests and accepted
@@ -13,8 +13,8 @@
 //! tokio's paused clock against an in-process endpoint, so no socket is opened and every run is
 //! reproducible. The endpoint, the rows, the metrics and the targets live in the `herd` crate
 //! (`herd/src/`, a workspace member), shared with the test that checks the qualitative facts
-//! (`cargo test --all-features --test herd`). This file prints the tables of one outage and the
-//! fleets; `scenarios.rs` the issue-19 sections, `charts.rs` the charts.
+//! (`cargo test -p herd --test herd`). This file prints the tables of one outage and the
+//! fleets; `scenarios.rs` the flapping and redelivery sections, `charts.rs` the charts.
 
 mod charts;
 mod fleets;

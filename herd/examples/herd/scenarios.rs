@@ -1,4 +1,4 @@
-//! The harness's issue-19 sections: flapping endpoints, and a deadline with a durable
+//! The harness's tighter targets' sections: flapping endpoints, and a deadline with a durable
 //! redelivery queue, each judged on the mean of the seeds.
 
 use crate::{mean, optional, SEEDS};

@@ -1,7 +1,7 @@
 //! The qualitative facts of the herd simulation's model A (the endpoint fails every request for
 //! 20 s, then serves every request), and the mechanics of the endpoint model, the fleets and the
 //! targets, at small N on tokio's paused clock. The same simulation at full size prints the
-//! tables and draws the charts: `cargo run --release --all-features --example herd`.
+//! tables and draws the charts: `cargo run --release -p herd --example herd`.
 
 use herd::{Arrival, Bound, Check, Metrics, Model, Params, Row, Run};
 use std::collections::{HashMap, HashSet};

@@ -2,7 +2,7 @@
 //! Debian (nginx, HAProxy) that rotate and close connections the way production servers do.
 //!
 //! The servers are started by the tests on `127.0.0.1` with configs from `tests/interop/conf/`
-//! (see `tests/support/servers.rs`); when a binary is missing the test says SKIPPED on stderr, and fails
+//! (see `test-support/src/servers.rs`); when a binary is missing the test says SKIPPED on stderr, and fails
 //! instead with `TOWER_HTTP_RETRY_REQUIRE_SERVERS=1` (`cargo xtask test` sets it and installs
 //! the packages). Every request carries an `x-request-id`, and each of its attempts an
 //! `x-attempt` (`attempts.rs`); the server's access log (or, behind a proxy, the upstream in
@@ -10,7 +10,7 @@
 //! prints what it saw.
 //!
 //! Two client stacks: hyper-util's legacy client as it is ([`retried`]), and the rotation-safe
-//! one of `tower_http_retry::hyper_client` behind its stream slots ([`retried_rotation_safe`]).
+//! one of `tower_http_retry_hyper` behind its stream slots ([`retried_rotation_safe`]).
 //!
 //! Real servers mean real time: the tests assert on what the servers applied and on the
 //! reports, never on measured durations.

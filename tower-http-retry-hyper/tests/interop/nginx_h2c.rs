@@ -1,7 +1,7 @@
 //! nginx serving h2c, rotating every connection after three requests with a graceful `GOAWAY`
 //! and allowing four concurrent streams (`conf/nginx-h2c.conf`).
 //!
-//! * The rotation-safe stack (`hyper_client::rotation_safe_client` behind a `StreamSlotsLayer`
+//! * The rotation-safe stack (`tower_http_retry_hyper::rotation_safe_client` behind a `StreamSlotsLayer`
 //!   of 4 streams) delivers every request, whatever its method, each applied exactly once.
 //! * hyper-util's client as it is never resends a POST after an attempt nginx applied (a `GOAWAY`
 //!   hyper delivers is no proof), and fails no request for a reason other than an ambiguous one.
@@ -47,7 +47,7 @@ pub(crate) async fn settled_access_log(server: &Server, lines: usize) -> String 
     }
 }
 
-/// The layer of the measurement: three attempts, everything else default.
+/// The layer of the measurement: three attempts, everything else default.
 fn layer() -> RetryLayer {
     RetryLayer::builder()
         .max_attempts(3)
@@ -64,7 +64,7 @@ pub(crate) enum Stack {
     RotationSafe,
 }
 
-/// One burst's figures, as the table has them.
+/// One burst's figures, as the measurement's table has them.
 pub(crate) struct Figures {
     pub delivered: usize,
     pub sent: usize,
@@ -149,7 +149,7 @@ pub(crate) async fn run(
     (figures, ended, applied, attempts)
 }
 
-/// The target: every request delivered, and applied exactly once.
+/// The target: every request delivered, and applied exactly once.
 fn assert_delivered_once(figures: &Figures, ended: &[Ended], applied: &AppliedAttempts) {
     let failed: Vec<_> = ended
         .iter()
@@ -242,7 +242,7 @@ async fn hyper_utils_client_as_it_is_never_resends_a_post_nginx_applied() {
     assert_never_twice(&figures, &ended, &applied, &attempts);
 }
 
-/// The table, re-measured: 20 runs of the 60 GET and 60 POST bursts through each stack,
+/// The measurement's table, re-measured: 20 runs of the 60 GET and 60 POST bursts through each stack,
 /// one line each. `cargo xtask test --test interop -- --ignored twenty --nocapture`
 #[ignore = "a measurement, about 30 s"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

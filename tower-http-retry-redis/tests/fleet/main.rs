@@ -1,5 +1,5 @@
 //! The fleet-shared pacing store against a real Redis (`redis-server` from Debian), started by
-//! each test on its own loopback port (`tests/support/servers.rs`: a missing binary is a loud
+//! each test on its own loopback port (`test-support/src/servers.rs`: a missing binary is a loud
 //! SKIPPED, or a failure with `TOWER_HTTP_RETRY_REQUIRE_SERVERS=1`, which `cargo xtask test` sets
 //! after installing the package).
 //!

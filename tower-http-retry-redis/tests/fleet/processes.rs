@@ -41,7 +41,7 @@ const DELIVERIES: &str = "TOWER_HTTP_RETRY_FLEET_DELIVERIES";
 /// every 50 ms and its final counts).
 const KEEP: &str = "TOWER_HTTP_RETRY_FLEET_KEEP";
 
-/// The shape: 4 processes × 500 deliveries, a 3 s outage, 200 req/s once up.
+/// The measured shape: 4 processes × 500 deliveries, a 3 s outage, 200 req/s once up.
 const WORKERS: usize = 4;
 const PER_WORKER: usize = 500;
 const OUTAGE: Duration = Duration::from_secs(3);
@@ -555,7 +555,7 @@ async fn a_fleet_of_processes_probes_a_dead_endpoint_as_one_and_shares_the_recov
         with.probing < without.probing,
         "the store made no difference while down: {with:?} / {without:?}"
     );
-    // The target is ±10 % of fair over the first N/C seconds after recovery. Over
+    // The target is ±10 % of fair over the first N/C seconds after recovery. Over
     // twenty runs of this test on a loaded two-core machine the worst worker was 2.0–18.3 %
     // off fair with the store (within 10 % in eleven), 5.5–54.6 % without one (within 10 % in
     // one). The bound asserted is 25 %, that noise with room for a busier machine: a guard
@@ -687,7 +687,7 @@ async fn redis_killed_during_recovery_leaves_every_delivery_made_once_near_the_l
         rejoined.iter().all(Option::is_some),
         "every worker rejoined: {rejoined:?}"
     );
-    // The target is at most 1.2 times the last shared rate until Redis is back; twenty
+    // The target is at most 1.2 times the last shared rate until Redis is back; twenty
     // runs measured 0.16–1.18 times, so the target is printed, met or missed, and the assertion
     // is the property behind it with room for this machine's noise: the fallback keeps pacing
     // at the process's share (a fleet unpaced, or each process at the whole fleet's rate, would

@@ -1,7 +1,7 @@
 //! reqwest-retry's default policy and this crate's default, as a `ClientWithMiddleware` user
 //! would swap one for the other, in the same run against the same loopback server. Prints the
-//! table the README shows (`cargo test --features reqwest-middleware --test reqwest_middleware
-//! side_by_side -- --nocapture`).
+//! table docs/reqwest-middleware.md shows (`cargo test -p tower-http-retry-reqwest-middleware
+//! --test reqwest_middleware side_by_side -- --nocapture`).
 //!
 //! Assertions only on what is deterministic: this crate's attempt limit, budget, `Retry-After`
 //! and idempotency rules, and reqwest-retry's attempt count. Its timings are printed, not

@@ -36,8 +36,9 @@
 // the fleet: `link.rs` and `fleet.rs`), `pass.rs` what the endpoint answers the head of its
 // queue, `handle.rs` an endpoint behind its lock and the retry layer's handle of it,
 // `endpoints.rs` the bounded map of endpoints, and `queue.rs` what a request holds of one (its
-// place in the queue, its pass). `store/` keeps the shared state for a fleet (in process,
-// Redis).
+// place in the queue, its pass); `rules.rs` the checked rules, apart from the store. `store/`
+// keeps the shared state for a fleet (in process, and the `remote` kit a Redis store builds
+// on).
 
 mod clock;
 mod config;

@@ -137,7 +137,7 @@ impl TokenBucket {
     /// `refilled_until` forward adds exactly the tokens for the interval it claimed, so concurrent
     /// callers never credit the same time twice. Claim and credit are two steps: a withdrawal in
     /// between finds the time claimed but not its tokens, and may be refused although the tokens
-    /// arrive a moment later (`tests/loom.rs`). Takes `now` so that a model can fix the time.
+    /// arrive a moment later (`loom-model/tests/loom.rs`). Takes `now` so that a model can fix the time.
     fn refill_at(&self, now: u64) {
         let since = self.refilled_until.load(Ordering::Acquire);
         if now.saturating_sub(since) < REFILL_GRANULARITY_NANOS {
@@ -173,7 +173,7 @@ fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Entry points with the time given rather than read, for the loom model in `tests/loom.rs`
+/// Entry points with the time given rather than read, for the loom model in `loom-model/tests/loom.rs`
 /// (built only with `--cfg tower_http_retry_loom` and the `loom` feature): a model replays its
 /// threads many times, and each replay must see the same times. Not part of the API.
 #[cfg(all(tower_http_retry_loom, feature = "loom"))]

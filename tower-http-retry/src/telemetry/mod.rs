@@ -9,7 +9,7 @@
 //!   mode changes, the delays, the pacer's queues); [`describe_metrics`] gives an installed
 //!   recorder their units and help texts.
 //!
-//! The names, units and labels are tabled in the README's "Telemetry" section and on
+//! The names, units and labels are tabled in docs/telemetry.md and on
 //! [`describe_metrics`]. Without its feature, each of them compiles to nothing.
 
 // The retry core calls the functions of this module at the points where it already records

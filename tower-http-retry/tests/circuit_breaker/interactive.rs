@@ -1,4 +1,4 @@
-//! The README's interactive recipe, `RetryLayer::interactive()` over
+//! The interactive recipe of docs/retrying.md, `RetryLayer::interactive()` over
 //! `CircuitBreakerLayer::interactive()` sharing one abort signal, tried as a user's clicks
 //! would: how long a short blip locks users out, and how a server's hint is waited for or given
 //! up on within the 5 s deadline. Paused time, so the figures are exact.

@@ -489,7 +489,7 @@ async fn grpc_unavailable_and_resource_exhausted_count_as_congestion() {
     }
 }
 
-/// What the README and `Pacing` say of a breaker's hold with pacing: it does not release the
+/// What docs/pacing.md and `Pacing` say of a breaker's hold with pacing: it does not release the
 /// requests waiting in the endpoint's queue (they wait for the breaker to let a probe through);
 /// a shutdown does, each with its last answer.
 #[tokio::test(start_paused = true)]

@@ -1,6 +1,6 @@
 //! A fleet in one process: layers that share one [`InProcessStore`] (each its own handle, a
 //! peer of the others) pace an endpoint as one. The same wiring with a Redis store is in
-//! `tests/fleet/`.
+//! `tower-http-retry-redis/tests/fleet/`.
 
 use super::{burst, endpoint, Log, MS, SEC};
 use std::time::Duration;
