@@ -1,9 +1,16 @@
 //! [`Delay`] and [`DelaySource`]: each wait between attempts and where it came from.
 
+use super::reason::UnknownName;
+use std::str::FromStr;
 use std::time::Duration;
 
 /// Where a delay came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum DelaySource {
     /// The backoff policy.
@@ -40,10 +47,41 @@ impl DelaySource {
             DelaySource::Refused => "refused",
         }
     }
+
+    /// Every source, in declaration order.
+    pub const ALL: [DelaySource; 6] = [
+        DelaySource::Backoff,
+        DelaySource::RetryAfter,
+        DelaySource::RetryAfterClamped,
+        DelaySource::FirstAttempt,
+        DelaySource::Paced,
+        DelaySource::Refused,
+    ];
+}
+
+/// Reads back the name [`DelaySource::as_str`] gives.
+///
+/// ```
+/// use tower_http_retry::report::DelaySource;
+///
+/// for source in DelaySource::ALL {
+///     assert_eq!(source.as_str().parse::<DelaySource>(), Ok(source));
+/// }
+/// ```
+impl FromStr for DelaySource {
+    type Err = UnknownName;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        DelaySource::ALL
+            .into_iter()
+            .find(|source| source.as_str() == name)
+            .ok_or_else(|| UnknownName::new("delay source", name))
+    }
 }
 
 /// One sleep of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Delay {
     /// The attempt that failed before this sleep (0 for the first-attempt jitter).

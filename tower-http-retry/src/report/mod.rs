@@ -32,7 +32,7 @@ mod unsent;
 pub(crate) use capture::offer;
 pub use capture::{Captured, ReportSlot};
 pub use delay::{Delay, DelaySource};
-pub use reason::StopReason;
+pub use reason::{StopReason, UnknownName};
 pub use unsent::Unsent;
 
 use std::future::Future;
@@ -53,7 +53,12 @@ use std::time::{Duration, SystemTime};
 /// assert_eq!(report.attempts, 1);
 /// assert_eq!(report.stop, StopReason::Success);
 /// ```
+///
+/// With the `serde` feature, a report (and each [`StopReason`], [`Delay`] and [`DelaySource`])
+/// serializes as it is, names in `snake_case` as [`StopReason::as_str`] gives them, so that a
+/// durable queue can store it beside the request.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct RetryReport {
     /// Attempts sent, the first included.

@@ -3,6 +3,7 @@
 #[cfg(doc)]
 use super::{ReportSlot, RetryReport, Unsent};
 use std::fmt;
+use std::str::FromStr;
 
 /// Why the retry layer stopped and returned the outcome it returned.
 ///
@@ -41,6 +42,11 @@ use std::fmt;
 /// }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum StopReason {
     /// The last attempt succeeded.
@@ -202,3 +208,55 @@ impl fmt::Display for StopReason {
         f.write_str(self.as_str())
     }
 }
+
+/// Reads back the name [`StopReason::as_str`] gives, so that a reason stored as text (a log
+/// line, a column, a job queue's record) round-trips.
+///
+/// ```
+/// use tower_http_retry::StopReason;
+///
+/// for reason in StopReason::ALL {
+///     assert_eq!(reason.as_str().parse::<StopReason>(), Ok(reason));
+/// }
+/// assert!("exhausted".parse::<StopReason>().is_err());
+/// ```
+impl FromStr for StopReason {
+    type Err = UnknownName;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        StopReason::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == name)
+            .ok_or_else(|| UnknownName::new("stop reason", name))
+    }
+}
+
+/// A name that no variant has: what parsing a [`StopReason`] or a
+/// [`DelaySource`](super::DelaySource) from text returns for text it does not know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownName {
+    kind: &'static str,
+    name: String,
+}
+
+impl UnknownName {
+    pub(super) fn new(kind: &'static str, name: &str) -> Self {
+        Self {
+            kind,
+            name: name.to_owned(),
+        }
+    }
+
+    /// The text that was not recognised.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown {} name: {:?}", self.kind, self.name)
+    }
+}
+
+impl std::error::Error for UnknownName {}
