@@ -5,6 +5,9 @@
 //! * [`webhook`]: the webhook scenario of `examples/webhook_delivery.rs` (the crate's main demo,
 //!   `cargo run --example webhook_delivery`) and `tests/webhook/` (its books add up).
 //! * [`proxy`]: the axum reverse proxy of `examples/axum_proxy.rs` and `tests/proxy/`.
+//! * [`durable`]: the durable path's worker process (`src/bin/redelivery_worker.rs`), which
+//!   `examples/durable_webhooks.rs` and `tests/durable/` start and kill.
 
+pub mod durable;
 pub mod proxy;
 pub mod webhook;

@@ -1,0 +1,228 @@
+//! [`EndpointHealth`]: which endpoints are disabled, by continuous failure over a window or at
+//! once by a `410 Gone`, and their re-enabling.
+//!
+//! An endpoint that has failed every attempt for [`HealthRules::disable_after`] (5 days by
+//! default, Svix's rule) is disabled, as is one that answered `410 Gone` (the Standard Webhooks
+//! rule): its due deliveries go to the dead-letter queue with
+//! [`DeadReason::EndpointDisabled`](crate::DeadReason::EndpointDisabled) without being sent,
+//! until [`EndpointHealth::enable`]; then [`replay`](crate::replay) sends its dead letters again.
+//! A success ends the failing run. The state is the process's own (each worker of a fleet learns
+//! the same failures from the same endpoint); share one value between the workers of a process.
+
+use crate::schedule::unix_ms;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tower_http_retry::InvalidConfig;
+
+/// When an endpoint is disabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthRules {
+    disable_after: Duration,
+    disable_on_gone: bool,
+}
+
+impl HealthRules {
+    /// Disabled after 5 days of failure, or at once on `410 Gone`.
+    pub fn new() -> Self {
+        Self {
+            disable_after: Duration::from_secs(5 * 24 * 3600),
+            disable_on_gone: true,
+        }
+    }
+
+    /// How long an endpoint must fail every attempt before it is disabled.
+    pub fn disable_after(mut self, window: Duration) -> Result<Self, InvalidConfig> {
+        InvalidConfig::ensure_positive_duration("disable_after", window)?;
+        self.disable_after = window;
+        Ok(self)
+    }
+
+    /// Whether a `410 Gone` disables the endpoint at once (on by default); off, a 410 only
+    /// dead-letters its own delivery.
+    pub fn disable_on_gone(mut self, disable: bool) -> Self {
+        self.disable_on_gone = disable;
+        self
+    }
+}
+
+impl Default for HealthRules {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Why an endpoint is disabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisableReason {
+    /// It answered `410 Gone`.
+    Gone,
+    /// It failed every attempt for the rules' window.
+    FailingFor(Duration),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    /// Failing since this Unix millisecond, with no success since.
+    Failing(u64),
+    Disabled(DisableReason),
+}
+
+/// The health of each endpoint the process delivers to. Cloning shares it.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tower_http_retry_redelivery::health::{DisableReason, EndpointHealth, HealthRules};
+///
+/// let rules = HealthRules::new().disable_after(Duration::from_secs(3600)).unwrap();
+/// let health = EndpointHealth::new(rules);
+/// let start = SystemTime::now();
+/// assert_eq!(health.failed("https://a.example", start), None);
+/// assert_eq!(health.failed("https://a.example", start + Duration::from_secs(3599)), None);
+/// let late = start + Duration::from_secs(3600);
+/// assert_eq!(health.failed("https://a.example", late), Some(DisableReason::FailingFor(Duration::from_secs(3600))));
+/// assert!(health.disabled("https://a.example").is_some());
+/// health.enable("https://a.example");
+/// assert!(health.disabled("https://a.example").is_none());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct EndpointHealth {
+    rules: HealthRules,
+    endpoints: Arc<Mutex<HashMap<String, State>>>,
+}
+
+impl EndpointHealth {
+    /// No endpoint known yet.
+    pub fn new(rules: HealthRules) -> Self {
+        Self {
+            rules,
+            endpoints: Arc::default(),
+        }
+    }
+
+    /// Why `endpoint` is disabled, if it is.
+    pub fn disabled(&self, endpoint: &str) -> Option<DisableReason> {
+        match self.lock().get(endpoint) {
+            Some(State::Disabled(reason)) => Some(*reason),
+            _ => None,
+        }
+    }
+
+    /// Every disabled endpoint and why.
+    pub fn disabled_endpoints(&self) -> Vec<(String, DisableReason)> {
+        let mut disabled: Vec<_> = self
+            .lock()
+            .iter()
+            .filter_map(|(endpoint, state)| match state {
+                State::Disabled(reason) => Some((endpoint.clone(), *reason)),
+                State::Failing(_) => None,
+            })
+            .collect();
+        disabled.sort_by(|a, b| a.0.cmp(&b.0));
+        disabled
+    }
+
+    /// Enables `endpoint` again, its failing run forgotten.
+    pub fn enable(&self, endpoint: &str) {
+        self.lock().remove(endpoint);
+    }
+
+    /// `endpoint` took a delivery: its failing run ends.
+    pub fn succeeded(&self, endpoint: &str) {
+        let mut endpoints = self.lock();
+        if let Some(State::Failing(_)) = endpoints.get(endpoint) {
+            endpoints.remove(endpoint);
+        }
+    }
+
+    /// `endpoint` failed an attempt at `at`; returns the reason if this disabled it.
+    pub fn failed(&self, endpoint: &str, at: SystemTime) -> Option<DisableReason> {
+        let at = unix_ms(at);
+        let mut endpoints = self.lock();
+        let state = endpoints
+            .entry(endpoint.to_owned())
+            .or_insert(State::Failing(at));
+        match *state {
+            State::Failing(since) if at.saturating_sub(since) >= self.window_ms() => {
+                let reason = DisableReason::FailingFor(self.rules.disable_after);
+                *state = State::Disabled(reason);
+                Some(reason)
+            }
+            _ => None,
+        }
+    }
+
+    /// `endpoint` answered `410 Gone`; returns the reason if this disabled it.
+    pub fn gone(&self, endpoint: &str) -> Option<DisableReason> {
+        if !self.rules.disable_on_gone {
+            return None;
+        }
+        let mut endpoints = self.lock();
+        if let Some(State::Disabled(_)) = endpoints.get(endpoint) {
+            return None;
+        }
+        endpoints.insert(endpoint.to_owned(), State::Disabled(DisableReason::Gone));
+        Some(DisableReason::Gone)
+    }
+
+    fn window_ms(&self) -> u64 {
+        self.rules
+            .disable_after
+            .as_millis()
+            .min(u128::from(u64::MAX)) as u64
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, State>> {
+        // A panic while the map was held left it whole: every write is a single insert.
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_success_ends_the_failing_run() {
+        let health = EndpointHealth::new(
+            HealthRules::new()
+                .disable_after(Duration::from_secs(10))
+                .unwrap(),
+        );
+        let start = SystemTime::now();
+        health.failed("e", start);
+        health.succeeded("e");
+        assert_eq!(health.failed("e", start + Duration::from_secs(9)), None);
+        assert_eq!(
+            health.failed("e", start + Duration::from_secs(18)),
+            None,
+            "run restarted at 9 s"
+        );
+        assert!(health
+            .failed("e", start + Duration::from_secs(19))
+            .is_some());
+        health.succeeded("e");
+        assert!(
+            health.disabled("e").is_some(),
+            "a disabled endpoint stays so until enabled"
+        );
+    }
+
+    #[test]
+    fn gone_disables_at_once_unless_turned_off() {
+        let health = EndpointHealth::default();
+        assert_eq!(health.gone("e"), Some(DisableReason::Gone));
+        assert_eq!(health.gone("e"), None, "reported once");
+        assert_eq!(
+            health.disabled_endpoints(),
+            [("e".to_owned(), DisableReason::Gone)]
+        );
+        let lenient = EndpointHealth::new(HealthRules::new().disable_on_gone(false));
+        assert_eq!(lenient.gone("e"), None);
+        assert_eq!(lenient.disabled("e"), None);
+    }
+}

@@ -1,0 +1,72 @@
+//! Deliveries that outlive the process, for [tower-http-retry](tower_http_retry): a durable
+//! outbox on an existing job queue ([apalis](https://docs.rs/apalis) 1.0: SQLite embedded by
+//! default; the adapter takes any durable apalis backend), webhook schedules over hours and days, a dead-letter queue and endpoint disabling,
+//! drained through the **same** retry layer, pacer and fleet store as every other request.
+//!
+//! * A sender makes a [`Delivery`] of a request ([`RecordRules::record`]) and
+//!   [enqueues](Redelivery::enqueue) it: stored before anything is sent.
+//! * Workers (apalis workers, in as many processes as you like) take due deliveries and
+//!   [handle](Redelivery::handle) them: one slot's sequence through the retry layer, then
+//!   stored again at the next slot of the [`Schedule`] (never a sleep in the worker), stored
+//!   again at the pacer's time when the layer handed it back unsent, dead-lettered
+//!   ([`DeadLetter`], [`DeadReason`]), or done.
+//! * A worker killed mid-attempt leaves its task to the engine, which hands it out again once
+//!   its heartbeat is missed: at least once, never lost; the receiver deduplicates by the
+//!   delivery id the request carries (`webhook-id` by default).
+//!
+//! The stable surface (the record, the schedule, the [`Outbox`] trait and the step rules) does
+//! not name apalis; [`ApalisOutbox`] is the adapter, pinned to apalis 1.0.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use apalis_core::worker::builder::WorkerBuilder;
+//! use bytes::Bytes;
+//! use tower::Layer;
+//! use tower_http_retry_redelivery::{sqlite, RecordRules, Redelivery, Schedule};
+//!
+//! let outbox = sqlite::open("deliveries.db", sqlite::SqliteOptions::default()).await?;
+//! let schedule = Schedule::standard_webhooks();
+//! let transport = tower::service_fn(|_: http::Request<Bytes>| async {
+//!     Ok::<_, tower::BoxError>(http::Response::new(()))
+//! });
+//! let client = schedule.retry_layer().build()?.layer(transport);
+//! let redelivery: Redelivery<_, _> = Redelivery::new(client, outbox.clone(), schedule);
+//!
+//! let request = http::Request::post("https://hooks.example/in").body(Bytes::from("{}"))?;
+//! redelivery.enqueue(RecordRules::new().record("msg_1", request)?).await?;
+//!
+//! let worker = WorkerBuilder::new("worker-1")
+//!     .backend(outbox.queue().clone())
+//!     .build(move |delivery| {
+//!         let redelivery = redelivery.clone();
+//!         async move { redelivery.handle(delivery).await }
+//!     });
+//! worker.run().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The guide, with what a crash costs and the engines compared: `docs/redelivery.md`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod engine;
+pub mod health;
+mod outbox;
+pub mod record;
+mod redelivery;
+pub mod schedule;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+mod stats;
+pub mod step;
+
+pub use engine::{dead_letters, replay, ApalisOutbox, EngineError};
+pub use outbox::Outbox;
+pub use record::{Delivery, RecordRules};
+pub use redelivery::{HandleFuture, Handled, Redelivery, StoreFailed};
+pub use schedule::Schedule;
+pub use stats::RedeliveryStats;
+pub use step::{DeadLetter, DeadReason};

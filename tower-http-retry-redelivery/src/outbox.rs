@@ -1,0 +1,27 @@
+//! [`Outbox`]: the small trait between a worker and the queue it stores deliveries in.
+
+use crate::record::Delivery;
+use crate::step::DeadLetter;
+use std::future::Future;
+
+/// Where deliveries are stored: the stable surface between the worker's rules and an engine.
+///
+/// "Done" is not here: a delivery taken from the queue is done when the worker's handler
+/// returns `Ok`, and the engine marks its task so. An engine adapter
+/// ([`ApalisOutbox`](crate::ApalisOutbox)) implements the two writes; a test can implement them
+/// on a `Vec`.
+pub trait Outbox: Clone + Send + Sync + 'static {
+    /// The engine's error.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Stores `delivery`, due at its [`due_at`](Delivery::due_at), under its
+    /// [`step_key`](Delivery::step_key): a worker that re-runs a step after a crash stores the
+    /// next one again, and the engine keeps it once. Nothing is sent before this returns `Ok`.
+    fn store(&self, delivery: Delivery) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Moves a delivery to the dead-letter queue.
+    fn dead_letter(
+        &self,
+        letter: DeadLetter,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}

@@ -1,0 +1,268 @@
+//! [`Redelivery`]: the worker's side. It stores new deliveries, and sends each due one through
+//! the retry layer, then stores it again, dead-letters it or is done with it.
+
+use crate::health::EndpointHealth;
+use crate::outbox::Outbox;
+use crate::record::Delivery;
+use crate::schedule::{unix_ms, Schedule};
+use crate::stats::{Counters, Event, RedeliveryStats};
+use crate::step::{self, DeadLetter, DeadReason, SlotResult, Step};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tower::ServiceExt;
+use tower_http_retry::RetryReport;
+use tower_service::Service;
+
+/// Sends due deliveries through a client (the retry layer, its pacer and fleet store, the
+/// transport) and applies the [schedule](Schedule) and the [endpoint health](EndpointHealth)
+/// to what comes back. Cloning shares the client, the health and the counters.
+///
+/// `B` is the client's request body, made from the record's bytes (`From<Bytes>`: `Bytes`,
+/// `http_body_util::Full<Bytes>`, ...).
+pub struct Redelivery<S, O, B = Bytes> {
+    inner: Arc<Inner<S, O>>,
+    _body: PhantomData<fn(B)>,
+}
+
+struct Inner<S, O> {
+    client: S,
+    outbox: O,
+    schedule: Schedule,
+    health: EndpointHealth,
+    counters: Counters,
+}
+
+impl<S, O, B> Clone for Redelivery<S, O, B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            _body: PhantomData,
+        }
+    }
+}
+
+impl<S, O, B> fmt::Debug for Redelivery<S, O, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redelivery")
+            .field("schedule", &self.inner.schedule)
+            .field("stats", &self.inner.counters.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a worker did with one due delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Handled {
+    /// Delivered.
+    Delivered,
+    /// Sent and failed; stored again for its next slot.
+    StoredAgain {
+        /// The slot it is due in.
+        slot: u32,
+        /// When, Unix milliseconds.
+        due_at: u64,
+    },
+    /// Handed back unsent by the retry layer (its endpoint down or paused); stored again at the
+    /// pacer's time, in the same slot.
+    Deferred {
+        /// When, Unix milliseconds.
+        due_at: u64,
+    },
+    /// Moved to the dead-letter queue.
+    DeadLettered(DeadReason),
+}
+
+/// A call through the client, boxed.
+type BoxedCall<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+/// The future of [`Redelivery::handle`].
+pub type HandleFuture<E> = Pin<Box<dyn Future<Output = Result<Handled, StoreFailed<E>>> + Send>>;
+
+/// The outbox failed to store what the worker decided. The delivery's task is not done: the
+/// engine hands it out again (at least once), and the receiver deduplicates a second send.
+#[derive(Debug)]
+pub struct StoreFailed<E>(pub E);
+
+impl<E: fmt::Display> fmt::Display for StoreFailed<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the outbox could not store a delivery: {}", self.0)
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for StoreFailed<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+impl<S, O: Outbox, B> Redelivery<S, O, B> {
+    /// Sends through `client`, stores in `outbox`, on `schedule`; endpoints disabled by
+    /// [`EndpointHealth::default`]'s rules (see [`with_health`](Self::with_health)).
+    pub fn new(client: S, outbox: O, schedule: Schedule) -> Self {
+        Self::with_health(client, outbox, schedule, EndpointHealth::default())
+    }
+
+    /// As [`new`](Self::new), with the endpoint health given (its rules, or one shared with
+    /// other workers of the process).
+    pub fn with_health(client: S, outbox: O, schedule: Schedule, health: EndpointHealth) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                outbox,
+                schedule,
+                health,
+                counters: Counters::default(),
+            }),
+            _body: PhantomData,
+        }
+    }
+
+    /// The schedule.
+    pub fn schedule(&self) -> &Schedule {
+        &self.inner.schedule
+    }
+
+    /// The endpoint health: which endpoints are disabled, and their re-enabling.
+    pub fn health(&self) -> &EndpointHealth {
+        &self.inner.health
+    }
+
+    /// The outbox.
+    pub fn outbox(&self) -> &O {
+        &self.inner.outbox
+    }
+
+    /// What this process's workers did so far.
+    pub fn stats(&self) -> RedeliveryStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Stores a new delivery, due at once: the outbox. Nothing is sent before it is stored; a
+    /// worker takes it from the queue.
+    pub async fn enqueue(&self, delivery: Delivery) -> Result<(), O::Error> {
+        self.inner.outbox.store(delivery).await?;
+        self.inner.counters.count(Event::Stored);
+        Ok(())
+    }
+}
+
+impl<S, O, B, RB> Redelivery<S, O, B>
+where
+    S: Service<http::Request<B>, Response = http::Response<RB>> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    O: Outbox,
+    B: From<Bytes> + Send + 'static,
+    RB: Send + 'static,
+{
+    /// Handles one due delivery: sends it through the client unless its endpoint is disabled,
+    /// then stores it again, dead-letters it, or returns [`Handled::Delivered`] (the engine
+    /// marks its task done). An `Err` means the outbox failed; the task is not done.
+    ///
+    /// The future is boxed (and `Send`, `'static`): an apalis worker's handler can return it
+    /// as it is, whatever the client's type.
+    pub fn handle(&self, delivery: Delivery) -> HandleFuture<O::Error> {
+        let this = self.clone();
+        Box::pin(async move { this.run(delivery).await })
+    }
+
+    async fn run(&self, delivery: Delivery) -> Result<Handled, StoreFailed<O::Error>> {
+        let inner = &*self.inner;
+        inner.counters.count(Event::Due);
+        let step = match step::before_sending(&delivery, &inner.health, SystemTime::now()) {
+            Some(step) => step,
+            None => match delivery.try_request() {
+                Ok(request) => self.send(delivery, request).await,
+                Err(_) => Step::DeadLetter(DeadLetter {
+                    delivery,
+                    reason: DeadReason::Unreadable,
+                    at: unix_ms(SystemTime::now()),
+                }),
+            },
+        };
+        self.apply(step).await
+    }
+
+    async fn send(&self, delivery: Delivery, request: http::Request<Bytes>) -> Step {
+        let inner = &*self.inner;
+        let started = SystemTime::now();
+        // Boxed here, where `S::Future: Send` is a bound: a caller's `Send` check of the
+        // unboxed call would walk the retry layer's future type and trip on the higher-ranked
+        // bounds of its classifier (rustc's "not general enough").
+        let call: BoxedCall<S::Response, S::Error> =
+            Box::pin(inner.client.clone().oneshot(request.map(B::from)));
+        let (result, report) = RetryReport::capture(call).await;
+        if report.attempts > 0 {
+            inner.counters.count(Event::Sent);
+        }
+        let status = result
+            .as_ref()
+            .ok()
+            .map(|response| response.status().as_u16());
+        drop(result);
+        let endpoint = delivery.endpoint().to_owned();
+        let was_disabled = inner.health.disabled(&endpoint).is_some();
+        let result = SlotResult {
+            started,
+            status,
+            report,
+        };
+        let step = step::decide(
+            delivery,
+            result,
+            &inner.schedule,
+            &inner.health,
+            SystemTime::now(),
+        );
+        if !was_disabled && inner.health.disabled(&endpoint).is_some() {
+            inner.counters.count(Event::EndpointDisabled);
+        }
+        step
+    }
+
+    async fn apply(&self, step: Step) -> Result<Handled, StoreFailed<O::Error>> {
+        let inner = &*self.inner;
+        match step {
+            Step::Delivered => {
+                inner.counters.count(Event::Delivered);
+                Ok(Handled::Delivered)
+            }
+            Step::StoreAgain { delivery, sent } => {
+                let handled = if sent {
+                    Handled::StoredAgain {
+                        slot: delivery.slot(),
+                        due_at: unix_ms(delivery.due_at()),
+                    }
+                } else {
+                    Handled::Deferred {
+                        due_at: unix_ms(delivery.due_at()),
+                    }
+                };
+                inner.outbox.store(delivery).await.map_err(StoreFailed)?;
+                inner.counters.count(if sent {
+                    Event::StoredAgain
+                } else {
+                    Event::Deferred
+                });
+                Ok(handled)
+            }
+            Step::DeadLetter(letter) => {
+                let reason = letter.reason;
+                inner
+                    .outbox
+                    .dead_letter(letter)
+                    .await
+                    .map_err(StoreFailed)?;
+                inner.counters.count(Event::DeadLettered);
+                Ok(Handled::DeadLettered(reason))
+            }
+        }
+    }
+}

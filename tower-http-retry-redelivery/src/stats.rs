@@ -1,0 +1,99 @@
+//! [`RedeliveryStats`]: what a process's workers did, as counters (and through the `metrics`
+//! facade with the `metrics` feature).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Counters of a [`Redelivery`](crate::Redelivery), shared by its clones.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    stored: AtomicU64,
+    due: AtomicU64,
+    sent: AtomicU64,
+    delivered: AtomicU64,
+    stored_again: AtomicU64,
+    deferred: AtomicU64,
+    dead_lettered: AtomicU64,
+    endpoints_disabled: AtomicU64,
+}
+
+/// A snapshot of the counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedeliveryStats {
+    /// Deliveries enqueued (first stores).
+    pub stored: u64,
+    /// Deliveries taken from the queue, due.
+    pub due: u64,
+    /// Slots that sent the request (one or more attempts).
+    pub sent: u64,
+    /// Deliveries delivered.
+    pub delivered: u64,
+    /// Deliveries stored again for their next slot after a failed one.
+    pub stored_again: u64,
+    /// Deliveries the retry layer handed back unsent, stored again at the pacer's time.
+    pub deferred: u64,
+    /// Deliveries moved to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Endpoints this process disabled.
+    pub endpoints_disabled: u64,
+}
+
+/// One counted event.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Event {
+    Stored,
+    Due,
+    Sent,
+    Delivered,
+    StoredAgain,
+    Deferred,
+    DeadLettered,
+    EndpointDisabled,
+}
+
+impl Event {
+    #[cfg(feature = "metrics")]
+    fn name(self) -> &'static str {
+        match self {
+            Event::Stored => "redelivery_stored_total",
+            Event::Due => "redelivery_due_total",
+            Event::Sent => "redelivery_sent_total",
+            Event::Delivered => "redelivery_delivered_total",
+            Event::StoredAgain => "redelivery_stored_again_total",
+            Event::Deferred => "redelivery_deferred_total",
+            Event::DeadLettered => "redelivery_dead_lettered_total",
+            Event::EndpointDisabled => "redelivery_endpoints_disabled_total",
+        }
+    }
+}
+
+impl Counters {
+    pub(crate) fn count(&self, event: Event) {
+        let counter = match event {
+            Event::Stored => &self.stored,
+            Event::Due => &self.due,
+            Event::Sent => &self.sent,
+            Event::Delivered => &self.delivered,
+            Event::StoredAgain => &self.stored_again,
+            Event::Deferred => &self.deferred,
+            Event::DeadLettered => &self.dead_lettered,
+            Event::EndpointDisabled => &self.endpoints_disabled,
+        };
+        counter.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(event.name()).increment(1);
+    }
+
+    pub(crate) fn snapshot(&self) -> RedeliveryStats {
+        RedeliveryStats {
+            stored: self.stored.load(Relaxed),
+            due: self.due.load(Relaxed),
+            sent: self.sent.load(Relaxed),
+            delivered: self.delivered.load(Relaxed),
+            stored_again: self.stored_again.load(Relaxed),
+            deferred: self.deferred.load(Relaxed),
+            dead_lettered: self.dead_lettered.load(Relaxed),
+            endpoints_disabled: self.endpoints_disabled.load(Relaxed),
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The durable path on the embedded engine (apalis-sqlite on a file), against a real HTTP
+//! receiver on loopback through hyper-util's client and the retry layer: deliveries outlive an
+//! outage on their schedule, a 410 disables its endpoint and dead-letters, a replay delivers.
+
+use bytes::Bytes;
+use http::header::HeaderName;
+use http_body_util::Full;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use test_support::{Reply, TestServer, REQUEST_ID};
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_http_retry_redelivery::sqlite::{self, SqliteOptions, SqliteOutbox};
+use tower_http_retry_redelivery::{
+    dead_letters, replay, DeadReason, RecordRules, Redelivery, Schedule,
+};
+
+type Client = tower::util::BoxCloneSyncService<
+    http::Request<Full<Bytes>>,
+    http::Response<hyper::body::Incoming>,
+    BoxError,
+>;
+
+fn client(schedule: &Schedule) -> Client {
+    let retry = schedule.retry_layer().build().unwrap();
+    let transport = test_support::client();
+    let stack = ServiceBuilder::new()
+        .layer(retry)
+        .map_err(BoxError::from)
+        .service(transport);
+    tower::util::BoxCloneSyncService::new(stack.map_err(BoxError::from))
+}
+
+fn rules() -> RecordRules {
+    RecordRules::new().id_header(HeaderName::from_static(REQUEST_ID))
+}
+
+async fn open(dir: &std::path::Path) -> SqliteOutbox {
+    let options = SqliteOptions {
+        heartbeat: Duration::from_secs(1),
+        ..SqliteOptions::default()
+    };
+    sqlite::open(dir.join("deliveries.db"), options)
+        .await
+        .unwrap()
+}
+
+/// A worker on a thread of its own (apalis's worker future is not provably `Send` through
+/// `tokio::spawn`: a higher-ranked lifetime error), stopped when dropped.
+struct RunningWorker(
+    Option<tokio::sync::oneshot::Sender<()>>,
+    Option<std::thread::JoinHandle<()>>,
+);
+
+impl Drop for RunningWorker {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        if let Some(thread) = self.1.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn start_worker(
+    name: &str,
+    redelivery: &Redelivery<Client, SqliteOutbox, Full<Bytes>>,
+) -> RunningWorker {
+    let redelivery = redelivery.clone();
+    let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
+        .backend(redelivery.outbox().queue().clone())
+        .build(move |delivery: tower_http_retry_redelivery::Delivery| redelivery.handle(delivery));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let _ = worker
+                .run_until(async move {
+                    let _ = stopped.await;
+                    Ok::<(), std::io::Error>(())
+                })
+                .await;
+        });
+    });
+    RunningWorker(Some(stop), Some(thread))
+}
+
+/// Waits (bounded) until `done` holds.
+async fn until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    done()
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("redelivery-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_outlive_an_outage_on_their_schedule_and_never_go_early() {
+    const N: usize = 20;
+    let up_at = Instant::now() + Duration::from_secs(4);
+    let arrivals: Arc<Mutex<Vec<(String, SystemTime)>>> = Arc::default();
+    let log = Arc::clone(&arrivals);
+    let server = TestServer::start(move |hit| {
+        log.lock()
+            .unwrap()
+            .push((hit.id.clone(), SystemTime::now()));
+        if Instant::now() < up_at {
+            Reply::status(503)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let dir = temp_dir("outage");
+    let outbox = open(&dir).await;
+    let schedule = Schedule::from_delays([0, 1, 2, 2, 2, 2].map(Duration::from_secs)).unwrap();
+    let redelivery = Redelivery::new(client(&schedule), outbox.clone(), schedule.clone());
+    for n in 0..N {
+        let request = http::Request::post(server.uri("/hook"))
+            .body(Bytes::from(format!("{{\"n\":{n}}}")))
+            .unwrap();
+        redelivery
+            .enqueue(rules().record(format!("msg_{n}"), request).unwrap())
+            .await
+            .unwrap();
+    }
+    let worker = start_worker("outage-1", &redelivery);
+    let delivered = until(Duration::from_secs(40), || {
+        redelivery.stats().delivered == N as u64
+    })
+    .await;
+    drop(worker);
+    let stats = redelivery.stats();
+    assert!(delivered, "{stats:?}");
+    assert_eq!(stats.dead_lettered, 0, "{stats:?}");
+    let arrivals = arrivals.lock().unwrap().clone();
+    for n in 0..N {
+        let id = format!("msg_{n}");
+        let times: Vec<SystemTime> = arrivals
+            .iter()
+            .filter(|(i, _)| *i == id)
+            .map(|(_, t)| *t)
+            .collect();
+        assert!(!times.is_empty(), "{id} never arrived");
+        // Never early: each attempt at least 80 % of its slot's delay after the previous one.
+        for (slot, pair) in times.windows(2).enumerate() {
+            let gap = pair[1].duration_since(pair[0]).unwrap();
+            let delay = schedule.delay(slot as u32 + 1).unwrap();
+            assert!(
+                gap >= delay.mul_f64(0.8),
+                "{id}: slot {} after {gap:?} < 0.8 x {delay:?}",
+                slot + 1
+            );
+        }
+    }
+    // The pacer saw the endpoint down: due deliveries waited for its probes instead of each
+    // sending its own attempt per slot.
+    let while_down = arrivals
+        .iter()
+        .filter(|(_, t)| *t < SystemTime::now() - up_at.elapsed())
+        .count();
+    eprintln!(
+        "{stats:?}; {} arrivals, {while_down} while down",
+        arrivals.len()
+    );
+    assert!(
+        while_down < 2 * N,
+        "{while_down} attempts while down for {N} deliveries"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers() {
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let answer = Arc::clone(&gone);
+    let server = TestServer::start(move |_| {
+        Reply::status(if answer.load(std::sync::atomic::Ordering::SeqCst) {
+            410
+        } else {
+            200
+        })
+    })
+    .await;
+    let dir = temp_dir("gone");
+    let outbox = open(&dir).await;
+    let schedule = Schedule::from_delays([0, 1].map(Duration::from_secs)).unwrap();
+    let redelivery = Redelivery::new(client(&schedule), outbox.clone(), schedule);
+    for n in 0..5 {
+        let request = http::Request::post(server.uri("/hook"))
+            .body(Bytes::from("{}"))
+            .unwrap();
+        redelivery
+            .enqueue(rules().record(format!("gone_{n}"), request).unwrap())
+            .await
+            .unwrap();
+    }
+    let worker = start_worker("gone-1", &redelivery);
+    assert!(
+        until(Duration::from_secs(20), || redelivery.stats().dead_lettered
+            == 5)
+        .await,
+        "{:?}",
+        redelivery.stats()
+    );
+    let letters = dead_letters(outbox.dead()).await.unwrap();
+    assert_eq!(letters.len(), 5);
+    let endpoint = letters[0].delivery.endpoint().to_owned();
+    // One was sent and answered 410; the endpoint was then disabled, so the others (taken in
+    // the same batch, some may have been sent already) went to the dead-letter queue as well.
+    assert!(letters.iter().any(|l| l.reason == DeadReason::Gone));
+    assert!(letters
+        .iter()
+        .all(|l| matches!(l.reason, DeadReason::Gone | DeadReason::EndpointDisabled(_))));
+    assert_eq!(redelivery.stats().endpoints_disabled, 1);
+    assert!(server.total_hits() >= 1);
+
+    gone.store(false, std::sync::atomic::Ordering::SeqCst);
+    redelivery.health().enable(&endpoint);
+    let since = SystemTime::now() - Duration::from_secs(3600);
+    assert_eq!(replay(&outbox, since, Some(&endpoint)).await.unwrap(), 5);
+    assert_eq!(
+        replay(&outbox, since, Some(&endpoint)).await.unwrap(),
+        5,
+        "counted, but stored once"
+    );
+    assert!(
+        until(Duration::from_secs(20), || redelivery.stats().delivered
+            == 5)
+        .await,
+        "{:?}",
+        redelivery.stats()
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        redelivery.stats().delivered,
+        5,
+        "a replay stored twice is delivered once"
+    );
+    drop(worker);
+    let _ = std::fs::remove_dir_all(&dir);
+}
