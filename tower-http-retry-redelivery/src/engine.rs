@@ -86,6 +86,9 @@ where
     async fn store(&self, delivery: Delivery) -> Result<(), EngineError> {
         let task = TaskBuilder::new(delivery.clone())
             .run_at_timestamp(ceil_secs(delivery.due_at()))
+            // The engine's own retries re-run a step only when storing its outcome failed (or
+            // a worker died): a step must never run out of them and stay undone.
+            .max_attempts(i32::MAX as usize)
             .idempotency_key(delivery.step_key())
             .build();
         self.queue

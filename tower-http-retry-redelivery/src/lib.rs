@@ -70,3 +70,8 @@ pub use redelivery::{HandleFuture, Handled, Redelivery, StoreFailed};
 pub use schedule::Schedule;
 pub use stats::RedeliveryStats;
 pub use step::{DeadLetter, DeadReason};
+
+// The guide's code blocks are compiled and run as doctests, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/redelivery.md")]
+struct GuideDoctests;

@@ -269,7 +269,7 @@ impl Delivery {
         self.deferrals
     }
 
-    /// When the delivery was first stored.
+    /// When the delivery was stored, or last replayed: its schedule's span counts from here.
     pub fn enqueued_at(&self) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_millis(self.enqueued_at)
     }
@@ -361,10 +361,11 @@ impl Delivery {
         self
     }
 
-    /// The record of a replay: the same delivery, due at `due`, from its first slot, its
-    /// history kept.
+    /// The record of a replay: the same delivery, due at `due`, from its first slot with a
+    /// whole schedule ahead of it (stored anew at `due`), its history kept.
     pub(crate) fn replayed(mut self, due: SystemTime) -> Self {
         self.replays += 1;
+        self.enqueued_at = unix_ms(due);
         self.slot = 0;
         self.step = 0;
         self.due_at = unix_ms(due);
