@@ -1,7 +1,7 @@
 //! Webhooks that outlive their worker: the durable path's demo.
 //!
 //! ```text
-//! cargo run -p demo --example durable_webhooks
+//! cargo run --example durable_webhooks
 //! ```
 //!
 //! Needs nothing else: the deliveries go into an SQLite file in a temporary directory (apalis's

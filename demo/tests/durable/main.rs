@@ -114,7 +114,7 @@ async fn no_delivery_is_lost_when_workers_are_killed() {
         .collect();
     let mut rng = Lcg(0x5eed);
     for _ in 0..KILLS {
-        tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
+        tokio::time::sleep(Duration::from_millis(200 + rng.below(500))).await;
         let victim = rng.below(WORKERS as u64) as usize;
         workers[victim].kill().unwrap(); // SIGKILL
         workers[victim].wait().unwrap();
