@@ -51,11 +51,19 @@ pub async fn open(
         .pragma("journal_mode", "WAL")
         .pragma("synchronous", "NORMAL")
         .busy_timeout(options.busy_timeout);
-    let pool = SqlitePoolOptions::new()
-        .connect_with(connect)
+    // apalis's setup also sets `synchronous = OFF` on the connection it runs on: run it on one
+    // of its own, closed after, so that every connection of the pool keeps `NORMAL`.
+    let migrate = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(connect.clone())
         .await
         .map_err(EngineError::new)?;
-    SqliteStorage::setup(&pool)
+    SqliteStorage::setup(&migrate)
+        .await
+        .map_err(EngineError::new)?;
+    migrate.close().await;
+    let pool = SqlitePoolOptions::new()
+        .connect_with(connect)
         .await
         .map_err(EngineError::new)?;
     Ok(outbox(&pool, options))
