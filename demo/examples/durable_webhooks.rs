@@ -38,7 +38,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let [_, mode, database, name] = &args[..] {
         if mode == "worker" {
-            demo::durable::run_worker(database.as_ref(), name, SECONDS_PER_HOUR);
+            demo::durable::run_worker(
+                &demo::durable::Engine::parse(database),
+                name,
+                SECONDS_PER_HOUR,
+            );
             return;
         }
     }

@@ -1,9 +1,10 @@
-//! The durable path as the demo and the crash test run it: deliveries on SQLite, a schedule
-//! with hours scaled to fractions of a second, and worker processes that can be killed.
+//! The durable path as the demo and the crash test run it: deliveries on SQLite (or Redis), a
+//! schedule with hours scaled to fractions of a second, and worker processes that can be
+//! killed.
 
 use bytes::Bytes;
 use http_body_util::Full;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
@@ -17,8 +18,36 @@ pub type Client = BoxCloneSyncService<
     BoxError,
 >;
 
-/// A worker's redelivery.
-pub type Worker = Redelivery<Client, SqliteOutbox, Full<Bytes>>;
+/// A worker's redelivery on `O`.
+pub type Worker<O = SqliteOutbox> = Redelivery<Client, O, Full<Bytes>>;
+
+/// Where a worker's deliveries are: a SQLite file, or a Redis server.
+#[derive(Clone, Debug)]
+pub enum Engine {
+    /// The embedded engine's file.
+    Sqlite(PathBuf),
+    /// A `redis://` URL (with the `redis` feature).
+    Redis(String),
+}
+
+impl Engine {
+    /// A `redis://` URL is Redis, anything else a SQLite file's path.
+    pub fn parse(arg: &str) -> Engine {
+        if arg.starts_with("redis://") {
+            Engine::Redis(arg.to_owned())
+        } else {
+            Engine::Sqlite(PathBuf::from(arg))
+        }
+    }
+
+    /// The argument [`parse`](Engine::parse) reads back (the worker process's first).
+    pub fn arg(&self) -> std::ffi::OsString {
+        match self {
+            Engine::Sqlite(path) => path.clone().into_os_string(),
+            Engine::Redis(url) => url.into(),
+        }
+    }
+}
 
 /// The header that carries the delivery id in the demo (the receivers count by it).
 pub const ID_HEADER: &str = "x-request-id";
@@ -56,30 +85,56 @@ pub async fn open(database: &Path) -> SqliteOutbox {
         .expect("the SQLite file opens")
 }
 
-/// Runs one worker named `name` on `database` until its standard input closes (or the process
+/// Opens the demo's Redis queues at `url`: a heartbeat of 1 s, as on SQLite.
+#[cfg(feature = "redis")]
+pub async fn open_redis(url: &str) -> tower_http_retry_redelivery::redis::RedisOutbox {
+    let options = tower_http_retry_redelivery::redis::RedisOptions {
+        heartbeat: Duration::from_secs(1),
+        ..Default::default()
+    };
+    tower_http_retry_redelivery::redis::open(url, options)
+        .await
+        .expect("the Redis server answers")
+}
+
+/// Runs one worker named `name` on `engine` until its standard input closes (or the process
 /// is killed): what `redelivery-worker` does.
-pub fn run_worker(database: &Path, name: &str, seconds_per_hour: f64) {
+pub fn run_worker(engine: &Engine, name: &str, seconds_per_hour: f64) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");
+    // One worker on the engine's outbox (a macro: apalis's worker bounds are the backend's own).
+    macro_rules! work {
+        ($outbox:expr) => {{
+            let outbox = $outbox;
+            let schedule = schedule(seconds_per_hour);
+            let redelivery: Worker<_> =
+                Redelivery::new(client(&schedule), outbox.clone(), schedule);
+            let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
+                .backend(outbox.queue().clone())
+                .build(move |delivery: Delivery| redelivery.handle(delivery));
+            let _ = worker.run_until(stdin_closed()).await;
+        }};
+    }
     runtime.block_on(async {
-        let outbox = open(database).await;
-        let schedule = schedule(seconds_per_hour);
-        let redelivery: Worker = Redelivery::new(client(&schedule), outbox.clone(), schedule);
-        let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
-            .backend(outbox.queue().clone())
-            .build(move |delivery: Delivery| redelivery.handle(delivery));
-        let stdin_closed = async {
-            // The parent holds our stdin: when it closes it (or dies), stop.
-            let _ = tokio::task::spawn_blocking(|| {
-                let mut sink = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink)
-            })
-            .await;
-            Ok::<(), std::io::Error>(())
-        };
-        let _ = worker.run_until(stdin_closed).await;
+        match engine {
+            Engine::Sqlite(database) => work!(open(database).await),
+            #[cfg(feature = "redis")]
+            Engine::Redis(url) => work!(open_redis(url).await),
+            #[cfg(not(feature = "redis"))]
+            Engine::Redis(_) => panic!("redelivery-worker: built without the `redis` feature"),
+        }
     });
+}
+
+/// Resolves when the parent closes our standard input (or dies).
+async fn stdin_closed() -> Result<(), std::io::Error> {
+    let _ = tokio::task::spawn_blocking(|| {
+        let mut sink = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink)
+    })
+    .await;
+    Ok(())
 }

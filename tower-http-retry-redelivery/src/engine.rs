@@ -1,14 +1,12 @@
 //! [`ApalisOutbox`]: the [`Outbox`] on apalis 1.0, over any durable backend that implements
-//! apalis's `TaskSink` and `ListTasks` (apalis-sqlite is the one this crate builds and tests;
-//! apalis-redis and apalis-postgres implement the same traits), and the dead-letter queue's
-//! reading and replay.
+//! apalis's `TaskSink` (apalis-sqlite and apalis-redis are the ones this crate builds and tests;
+//! apalis-postgres implements the same trait), and its [`DeadLetterQueue`], read and replayed.
 //!
-//! Two queues of one engine: the deliveries, which workers take, and the dead letters, which no
-//! worker takes (they wait to be read and replayed). A delivery is a task due at its
-//! [`due_at`](Delivery::due_at) rounded **up** to the engine's whole second (apalis stores `run_at`
-//! in seconds), so no engine hands one out early; its idempotency key is its
-//! [`step_key`](Delivery::step_key), so a step stored twice (a worker killed between storing the
-//! next step and its task's acknowledgement) is kept once.
+//! A delivery is a task due at its [`due_at`](Delivery::due_at) rounded **up** to the engine's
+//! whole second (apalis stores `run_at` in seconds), so no engine hands one out early; its
+//! idempotency key is its [`step_key`](Delivery::step_key), so a step stored twice (a worker
+//! killed between storing the next step and its task's acknowledgement) is kept once. The dead
+//! letters wait, in a queue no worker takes, to be read and replayed.
 
 use crate::outbox::Outbox;
 use crate::record::Delivery;
@@ -19,10 +17,10 @@ use apalis_core::backend::{Filter, ListTasks, TaskSink, WireFormatBackend};
 use apalis_core::task::builder::TaskBuilder;
 use apalis_core::task::status::Status;
 use std::fmt;
+use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The outbox on two queues of an apalis backend: `queue` for deliveries, `dead` for dead
-/// letters.
+/// The outbox on an apalis backend: `queue` for deliveries, `dead` for dead letters.
 #[derive(Clone, Debug)]
 pub struct ApalisOutbox<Q, D> {
     queue: Q,
@@ -78,8 +76,7 @@ impl<Q, D> Outbox for ApalisOutbox<Q, D>
 where
     Q: TaskSink<Delivery, Durable> + Clone + Send + Sync + 'static,
     Q::Error: std::error::Error + Send + Sync + 'static,
-    D: TaskSink<DeadLetter, Durable> + Clone + Send + Sync + 'static,
-    D::Error: std::error::Error + Send + Sync + 'static,
+    D: DeadLetterQueue + Clone + Send + Sync + 'static,
 {
     type Error = EngineError;
 
@@ -99,18 +96,40 @@ where
     }
 
     async fn dead_letter(&self, letter: DeadLetter) -> Result<(), EngineError> {
-        let key = letter.delivery.dead_key();
-        let task = TaskBuilder::new(letter).idempotency_key(key).build();
-        self.dead
-            .clone()
-            .push_task(task)
-            .await
-            .map_err(EngineError::new)
+        self.dead.push(letter).await
     }
 }
 
-/// Every dead letter in `dead`, oldest first (read page by page).
-pub async fn dead_letters<D>(dead: &D) -> Result<Vec<DeadLetter>, EngineError>
+/// Where an [`ApalisOutbox`] keeps its dead letters: each written once (under its delivery's
+/// [`dead_key`](Delivery::dead_key)), all read back for [`replay`].
+///
+/// The engine modules implement it: `sqlite` on an apalis queue no worker takes; `redis` on a
+/// hash of its own (apalis-redis 1.0's task listing reads a key its queues do not use, so it
+/// finds nothing). Another engine implements it on whatever it can list.
+pub trait DeadLetterQueue {
+    /// Writes `letter`; the same delivery's letter written twice is kept once.
+    fn push(&self, letter: DeadLetter) -> impl Future<Output = Result<(), EngineError>> + Send;
+
+    /// Every letter, in any order.
+    fn all(&self) -> impl Future<Output = Result<Vec<DeadLetter>, EngineError>> + Send;
+}
+
+/// [`DeadLetterQueue::push`] on an apalis queue that no worker takes.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) async fn push_to_queue<D>(dead: &D, letter: DeadLetter) -> Result<(), EngineError>
+where
+    D: TaskSink<DeadLetter, Durable> + Clone,
+    D::Error: std::error::Error + Send + Sync + 'static,
+{
+    let key = letter.delivery.dead_key();
+    let task = TaskBuilder::new(letter).idempotency_key(key).build();
+    dead.clone().push_task(task).await.map_err(EngineError::new)
+}
+
+/// [`DeadLetterQueue::all`] on an apalis queue that no worker takes: its pending tasks, read
+/// page by page.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) async fn list_queue<D>(dead: &D) -> Result<Vec<DeadLetter>, EngineError>
 where
     D: ListTasks + WireFormatBackend + Sync,
     D::Codec: Codec<DeadLetter, Compact = D::Compact>,
@@ -134,6 +153,12 @@ where
             break;
         }
     }
+    Ok(letters)
+}
+
+/// Every dead letter in `dead`, oldest first.
+pub async fn dead_letters<D: DeadLetterQueue>(dead: &D) -> Result<Vec<DeadLetter>, EngineError> {
+    let mut letters = dead.all().await?;
     letters.sort_by_key(|letter| letter.at);
     Ok(letters)
 }
@@ -150,10 +175,7 @@ pub async fn replay<Q, D>(
 ) -> Result<usize, EngineError>
 where
     ApalisOutbox<Q, D>: Outbox<Error = EngineError>,
-    D: ListTasks + WireFormatBackend + Sync,
-    D::Codec: Codec<DeadLetter, Compact = D::Compact>,
-    <D::Codec as Codec<DeadLetter>>::Error: std::error::Error + Send + Sync + 'static,
-    D::Error: std::error::Error + Send + Sync + 'static,
+    D: DeadLetterQueue,
 {
     let mut stored = 0;
     let now = SystemTime::now();

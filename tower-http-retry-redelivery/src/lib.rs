@@ -1,7 +1,8 @@
 //! Deliveries that outlive the process, for [tower-http-retry](tower_http_retry): a durable
 //! outbox on an existing job queue ([apalis](https://docs.rs/apalis) 1.0: SQLite embedded by
-//! default; the adapter takes any durable apalis backend), webhook schedules over hours and days, a dead-letter queue and endpoint disabling,
-//! drained through the **same** retry layer, pacer and fleet store as every other request.
+//! default, Redis for a fleet (feature `redis`); the adapter takes any durable apalis backend),
+//! webhook schedules over hours and days, a dead-letter queue and endpoint disabling, drained
+//! through the **same** retry layer, pacer and fleet store as every other request.
 //!
 //! * A sender makes a [`Delivery`] of a request ([`RecordRules::record`]) and
 //!   [enqueues](Redelivery::enqueue) it: stored before anything is sent.
@@ -57,13 +58,15 @@ pub mod health;
 mod outbox;
 pub mod record;
 mod redelivery;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod schedule;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod stats;
 pub mod step;
 
-pub use engine::{dead_letters, replay, ApalisOutbox, EngineError};
+pub use engine::{dead_letters, replay, ApalisOutbox, DeadLetterQueue, EngineError};
 pub use outbox::Outbox;
 pub use record::{Delivery, RecordRules};
 pub use redelivery::{HandleFuture, Handled, Redelivery, StoreFailed};

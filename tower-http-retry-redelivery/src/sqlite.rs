@@ -1,6 +1,6 @@
 //! The embedded engine: both queues in one SQLite file through apalis-sqlite, no server.
 
-use crate::engine::{ApalisOutbox, EngineError};
+use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_sqlite::{Config, SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteStorage};
@@ -81,4 +81,15 @@ pub fn outbox(pool: &SqlitePool, options: SqliteOptions) -> SqliteOutbox {
         SqliteStorage::new(pool).with_config(config(DELIVERIES)),
         SqliteStorage::new(pool).with_config(config(DEAD_LETTERS)),
     )
+}
+
+/// The dead letters as a queue of the same file that no worker takes.
+impl DeadLetterQueue for SqliteStorage<DeadLetter> {
+    async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
+        engine::push_to_queue(self, letter).await
+    }
+
+    async fn all(&self) -> Result<Vec<DeadLetter>, EngineError> {
+        engine::list_queue(self).await
+    }
 }

@@ -1,6 +1,7 @@
-//! The durable path on the embedded engine (apalis-sqlite on a file), against a real HTTP
-//! receiver on loopback through hyper-util's client and the retry layer: deliveries outlive an
-//! outage on their schedule, a 410 disables its endpoint and dead-letters, a replay delivers.
+//! The durable path on each engine (apalis-sqlite on a file; apalis-redis on a redis-server of
+//! the test's own), against a real HTTP receiver on loopback through hyper-util's client and the
+//! retry layer: deliveries outlive an outage on their schedule, a 410 disables its endpoint and
+//! dead-letters, a replay delivers.
 
 use bytes::Bytes;
 use http::header::HeaderName;
@@ -9,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use test_support::{Reply, TestServer, REQUEST_ID};
 use tower::{BoxError, ServiceBuilder, ServiceExt};
-use tower_http_retry_redelivery::sqlite::{self, SqliteOptions, SqliteOutbox};
 use tower_http_retry_redelivery::{
-    dead_letters, replay, DeadReason, RecordRules, Redelivery, Schedule,
+    dead_letters, replay, ApalisOutbox, DeadLetterQueue, DeadReason, EngineError, Outbox,
+    RecordRules, Redelivery, Schedule,
 };
 
 type Client = tower::util::BoxCloneSyncService<
@@ -34,16 +35,6 @@ fn rules() -> RecordRules {
     RecordRules::new().id_header(HeaderName::from_static(REQUEST_ID))
 }
 
-async fn open(dir: &std::path::Path) -> SqliteOutbox {
-    let options = SqliteOptions {
-        heartbeat: Duration::from_secs(1),
-        ..SqliteOptions::default()
-    };
-    sqlite::open(dir.join("deliveries.db"), options)
-        .await
-        .unwrap()
-}
-
 /// A worker on a thread of its own (apalis's worker future is not provably `Send` through
 /// `tokio::spawn`: a higher-ranked lifetime error), stopped when dropped.
 struct RunningWorker(
@@ -60,28 +51,20 @@ impl Drop for RunningWorker {
     }
 }
 
-fn start_worker(
-    name: &str,
-    redelivery: &Redelivery<Client, SqliteOutbox, Full<Bytes>>,
-) -> RunningWorker {
-    let redelivery = redelivery.clone();
-    let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
-        .backend(redelivery.outbox().queue().clone())
-        .build(move |delivery: tower_http_retry_redelivery::Delivery| redelivery.handle(delivery));
+/// Runs `worker` (an apalis worker, built by an engine's `start_worker`) on its own thread.
+fn run_on_thread<F>(
+    run: impl FnOnce(tokio::sync::oneshot::Receiver<()>) -> F + Send + 'static,
+) -> RunningWorker
+where
+    F: std::future::Future<Output = ()>,
+{
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        runtime.block_on(async move {
-            let _ = worker
-                .run_until(async move {
-                    let _ = stopped.await;
-                    Ok::<(), std::io::Error>(())
-                })
-                .await;
-        });
+        runtime.block_on(run(stopped));
     });
     RunningWorker(Some(stop), Some(thread))
 }
@@ -105,8 +88,12 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deliveries_outlive_an_outage_on_their_schedule_and_never_go_early() {
+type Handle<O> = Redelivery<Client, O, Full<Bytes>>;
+
+async fn deliveries_outlive_an_outage_on_their_schedule_and_never_go_early<O: Outbox>(
+    outbox: O,
+    start_worker: fn(&str, &Handle<O>) -> RunningWorker,
+) {
     const N: usize = 20;
     let up_at = Instant::now() + Duration::from_secs(4);
     let arrivals: Arc<Mutex<Vec<(String, SystemTime)>>> = Arc::default();
@@ -122,8 +109,6 @@ async fn deliveries_outlive_an_outage_on_their_schedule_and_never_go_early() {
         }
     })
     .await;
-    let dir = temp_dir("outage");
-    let outbox = open(&dir).await;
     let schedule = Schedule::from_delays([0, 1, 2, 2, 2, 2].map(Duration::from_secs)).unwrap();
     let redelivery = Redelivery::new(client(&schedule), outbox.clone(), schedule.clone());
     for n in 0..N {
@@ -178,11 +163,15 @@ async fn deliveries_outlive_an_outage_on_their_schedule_and_never_go_early() {
         while_down < 2 * N,
         "{while_down} attempts while down for {N} deliveries"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers() {
+async fn a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers<Q, D>(
+    outbox: ApalisOutbox<Q, D>,
+    start_worker: fn(&str, &Handle<ApalisOutbox<Q, D>>) -> RunningWorker,
+) where
+    ApalisOutbox<Q, D>: Outbox<Error = EngineError>,
+    D: DeadLetterQueue,
+{
     let gone = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let answer = Arc::clone(&gone);
     let server = TestServer::start(move |_| {
@@ -193,8 +182,6 @@ async fn a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers() {
         })
     })
     .await;
-    let dir = temp_dir("gone");
-    let outbox = open(&dir).await;
     let schedule = Schedule::from_delays([0, 1].map(Duration::from_secs)).unwrap();
     let redelivery = Redelivery::new(client(&schedule), outbox.clone(), schedule);
     for n in 0..5 {
@@ -249,5 +236,114 @@ async fn a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers() {
         "a replay stored twice is delivered once"
     );
     drop(worker);
-    let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The two tests on one engine: `$open` makes a fresh outbox (and what keeps its engine up),
+/// `$outbox` is its type.
+macro_rules! on_engine {
+    ($engine:ident, $outbox:ty, $open:expr) => {
+        mod $engine {
+            use super::*;
+
+            fn start_worker(name: &str, redelivery: &Handle<$outbox>) -> RunningWorker {
+                let redelivery = redelivery.clone();
+                let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
+                    .backend(redelivery.outbox().queue().clone())
+                    .build(move |delivery: tower_http_retry_redelivery::Delivery| {
+                        redelivery.handle(delivery)
+                    });
+                run_on_thread(move |stopped| async move {
+                    let _ = worker
+                        .run_until(async move {
+                            let _ = stopped.await;
+                            Ok::<(), std::io::Error>(())
+                        })
+                        .await;
+                })
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn deliveries_outlive_an_outage_on_their_schedule_and_never_go_early() {
+                let Some((outbox, _engine)) = $open("outage").await else {
+                    return;
+                };
+                super::deliveries_outlive_an_outage_on_their_schedule_and_never_go_early(
+                    outbox,
+                    start_worker,
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers() {
+                let Some((outbox, _engine)) = $open("gone").await else {
+                    return;
+                };
+                super::a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers(
+                    outbox,
+                    start_worker,
+                )
+                .await;
+            }
+        }
+    };
+}
+
+/// Removes the test's directory when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn open_sqlite(
+    name: &str,
+) -> Option<(tower_http_retry_redelivery::sqlite::SqliteOutbox, TempDir)> {
+    use tower_http_retry_redelivery::sqlite::{self, SqliteOptions};
+    let dir = TempDir(temp_dir(name));
+    let options = SqliteOptions {
+        heartbeat: Duration::from_secs(1),
+        ..SqliteOptions::default()
+    };
+    let outbox = sqlite::open(dir.0.join("deliveries.db"), options)
+        .await
+        .unwrap();
+    Some((outbox, dir))
+}
+
+on_engine!(
+    sqlite,
+    tower_http_retry_redelivery::sqlite::SqliteOutbox,
+    open_sqlite
+);
+
+#[cfg(feature = "redis")]
+async fn open_redis(
+    name: &str,
+) -> Option<(
+    tower_http_retry_redelivery::redis::RedisOutbox,
+    test_support::servers::Server,
+)> {
+    use test_support::servers::{self, Server};
+    use tower_http_retry_redelivery::redis::{self, RedisOptions};
+    let binary = servers::require(servers::REDIS, &format!("redis::{name}"))?;
+    let port = servers::free_port();
+    let server = Server::redis(&binary, port);
+    let options = RedisOptions {
+        heartbeat: Duration::from_secs(1),
+        ..RedisOptions::default()
+    };
+    let outbox = redis::open(&format!("redis://127.0.0.1:{port}/"), options)
+        .await
+        .unwrap();
+    Some((outbox, server))
+}
+
+#[cfg(feature = "redis")]
+on_engine!(
+    redis,
+    tower_http_retry_redelivery::redis::RedisOutbox,
+    open_redis
+);

@@ -1,0 +1,260 @@
+//! Deliveries outlive their processes: 1,000 deliveries on an engine, 4 worker processes
+//! (`redelivery-worker`), 20 `kill -9` of random workers at random times, a receiver down for
+//! the first "30 hours" of a three-day schedule scaled to a quarter second an hour, one that
+//! answers `410 Gone` and one that never comes back. Nothing is lost, a receipt applied twice
+//! needs a kill (each kill can re-send at most the batch its worker had taken and not yet
+//! acknowledged), no attempt goes before its slot but such a re-sent one, and the dead-letter
+//! queue holds exactly the deliveries that got a 410 or ran out of schedule.
+
+use bytes::Bytes;
+use http::header::HeaderName;
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use test_support::{Reply, TestServer};
+use tower_http_retry_redelivery::{
+    dead_letters, ApalisOutbox, DeadLetterQueue, DeadReason, EngineError, Outbox, RecordRules,
+};
+
+const SECONDS_PER_HOUR: f64 = 0.25;
+const UP: usize = 900;
+const GONE: usize = 50;
+const NEVER: usize = 50;
+const WORKERS: usize = 4;
+const KILLS: usize = 20;
+
+type Arrivals = Arc<Mutex<Vec<(String, SystemTime, u16)>>>;
+
+fn receiver(
+    arrivals: &Arrivals,
+    answer: impl Fn() -> u16 + Send + Sync + 'static,
+) -> impl Fn(&test_support::Hit) -> Reply {
+    let arrivals = Arc::clone(arrivals);
+    move |hit| {
+        let status = answer();
+        arrivals
+            .lock()
+            .unwrap()
+            .push((hit.id.clone(), SystemTime::now(), status));
+        Reply::status(status)
+    }
+}
+
+fn spawn_worker(engine: &demo::durable::Engine, name: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_redelivery-worker"))
+        .arg(engine.arg())
+        .arg(name)
+        .arg(SECONDS_PER_HOUR.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the worker starts")
+}
+
+/// A small seeded generator, so that the kills' times and targets repeat run to run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// The test on `engine`, whose queues `outbox` opened (empty).
+pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
+    engine: demo::durable::Engine,
+    outbox: ApalisOutbox<Q, D>,
+) where
+    ApalisOutbox<Q, D>: Outbox<Error = EngineError>,
+    D: DeadLetterQueue,
+{
+    let down_for = Duration::from_secs_f64(30.0 * SECONDS_PER_HOUR);
+    let start = Instant::now();
+    let arrivals: Arrivals = Arc::default();
+    let up = TestServer::start(receiver(&arrivals, move || {
+        if start.elapsed() < down_for {
+            503
+        } else {
+            200
+        }
+    }))
+    .await;
+    let gone = TestServer::start(receiver(&arrivals, || 410)).await;
+    let never = TestServer::start(receiver(&arrivals, || 503)).await;
+
+    let rules = RecordRules::new().id_header(HeaderName::from_static(demo::durable::ID_HEADER));
+    let mut expected_dead = BTreeSet::new();
+    let targets = [
+        (&up, "up", UP),
+        (&gone, "gone", GONE),
+        (&never, "never", NEVER),
+    ];
+    for (server, name, count) in targets {
+        for n in 0..count {
+            let id = format!("{name}_{n}");
+            let request = http::Request::post(server.uri("/hook"))
+                .body(Bytes::from(format!("{{\"n\":{n}}}")))
+                .unwrap();
+            outbox
+                .store(rules.record(id.clone(), request).unwrap())
+                .await
+                .unwrap();
+            if name != "up" {
+                expected_dead.insert(id);
+            }
+        }
+    }
+
+    let names: Vec<String> = (0..WORKERS).map(|n| format!("worker-{n}")).collect();
+    let mut workers: Vec<Child> = names
+        .iter()
+        .map(|name| spawn_worker(&engine, name))
+        .collect();
+    let mut rng = Lcg(0x5eed);
+    for _ in 0..KILLS {
+        tokio::time::sleep(Duration::from_millis(200 + rng.below(500))).await;
+        let victim = rng.below(WORKERS as u64) as usize;
+        workers[victim].kill().unwrap(); // SIGKILL
+        workers[victim].wait().unwrap();
+        tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+        workers[victim] = spawn_worker(&engine, &names[victim]);
+    }
+
+    let delivered = |arrivals: &[(String, SystemTime, u16)]| -> BTreeMap<String, u32> {
+        let mut counts = BTreeMap::new();
+        for (id, _, status) in arrivals {
+            if *status == 200 {
+                *counts.entry(id.clone()).or_insert(0) += 1;
+            }
+        }
+        counts
+    };
+    let mut letters = Vec::new();
+    for _ in 0..600 {
+        letters = dead_letters(outbox.dead()).await.unwrap();
+        let dead: BTreeSet<&str> = letters.iter().map(|l| l.delivery.id()).collect();
+        if delivered(&arrivals.lock().unwrap()).len() == UP && dead.len() == GONE + NEVER {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elapsed = start.elapsed();
+    for mut worker in workers {
+        drop(worker.stdin.take());
+        let _ = worker.wait();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let arrivals = arrivals.lock().unwrap().clone();
+    let receipts = delivered(&arrivals);
+
+    // Nothing lost: every delivery was delivered or is in the dead-letter queue.
+    let dead: BTreeSet<String> = letters.iter().map(|l| l.delivery.id().to_owned()).collect();
+    let lost: Vec<String> = (0..UP)
+        .map(|n| format!("up_{n}"))
+        .filter(|id| !receipts.contains_key(id))
+        .chain(
+            expected_dead
+                .iter()
+                .filter(|id| !dead.contains(*id))
+                .cloned(),
+        )
+        .collect();
+    // The dead-letter queue holds exactly the 410s and the deliveries whose schedule ran out,
+    // each once.
+    assert_eq!(dead, expected_dead, "dead letters");
+    assert_eq!(letters.len(), dead.len(), "a delivery dead-lettered twice");
+    for letter in &letters {
+        let id = letter.delivery.id();
+        if id.starts_with("gone") {
+            assert!(
+                matches!(
+                    letter.reason,
+                    DeadReason::Gone | DeadReason::EndpointDisabled(_)
+                ),
+                "{id}: {:?}",
+                letter.reason
+            );
+        } else {
+            assert_eq!(letter.reason, DeadReason::ScheduleExhausted, "{id}");
+        }
+    }
+    let started_at = SystemTime::now() - start.elapsed();
+    let mut dead_after: Vec<f64> = letters
+        .iter()
+        .map(|l| {
+            l.dead_at()
+                .duration_since(started_at)
+                .unwrap_or_default()
+                .as_secs_f64()
+        })
+        .collect();
+    dead_after.sort_by(f64::total_cmp);
+    eprintln!(
+        "dead-lettered after (s): first {:.1}, median {:.1}, last {:.1}",
+        dead_after[0],
+        dead_after[dead_after.len() / 2],
+        dead_after[dead_after.len() - 1]
+    );
+    let twice = receipts.values().filter(|count| **count > 1).count();
+
+    // Never early: consecutive attempts of a delivery at least 80 % of the next slot's delay
+    // apart. A pair closer than that is a worker's step re-run after a kill.
+    let schedule = demo::durable::schedule(SECONDS_PER_HOUR);
+    let mut by_id: BTreeMap<&str, Vec<SystemTime>> = BTreeMap::new();
+    for (id, at, _) in &arrivals {
+        by_id.entry(id.as_str()).or_default().push(*at);
+    }
+    let mut early = 0;
+    for times in by_id.values() {
+        for (slot, pair) in times.windows(2).enumerate() {
+            let delay = schedule.delay(slot as u32 + 1).unwrap_or_default();
+            if pair[1].duration_since(pair[0]).unwrap_or_default() < delay.mul_f64(0.8) {
+                early += 1;
+            }
+        }
+    }
+    let up_start = SystemTime::now() - start.elapsed() + down_for;
+    let to_up = |id: &str| id.starts_with("up_");
+    let while_down = arrivals
+        .iter()
+        .filter(|(id, at, _)| to_up(id) && *at < up_start)
+        .count();
+    let last_up = arrivals
+        .iter()
+        .filter(|(id, _, status)| to_up(id) && *status == 200)
+        .map(|(_, at, _)| at.duration_since(up_start).unwrap_or_default())
+        .max()
+        .unwrap_or_default();
+    eprintln!(
+        "durable crash test on {engine:?}: {} deliveries, {WORKERS} workers, {KILLS} kills, {:.1} s\n\
+         lost {}, applied twice {twice}, attempts closer than their slot {early}, dead letters {} ({} gone, {} ran out)\n\
+         to the receiver down for {:.1} s: {while_down} attempts while down for {UP} deliveries, the last delivered {:.1} s after its return",
+        UP + GONE + NEVER,
+        elapsed.as_secs_f64(),
+        lost.len(),
+        letters.len(),
+        letters.iter().filter(|l| l.delivery.id().starts_with("gone")).count(),
+        letters.iter().filter(|l| l.delivery.id().starts_with("never")).count(),
+        down_for.as_secs_f64(),
+        last_up.as_secs_f64(),
+    );
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    // A kill lands mid-attempt on every delivery of the batch its worker took and had not
+    // acknowledged: at most a batch each (10 on either engine), handed out again once its
+    // heartbeats are missed.
+    let in_flight = KILLS * 10;
+    assert!(
+        twice <= in_flight,
+        "{twice} deliveries applied twice with {KILLS} kills of at most {in_flight} in flight"
+    );
+    assert!(
+        early <= in_flight,
+        "{early} attempts before their slot with {KILLS} kills of at most {in_flight} in flight"
+    );
+}

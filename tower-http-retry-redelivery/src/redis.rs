@@ -1,0 +1,140 @@
+//! A fleet's engine: the deliveries on apalis-redis, the dead letters in a hash of the same
+//! Redis server, so that every process of a fleet takes from one queue.
+//!
+//! What a crash costs is the same as on SQLite: a killed worker's deliveries are handed out
+//! again once it has missed two heartbeats, and a step it had already stored again is kept once
+//! (its idempotency key is kept for [`RedisOptions::idempotency_ttl`]). What Redis adds is its
+//! own durability: with `appendonly yes` and `appendfsync everysec` (Redis's advice for a queue)
+//! a server crash loses at most the last second's writes; without persistence a restart of the
+//! server loses the queue. A worker's connection ([`redis::aio::ConnectionManager`]) reconnects by
+//! itself; a delivery whose store fails meanwhile is returned to the caller
+//! ([`StoreFailed`](crate::StoreFailed)), never dropped.
+
+use crate::engine::{ApalisOutbox, DeadLetterQueue, EngineError};
+use crate::record::Delivery;
+use crate::step::DeadLetter;
+use apalis_redis::{Config, RedisStorage};
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use std::time::Duration;
+
+/// The outbox on Redis.
+pub type RedisOutbox = ApalisOutbox<RedisStorage<Delivery>, RedisDeadLetters>;
+
+/// The deliveries' queue name (apalis-redis's keys start with it).
+pub const DELIVERIES: &str = "tower_http_retry_redelivery::deliveries";
+/// The dead letters' hash: one field per delivery (its [`dead_key`](Delivery::dead_key)),
+/// the letter's JSON as its value.
+pub const DEAD_LETTERS: &str = "tower_http_retry_redelivery::dead_letters";
+
+/// How a process uses the Redis server.
+#[derive(Clone, Copy, Debug)]
+pub struct RedisOptions {
+    /// How often a worker tells the engine it is alive (apalis's heartbeat, 30 s by default);
+    /// a worker that missed two is dead and its deliveries are handed out again.
+    pub heartbeat: Duration,
+    /// Tasks a worker takes at once (10).
+    pub batch_size: usize,
+    /// How long a stored step's idempotency key is kept (7 days). It only has to outlive the
+    /// window in which a crash can make a worker store the same step again (two heartbeats and
+    /// a handling), so a week is ample; apalis-redis would otherwise keep every key forever.
+    pub idempotency_ttl: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_secs(30),
+            batch_size: 10,
+            idempotency_ttl: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// Connects to the Redis server at `url` (`redis://127.0.0.1:6379/0`) and opens both queues.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), tower_http_retry_redelivery::EngineError> {
+/// use tower_http_retry_redelivery::redis::{self, RedisOptions};
+///
+/// // Every process of the fleet opens the same server; their workers share one queue.
+/// let outbox = redis::open("redis://127.0.0.1:6379/0", RedisOptions::default()).await?;
+/// # let _ = outbox;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn open(url: &str, options: RedisOptions) -> Result<RedisOutbox, EngineError> {
+    let connection = apalis_redis::connect(url).await.map_err(EngineError::new)?;
+    Ok(outbox(connection, options))
+}
+
+/// Both queues on an open connection.
+pub fn outbox(connection: ConnectionManager, options: RedisOptions) -> RedisOutbox {
+    let config = Config::default()
+        .queue(DELIVERIES)
+        .heartbeat_interval(options.heartbeat)
+        .batch_size(options.batch_size)
+        .idempotency_ttl(Some(options.idempotency_ttl));
+    ApalisOutbox::new(
+        RedisStorage::new(connection.clone()).with_config(config),
+        RedisDeadLetters {
+            connection,
+            key: DEAD_LETTERS.to_owned(),
+        },
+    )
+}
+
+/// The dead letters in a Redis hash.
+#[derive(Clone)]
+pub struct RedisDeadLetters {
+    connection: ConnectionManager,
+    key: String,
+}
+
+impl std::fmt::Debug for RedisDeadLetters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisDeadLetters")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeadLetterQueue for RedisDeadLetters {
+    async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
+        let json = serde_json::to_string(&letter).map_err(EngineError::new)?;
+        let mut connection = self.connection.clone();
+        connection
+            .hset_nx::<_, _, _, bool>(&self.key, letter.delivery.dead_key(), json)
+            .await
+            .map(drop)
+            .map_err(EngineError::new)
+    }
+
+    async fn all(&self) -> Result<Vec<DeadLetter>, EngineError> {
+        // HSCAN, not HGETALL: a long queue is read in steps, never in one blocking reply. A
+        // field may come back twice while the hash grows: keyed by field, each is kept once.
+        let mut connection = self.connection.clone();
+        let mut letters = std::collections::HashMap::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, fields): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                .arg(&self.key)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut connection)
+                .await
+                .map_err(EngineError::new)?;
+            for (field, json) in fields {
+                letters.insert(
+                    field,
+                    serde_json::from_str(&json).map_err(EngineError::new)?,
+                );
+            }
+            if next == 0 {
+                return Ok(letters.into_values().collect());
+            }
+            cursor = next;
+        }
+    }
+}
