@@ -1,42 +1,44 @@
-//! Deliveries per second through the durable path on SQLite to a healthy loopback receiver:
-//! the figure docs/redelivery.md reports.
+//! Deliveries per second through the durable path to a healthy loopback receiver, on SQLite or
+//! on Redis: the figures docs/redelivery.md reports.
 //!
 //! ```text
 //! cargo run --release -p demo --example durable_throughput
+//! cargo run --release -p demo --features redis --example durable_throughput -- redis
 //! ```
 //!
-//! Stores 5,000 deliveries (one transaction each, as senders store them), then runs workers on
+//! Stores 5,000 deliveries (one write each, as senders store them), then runs workers on
 //! threads of this process until every one is delivered, and prints both rates, for 1, 2 and 4
-//! workers. Each worker takes batches of 50 (`SqliteOptions::batch_size`).
+//! workers. Each worker takes batches of 50. On Redis each run starts a `redis-server` of its
+//! own on loopback (Debian's `redis-server`), nothing saved to disk.
 
 use bytes::Bytes;
+use demo::durable::WorkerEngine;
 use http::header::HeaderName;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use test_support::{Reply, TestServer};
 use tower_http_retry_redelivery::sqlite::{self, SqliteOptions};
-use tower_http_retry_redelivery::{Delivery, Outbox, RecordRules, Redelivery, Schedule};
+use tower_http_retry_redelivery::{RecordRules, Redelivery, Schedule};
 
 const DELIVERIES: usize = 5_000;
+const BATCH: usize = 50;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    let redis = std::env::args().nth(1).is_some_and(|arg| arg == "redis");
     println!("workers   stored/s   delivered/s");
     for workers in [1, 2, 4] {
-        let (stored, delivered) = run(workers).await;
+        let (stored, delivered) = if redis {
+            on_redis(workers).await
+        } else {
+            on_sqlite(workers).await
+        };
         println!("{workers:>7}   {stored:>8.0}   {delivered:>11.0}");
     }
 }
 
-async fn run(workers: usize) -> (f64, f64) {
-    let received = Arc::new(AtomicUsize::new(0));
-    let count = Arc::clone(&received);
-    let receiver = TestServer::start(move |_| {
-        count.fetch_add(1, Ordering::Relaxed);
-        Reply::status(200)
-    })
-    .await;
+async fn on_sqlite(workers: usize) -> (f64, f64) {
     let dir = std::env::temp_dir().join(format!(
         "durable-throughput-{}-{workers}",
         std::process::id()
@@ -44,12 +46,48 @@ async fn run(workers: usize) -> (f64, f64) {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let options = SqliteOptions {
-        batch_size: 50,
+        batch_size: BATCH,
         ..SqliteOptions::default()
     };
     let outbox = sqlite::open(dir.join("deliveries.db"), options)
         .await
         .unwrap();
+    let rates = run(outbox, workers).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    rates
+}
+
+#[cfg(feature = "redis")]
+async fn on_redis(workers: usize) -> (f64, f64) {
+    use test_support::servers::{self, Server};
+    use tower_http_retry_redelivery::redis::{self, RedisOptions};
+    let binary =
+        servers::locate(servers::REDIS).expect("redis-server: apt-get install redis-server");
+    let port = servers::free_port();
+    let _server = Server::redis(&binary, port);
+    let options = RedisOptions {
+        batch_size: BATCH,
+        ..RedisOptions::default()
+    };
+    let outbox = redis::open(&format!("redis://127.0.0.1:{port}/"), options)
+        .await
+        .unwrap();
+    run(outbox, workers).await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn on_redis(_: usize) -> (f64, f64) {
+    panic!("built without the `redis` feature: add `--features redis`")
+}
+
+async fn run<O: WorkerEngine>(outbox: O, workers: usize) -> (f64, f64) {
+    let received = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&received);
+    let receiver = TestServer::start(move |_| {
+        count.fetch_add(1, Ordering::Relaxed);
+        Reply::status(200)
+    })
+    .await;
     let rules = RecordRules::new().id_header(HeaderName::from_static(demo::durable::ID_HEADER));
     let body = Bytes::from(vec![b'x'; 512]);
     let start = Instant::now();
@@ -68,15 +106,15 @@ async fn run(workers: usize) -> (f64, f64) {
     let start = Instant::now();
     let mut stops = Vec::new();
     let mut threads = Vec::new();
+    let mut handles = Vec::new();
     for n in 0..workers {
-        let redelivery: demo::durable::Worker = Redelivery::new(
+        let redelivery: demo::durable::Worker<O> = Redelivery::new(
             demo::durable::client(&schedule),
             outbox.clone(),
             schedule.clone(),
         );
-        let worker = apalis_core::worker::builder::WorkerBuilder::new(format!("bench-{n}"))
-            .backend(outbox.queue().clone())
-            .build(move |delivery: Delivery| redelivery.handle(delivery));
+        handles.push(redelivery.clone());
+        let outbox = outbox.clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         stops.push(stop);
         threads.push(std::thread::spawn(move || {
@@ -84,14 +122,10 @@ async fn run(workers: usize) -> (f64, f64) {
                 .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(async move {
-                let _ = worker
-                    .run_until(async move {
-                        let _ = stopped.await;
-                        Ok::<(), std::io::Error>(())
-                    })
-                    .await;
-            });
+            let stopped = async move {
+                let _ = stopped.await;
+            };
+            runtime.block_on(outbox.work(&format!("bench-{n}"), redelivery, stopped));
         }));
     }
     while received.load(Ordering::Relaxed) < DELIVERIES
@@ -104,6 +138,14 @@ async fn run(workers: usize) -> (f64, f64) {
     for thread in threads {
         let _ = thread.join();
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let (mut again, mut deferred, mut sent) = (0, 0, 0);
+    for handle in &handles {
+        let stats = handle.stats();
+        again += stats.stored_again;
+        deferred += stats.deferred;
+        sent += stats.sent;
+    }
+    // To stderr, beside the table: a rate the pacer set would show here as deferred.
+    eprintln!("  {workers} worker(s): {sent} slots sent, {again} stored again, {deferred} deferred, {} received", received.load(Ordering::Relaxed));
     (stored, delivered)
 }

@@ -4,12 +4,13 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_http_retry_redelivery::sqlite::{self, SqliteOptions, SqliteOutbox};
-use tower_http_retry_redelivery::{Delivery, Redelivery, Schedule};
+use tower_http_retry_redelivery::{Delivery, Outbox, Redelivery, Schedule};
 
 /// The client a worker sends through: the schedule's retry layer over hyper-util.
 pub type Client = BoxCloneSyncService<
@@ -97,6 +98,45 @@ pub async fn open_redis(url: &str) -> tower_http_retry_redelivery::redis::RedisO
         .expect("the Redis server answers")
 }
 
+/// An outbox the demo's workers run on. apalis's worker bounds are each backend's own, so the
+/// one worker loop is written once (a macro) and implemented for each engine.
+pub trait WorkerEngine: Outbox {
+    /// Runs an apalis worker named `name` on this outbox's queue, handling each delivery with
+    /// `redelivery`, until `stop` resolves.
+    fn work(
+        &self,
+        name: &str,
+        redelivery: Worker<Self>,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = ()>;
+}
+
+macro_rules! worker_engine {
+    ($outbox:ty) => {
+        impl WorkerEngine for $outbox {
+            async fn work(
+                &self,
+                name: &str,
+                redelivery: Worker<Self>,
+                stop: impl Future<Output = ()> + Send + 'static,
+            ) {
+                let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
+                    .backend(self.queue().clone())
+                    .build(move |delivery: Delivery| redelivery.handle(delivery));
+                let stop = async move {
+                    stop.await;
+                    Ok::<(), std::io::Error>(())
+                };
+                let _ = worker.run_until(stop).await;
+            }
+        }
+    };
+}
+
+worker_engine!(SqliteOutbox);
+#[cfg(feature = "redis")]
+worker_engine!(tower_http_retry_redelivery::redis::RedisOutbox);
+
 /// Runs one worker named `name` on `engine` until its standard input closes (or the process
 /// is killed): what `redelivery-worker` does.
 pub fn run_worker(engine: &Engine, name: &str, seconds_per_hour: f64) {
@@ -105,36 +145,28 @@ pub fn run_worker(engine: &Engine, name: &str, seconds_per_hour: f64) {
         .enable_all()
         .build()
         .expect("a runtime");
-    // One worker on the engine's outbox (a macro: apalis's worker bounds are the backend's own).
-    macro_rules! work {
-        ($outbox:expr) => {{
-            let outbox = $outbox;
-            let schedule = schedule(seconds_per_hour);
-            let redelivery: Worker<_> =
-                Redelivery::new(client(&schedule), outbox.clone(), schedule);
-            let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
-                .backend(outbox.queue().clone())
-                .build(move |delivery: Delivery| redelivery.handle(delivery));
-            let _ = worker.run_until(stdin_closed()).await;
-        }};
-    }
     runtime.block_on(async {
         match engine {
-            Engine::Sqlite(database) => work!(open(database).await),
+            Engine::Sqlite(database) => serve(open(database).await, name, seconds_per_hour).await,
             #[cfg(feature = "redis")]
-            Engine::Redis(url) => work!(open_redis(url).await),
+            Engine::Redis(url) => serve(open_redis(url).await, name, seconds_per_hour).await,
             #[cfg(not(feature = "redis"))]
             Engine::Redis(_) => panic!("redelivery-worker: built without the `redis` feature"),
         }
     });
 }
 
+async fn serve<O: WorkerEngine>(outbox: O, name: &str, seconds_per_hour: f64) {
+    let schedule = schedule(seconds_per_hour);
+    let redelivery: Worker<O> = Redelivery::new(client(&schedule), outbox.clone(), schedule);
+    outbox.work(name, redelivery, stdin_closed()).await;
+}
+
 /// Resolves when the parent closes our standard input (or dies).
-async fn stdin_closed() -> Result<(), std::io::Error> {
+async fn stdin_closed() {
     let _ = tokio::task::spawn_blocking(|| {
         let mut sink = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink)
     })
     .await;
-    Ok(())
 }
