@@ -97,3 +97,61 @@ impl Counters {
         }
     }
 }
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use metrics_util::MetricKind;
+
+    #[test]
+    fn each_event_counts_in_its_own_field_and_its_own_metric() {
+        let events = [
+            Event::Stored,
+            Event::Due,
+            Event::Sent,
+            Event::Delivered,
+            Event::StoredAgain,
+            Event::Deferred,
+            Event::DeadLettered,
+            Event::EndpointDisabled,
+        ];
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let counters = Counters::default();
+        metrics::with_local_recorder(&recorder, || {
+            for (n, event) in events.iter().enumerate() {
+                // The n-th event n + 1 times, so that a name mapped to another's counter shows.
+                for _ in 0..=n {
+                    counters.count(*event);
+                }
+            }
+        });
+        let recorded: std::collections::HashMap<String, u64> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.kind() == MetricKind::Counter)
+            .map(|(key, _, _, value)| match value {
+                DebugValue::Counter(count) => (key.key().name().to_owned(), count),
+                other => panic!("{key:?}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(recorded.len(), events.len(), "{recorded:?}");
+        for (n, event) in events.iter().enumerate() {
+            assert_eq!(recorded[event.name()], n as u64 + 1, "{}", event.name());
+        }
+        let stats = counters.snapshot();
+        let by_field = [
+            stats.stored,
+            stats.due,
+            stats.sent,
+            stats.delivered,
+            stats.stored_again,
+            stats.deferred,
+            stats.dead_lettered,
+            stats.endpoints_disabled,
+        ];
+        assert_eq!(by_field, [1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+}
