@@ -15,7 +15,7 @@
 //! | field | what |
 //! |---|---|
 //! | `v` | the version: random when the record is made, then one more per write |
-//! | `s` | the shared state, in the core's own versioned byte format (the core's `remote::Record`) (at most about 4 KiB) |
+//! | `s` | the shared state, in the core's own versioned byte format (the core's `remote::Record`): about 80 bytes plus 50 per recent process and 24 per probe lease, about 19 KB at most |
 //!
 //! It expires (`PEXPIRE`) a [record TTL](RedisStoreBuilder::record_ttl) (60 s) past the last
 //! time it holds (a pause's end, a lease's expiry) and its last write; an absent record is an

@@ -18,7 +18,9 @@
 //! opt:   u8 0 | 1 value
 //! ```
 //!
-//! Some 80 bytes plus 24 per lease and 50 per peer: at most about 12.5 KiB with 256 peers.
+//! Some 80 bytes plus 24 per lease and 50 per peer: at most 18 to 19 KiB (255 leases and
+//! 256 peers, the most the format holds); a fleet of a few processes holding a probe, well under
+//! 1 KiB.
 
 use crate::pacing::rate::Ramp;
 use crate::pacing::shared::{LeaseEntry, Mode, Peer, SharedState, MAX_PEERS};
@@ -350,6 +352,39 @@ mod tests {
             assert_eq!(decode(&encode(&state)), Ok(state));
         }
         assert_eq!(decode(&[]), Ok(SharedState::new()));
+    }
+
+    #[test]
+    fn the_fullest_record_the_format_allows_fits_the_documented_bound() {
+        let longest = states()
+            .into_iter()
+            .max_by_key(|state| encode(state).len())
+            .unwrap();
+        let full = SharedState {
+            leases: (0..u64::from(u8::MAX))
+                .map(|id| LeaseEntry {
+                    id,
+                    holder: id,
+                    expires: 30,
+                })
+                .collect(),
+            peers: (0..MAX_PEERS as u64)
+                .map(|holder| Peer {
+                    holder,
+                    ..longest.peers[0]
+                })
+                .collect(),
+            ..longest
+        };
+        let bytes = encode(&full);
+        assert_eq!(decode(&bytes), Ok(full));
+        // The bound the module's and the fleet guide's docs give.
+        assert!(bytes.len() <= 19 * 1024, "{} bytes", bytes.len());
+        assert!(
+            bytes.len() > 18 * 1024,
+            "{} bytes: the docs overstate it",
+            bytes.len()
+        );
     }
 
     #[test]

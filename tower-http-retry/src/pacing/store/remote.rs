@@ -41,7 +41,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// One endpoint's fleet-shared state, as a remote store keeps it: opaque, with its codec (the
-/// crate's own versioned byte format, at most about 4 KiB). A store without a record for an
+/// crate's own versioned byte format, about 19 KB at most). A store without a record for an
 /// endpoint holds [`Record::new`]: an open endpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record(SharedState);
