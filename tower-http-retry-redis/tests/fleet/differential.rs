@@ -10,10 +10,11 @@ use tower_http_retry::pacing::store::{
 use tower_http_retry::Pacing;
 
 /// An answer as text with its instants and gaps taken out, the instants in microseconds after
-/// `base`, and the gaps of its slots in microseconds. Two processes map Redis's clock each with an offset of its own, measured to within
-/// half a round trip: the instants of two Redis processes agree to a fraction of a
-/// millisecond, not to the microsecond, so the script keeps its times a few ms away from the
-/// state's own (a probe due at 100 ms is asked for at 103 ms).
+/// `base`, and the gaps of its slots in microseconds. Two processes map Redis's clock each with
+/// an offset of its own, measured to within half a round trip: the instants of two Redis
+/// processes agree to within a round trip (a fraction of a millisecond on an idle machine), not
+/// to the microsecond, so the script keeps its times a few ms away from the state's own (a probe
+/// due at 100 ms is asked for at 103 ms).
 fn normal(applied: &Applied, base: Instant) -> (String, Vec<f64>, Vec<f64>) {
     let mut times = Vec::new();
     let mut gaps = Vec::new();
@@ -71,6 +72,9 @@ enum Step {
 struct Pair<S> {
     stores: [S; 2],
     leases: [Option<Lease>; 2],
+    /// The longest call so far, as this test measured it: each process maps Redis's clock to
+    /// within half a round trip, so two processes' instants agree to within one.
+    longest_call: Duration,
 }
 
 impl<S: PacingStore> Pair<S> {
@@ -95,9 +99,11 @@ impl<S: PacingStore> Pair<S> {
             })
             .collect();
         let now = base + Duration::from_millis(*ms);
+        let called = std::time::Instant::now();
         let applied = self.stores[*who]
             .apply(pacing.rules(), "differential", &events, now)
             .await;
+        self.longest_call = self.longest_call.max(called.elapsed());
         if let Some(Release::Probe(lease)) = applied.release() {
             self.leases[*who] = Some(lease);
         }
@@ -115,6 +121,7 @@ async fn the_in_process_and_redis_stores_answer_alike() {
     let mut local = Pair {
         stores: [memory.clone(), memory.peer()],
         leases: [None, None],
+        longest_call: Duration::ZERO,
     };
     let mut remote = Pair {
         stores: [
@@ -122,11 +129,14 @@ async fn the_in_process_and_redis_stores_answer_alike() {
             redis.store("differential", |b| b).await,
         ],
         leases: [None, None],
+        longest_call: Duration::ZERO,
     };
     // Both Redis clocks measured before the script.
     for store in &remote.stores {
         for _ in 0..3 {
+            let called = std::time::Instant::now();
             crate::call(store, &pacing, &[Event::Refresh]).await;
+            remote.longest_call = remote.longest_call.max(called.elapsed());
         }
     }
     let ask = |want| Step::Send(Event::Release { want, jitter: 0.3 });
@@ -164,10 +174,12 @@ async fn the_in_process_and_redis_stores_answer_alike() {
         let context = format!("at +{} ms, process {}, {:?}", step.0, step.1, step.2);
         assert_eq!(text, remote_text, "{context}");
         assert_eq!(times.len(), remote_times.len(), "{context}");
+        // 2 ms, or more on a loaded machine whose calls took longer (the clocks' bound).
+        let within = (remote.longest_call.as_secs_f64() * 1e6).max(2000.0);
         for (a, b) in times.iter().zip(&remote_times) {
             assert!(
-                (a - b).abs() <= 2000.0,
-                "{context}: {times:?} {remote_times:?}"
+                (a - b).abs() <= within,
+                "{context}: {times:?} {remote_times:?} (within {within:.0} us)"
             );
         }
         assert_eq!(gaps.len(), remote_gaps.len(), "{context}");
