@@ -1,15 +1,18 @@
-//! Deliveries per second through the durable path to a healthy loopback receiver, on SQLite or
-//! on Redis: the figures docs/redelivery.md reports.
+//! Deliveries per second through the durable path to a healthy loopback receiver, on SQLite,
+//! Redis or Postgres: the figures docs/redelivery.md reports.
 //!
 //! ```text
 //! cargo run --release -p demo --example durable_throughput
 //! cargo run --release -p demo --features redis --example durable_throughput -- redis
+//! cargo run --release -p demo --features postgres --example durable_throughput -- postgres
 //! ```
 //!
 //! Stores 5,000 deliveries (one write each, as senders store them), then runs workers on
 //! threads of this process until every one is delivered, and prints both rates, for 1, 2 and 4
 //! workers. Each worker takes batches of 50. On Redis each run starts a `redis-server` of its
-//! own on loopback (Debian's `redis-server`), nothing saved to disk.
+//! own on loopback (Debian's `redis-server`), nothing saved to disk; on Postgres a server of its
+//! own (Debian's `postgresql`, a cluster made by `initdb` in a temporary directory, its
+//! defaults: every commit flushed to disk).
 
 use bytes::Bytes;
 use demo::durable::WorkerEngine;
@@ -26,13 +29,13 @@ const BATCH: usize = 50;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let redis = std::env::args().nth(1).is_some_and(|arg| arg == "redis");
+    let engine = std::env::args().nth(1).unwrap_or_default();
     println!("workers   stored/s   delivered/s");
     for workers in [1, 2, 4] {
-        let (stored, delivered) = if redis {
-            on_redis(workers).await
-        } else {
-            on_sqlite(workers).await
+        let (stored, delivered) = match engine.as_str() {
+            "redis" => on_redis(workers).await,
+            "postgres" => on_postgres(workers).await,
+            _ => on_sqlite(workers).await,
         };
         println!("{workers:>7}   {stored:>8.0}   {delivered:>11.0}");
     }
@@ -78,6 +81,27 @@ async fn on_redis(workers: usize) -> (f64, f64) {
 #[cfg(not(feature = "redis"))]
 async fn on_redis(_: usize) -> (f64, f64) {
     panic!("built without the `redis` feature: add `--features redis`")
+}
+
+#[cfg(feature = "postgres")]
+async fn on_postgres(workers: usize) -> (f64, f64) {
+    use test_support::servers::{self, Server};
+    use tower_http_retry_redelivery::postgres::{self, PostgresOptions};
+    let binary = servers::locate(servers::POSTGRES).expect("postgres: apt-get install postgresql");
+    let port = servers::free_port();
+    let _server = Server::postgres(&binary, port);
+    let options = PostgresOptions {
+        batch_size: BATCH,
+        ..PostgresOptions::default()
+    };
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let outbox = postgres::open(&url, options).await.unwrap();
+    run(outbox, workers).await
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn on_postgres(_: usize) -> (f64, f64) {
+    panic!("built without the `postgres` feature: add `--features postgres`")
 }
 
 async fn run<O: WorkerEngine>(outbox: O, workers: usize) -> (f64, f64) {

@@ -1,4 +1,5 @@
-//! The durable path as the demo and the crash test run it: deliveries on SQLite (or Redis), a
+//! The durable path as the demo and the crash test run it: deliveries on SQLite (or Redis, or
+//! Postgres), a
 //! schedule with hours scaled to fractions of a second, and worker processes that can be
 //! killed.
 
@@ -22,20 +23,25 @@ pub type Client = BoxCloneSyncService<
 /// A worker's redelivery on `O`.
 pub type Worker<O = SqliteOutbox> = Redelivery<Client, O, Full<Bytes>>;
 
-/// Where a worker's deliveries are: a SQLite file, or a Redis server.
+/// Where a worker's deliveries are: a SQLite file, a Redis server or a Postgres database.
 #[derive(Clone, Debug)]
 pub enum Engine {
     /// The embedded engine's file.
     Sqlite(PathBuf),
     /// A `redis://` URL (with the `redis` feature).
     Redis(String),
+    /// A `postgres://` URL (with the `postgres` feature).
+    Postgres(String),
 }
 
 impl Engine {
-    /// A `redis://` URL is Redis, anything else a SQLite file's path.
+    /// A `redis://` URL is Redis, a `postgres://` one Postgres, anything else a SQLite file's
+    /// path.
     pub fn parse(arg: &str) -> Engine {
         if arg.starts_with("redis://") {
             Engine::Redis(arg.to_owned())
+        } else if arg.starts_with("postgres://") {
+            Engine::Postgres(arg.to_owned())
         } else {
             Engine::Sqlite(PathBuf::from(arg))
         }
@@ -45,7 +51,7 @@ impl Engine {
     pub fn arg(&self) -> std::ffi::OsString {
         match self {
             Engine::Sqlite(path) => path.clone().into_os_string(),
-            Engine::Redis(url) => url.into(),
+            Engine::Redis(url) | Engine::Postgres(url) => url.into(),
         }
     }
 }
@@ -98,6 +104,18 @@ pub async fn open_redis(url: &str) -> tower_http_retry_redelivery::redis::RedisO
         .expect("the Redis server answers")
 }
 
+/// Opens the demo's Postgres queues at `url`: a heartbeat of 1 s, as on SQLite.
+#[cfg(feature = "postgres")]
+pub async fn open_postgres(url: &str) -> tower_http_retry_redelivery::postgres::PostgresOutbox {
+    let options = tower_http_retry_redelivery::postgres::PostgresOptions {
+        heartbeat: Duration::from_secs(1),
+        ..Default::default()
+    };
+    tower_http_retry_redelivery::postgres::open(url, options)
+        .await
+        .expect("the Postgres server answers")
+}
+
 /// An outbox the demo's workers run on. apalis's worker bounds are each backend's own, so the
 /// one worker loop is written once (a macro) and implemented for each engine.
 pub trait WorkerEngine: Outbox {
@@ -127,7 +145,10 @@ macro_rules! worker_engine {
                     stop.await;
                     Ok::<(), std::io::Error>(())
                 };
-                let _ = worker.run_until(stop).await;
+                // Said, not swallowed: a worker that stops on an engine error leaves its process idle.
+                if let Err(error) = worker.run_until(stop).await {
+                    eprintln!("worker {name} stopped: {error}");
+                }
             }
         }
     };
@@ -136,6 +157,8 @@ macro_rules! worker_engine {
 worker_engine!(SqliteOutbox);
 #[cfg(feature = "redis")]
 worker_engine!(tower_http_retry_redelivery::redis::RedisOutbox);
+#[cfg(feature = "postgres")]
+worker_engine!(tower_http_retry_redelivery::postgres::PostgresOutbox);
 
 /// Runs one worker named `name` on `engine` until its standard input closes (or the process
 /// is killed): what `redelivery-worker` does.
@@ -152,6 +175,19 @@ pub fn run_worker(engine: &Engine, name: &str, seconds_per_hour: f64) {
             Engine::Redis(url) => serve(open_redis(url).await, name, seconds_per_hour).await,
             #[cfg(not(feature = "redis"))]
             Engine::Redis(_) => panic!("redelivery-worker: built without the `redis` feature"),
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(url) => {
+                let outbox = open_postgres(url).await;
+                // A restarted worker keeps its name: take back what its killed run had taken.
+                tower_http_retry_redelivery::postgres::reclaim(&outbox, name)
+                    .await
+                    .expect("the Postgres server answers");
+                serve(outbox, name, seconds_per_hour).await
+            }
+            #[cfg(not(feature = "postgres"))]
+            Engine::Postgres(_) => {
+                panic!("redelivery-worker: built without the `postgres` feature")
+            }
         }
     });
 }

@@ -1,5 +1,5 @@
 //! Real servers from Debian, started by the tests on loopback ports: nginx and HAProxy for the
-//! interop suites, Redis for the fleet suite.
+//! interop suites, Redis for the fleet suite, Redis and Postgres for the redelivery engines.
 //!
 //! Each server gets a fresh directory under the system's temp dir, its config rendered there from
 //! a template the suite passes in (`{{NAME}}` placeholders: ports, the directory, the upstream's
@@ -44,12 +44,30 @@ pub const REDIS: Program = Program {
     package: "redis-server",
 };
 
-/// Where `program` is installed, looked up on `PATH` and in the `sbin` directories Debian puts
-/// servers in (not on a normal user's `PATH`).
+/// The Postgres server; its `initdb` is beside it.
+pub const POSTGRES: Program = Program {
+    binary: "postgres",
+    package: "postgresql",
+};
+
+/// Where `program` is installed, looked up on `PATH`, in the `sbin` directories Debian puts
+/// servers in (not on a normal user's `PATH`), and in Debian's versioned Postgres directories
+/// (`/usr/lib/postgresql/<major>/bin`, the newest first).
 pub fn locate(program: Program) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut postgres: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let major = entry.file_name().to_str()?.parse().ok()?;
+            Some((major, entry.path().join("bin")))
+        })
+        .collect();
+    postgres.sort_by_key(|(major, _)| std::cmp::Reverse(*major));
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .chain(postgres.into_iter().map(|(_, bin)| bin))
         .map(|dir| dir.join(program.binary))
         .find(|candidate| candidate.is_file())
 }
@@ -214,6 +232,90 @@ impl Server {
         Server::started(dir, child, None, "redis", &[port])
     }
 
+    /// Postgres on `127.0.0.1:port` (no Unix socket), a cluster made by `initdb` in the
+    /// directory (user `postgres`, trusted on loopback, database `postgres`); its log is the
+    /// directory's `error.log`. `binary` is the `postgres` that [`locate`] found. Postgres refuses
+    /// to run as root: as root, both run as the `postgres` user Debian's package creates. Like
+    /// Redis it cannot listen on port 0: take one from [`free_port`].
+    pub fn postgres(binary: &Path, port: u16) -> Server {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt;
+        let dir = scratch_dir("postgres");
+        let data = dir.join("data");
+        fs::create_dir_all(&data).expect("create the cluster's directory");
+        let owner = (fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0)).then(|| {
+            let (uid, gid) = system_user("postgres").expect(
+                "running as root, Postgres needs the `postgres` user (Debian's `postgresql` \
+                 package creates it)",
+            );
+            std::os::unix::fs::chown(&data, Some(uid), Some(gid)).expect("chown the cluster");
+            (uid, gid)
+        });
+        let as_owner = |command: &mut Command| {
+            if let Some((uid, gid)) = owner {
+                command.uid(uid).gid(gid);
+            }
+        };
+        let log = || fs::File::create(dir.join("error.log")).expect("create the log");
+        let mut initdb = Command::new(binary.with_file_name("initdb"));
+        as_owner(&mut initdb);
+        let status = initdb
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log())
+            .status()
+            .expect("run initdb");
+        assert!(
+            status.success(),
+            "initdb failed ({status}):\n{}",
+            fs::read_to_string(dir.join("error.log")).unwrap_or_default()
+        );
+        let mut command = Command::new(binary);
+        as_owner(&mut command);
+        let child = command
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string()])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log())
+            .spawn()
+            .expect("start postgres");
+        // A fast shutdown (SIGINT): the postmaster stops its backends; a SIGKILL of it would
+        // leave them running.
+        let mut stop = Command::new("kill");
+        stop.args(["-INT", &child.id().to_string()]);
+        let server = Server::started(dir, child, Some(stop), "postgres", &[port]);
+        // It listens before it accepts: a connection in between is refused as "starting up".
+        let until = Instant::now() + Duration::from_secs(10);
+        while !server.error_log().contains("ready to accept connections") {
+            assert!(
+                Instant::now() < until,
+                "postgres was not ready within 10 s; its log:\n{}",
+                server.error_log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
     /// The server's process id (to stop it with a signal, as a test of a stalled server does).
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -284,6 +386,16 @@ impl Drop for Server {
             eprintln!("{}: kept {} for inspection", self.name, self.dir.display());
         }
     }
+}
+
+/// The uid and gid of the system user `name`, from `/etc/passwd`.
+fn system_user(name: &str) -> Option<(u32, u32)> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.first() == Some(&name) && fields.len() > 3)
+            .then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))?
+    })
 }
 
 /// What a server's log (or an upstream) saw: per request id, how many times it was applied.

@@ -1,6 +1,6 @@
 //! [`ApalisOutbox`]: the [`Outbox`] on apalis 1.0, over any durable backend that implements
-//! apalis's `TaskSink` (apalis-sqlite and apalis-redis are the ones this crate builds and tests;
-//! apalis-postgres implements the same trait), and its [`DeadLetterQueue`], read and replayed.
+//! apalis's `TaskSink` (apalis-sqlite, apalis-redis and apalis-postgres are the ones this crate
+//! builds and tests), and its [`DeadLetterQueue`], read and replayed.
 //!
 //! A delivery is a task due at its [`due_at`](Delivery::due_at) rounded **up** to the engine's
 //! whole second (apalis stores `run_at` in seconds), so no engine hands one out early; its
@@ -88,11 +88,7 @@ where
             .max_attempts(i32::MAX as usize)
             .idempotency_key(delivery.step_key())
             .build();
-        self.queue
-            .clone()
-            .push_task(task)
-            .await
-            .map_err(EngineError::new)
+        stored(self.queue.clone().push_task(task).await)
     }
 
     async fn dead_letter(&self, letter: DeadLetter) -> Result<(), EngineError> {
@@ -115,7 +111,7 @@ pub trait DeadLetterQueue {
 }
 
 /// [`DeadLetterQueue::push`] on an apalis queue that no worker takes.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) async fn push_to_queue<D>(dead: &D, letter: DeadLetter) -> Result<(), EngineError>
 where
     D: TaskSink<DeadLetter, Durable> + Clone,
@@ -123,12 +119,33 @@ where
 {
     let key = letter.delivery.dead_key();
     let task = TaskBuilder::new(letter).idempotency_key(key).build();
-    dead.clone().push_task(task).await.map_err(EngineError::new)
+    stored(dead.clone().push_task(task).await)
+}
+
+/// A push's outcome: a task the engine refused because it holds one with the same idempotency
+/// key already (apalis-postgres's unique index; SQLite and Redis skip it quietly) is stored.
+fn stored<E>(pushed: Result<(), E>) -> Result<(), EngineError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    match pushed {
+        Err(error) if !is_stored_already(&error) => Err(EngineError::new(error)),
+        _ => Ok(()),
+    }
+}
+
+fn is_stored_already(error: &(dyn std::error::Error + 'static)) -> bool {
+    #[cfg(feature = "postgres")]
+    if crate::postgres::is_stored_already(error) {
+        return true;
+    }
+    let _ = error;
+    false
 }
 
 /// [`DeadLetterQueue::all`] on an apalis queue that no worker takes: its pending tasks, read
 /// page by page.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) async fn list_queue<D>(dead: &D) -> Result<Vec<DeadLetter>, EngineError>
 where
     D: ListTasks + WireFormatBackend + Sync,

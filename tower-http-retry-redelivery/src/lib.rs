@@ -1,8 +1,9 @@
 //! Deliveries that outlive the process, for [tower-http-retry](tower_http_retry): a durable
 //! outbox on an existing job queue ([apalis](https://docs.rs/apalis) 1.0: SQLite embedded by
-//! default, Redis for a fleet (feature `redis`); the adapter takes any durable apalis backend),
-//! webhook schedules over hours and days, a dead-letter queue and endpoint disabling, drained
-//! through the **same** retry layer, pacer and fleet store as every other request.
+//! default, Redis or Postgres for a fleet (features `redis`, `postgres`); the adapter takes any
+//! durable apalis backend), webhook schedules over hours and days, a dead-letter queue and
+//! endpoint disabling, drained through the **same** retry layer, pacer and fleet store as every
+//! other request.
 //!
 //! * A sender makes a [`Delivery`] of a request ([`RecordRules::record`]) and
 //!   [enqueues](Redelivery::enqueue) it: stored before anything is sent.
@@ -56,6 +57,8 @@
 mod engine;
 pub mod health;
 mod outbox;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod record;
 mod redelivery;
 #[cfg(feature = "redis")]

@@ -1,5 +1,5 @@
-//! The durable path on each engine (apalis-sqlite on a file; apalis-redis on a redis-server of
-//! the test's own), against a real HTTP receiver on loopback through hyper-util's client and the
+//! The durable path on each engine (apalis-sqlite on a file; apalis-redis and apalis-postgres on
+//! a server of the test's own), against a real HTTP receiver on loopback through hyper-util's client and the
 //! retry layer: deliveries outlive an outage on their schedule, a 410 disables its endpoint and
 //! dead-letters, a replay delivers.
 
@@ -346,4 +346,32 @@ on_engine!(
     redis,
     tower_http_retry_redelivery::redis::RedisOutbox,
     open_redis
+);
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    name: &str,
+) -> Option<(
+    tower_http_retry_redelivery::postgres::PostgresOutbox,
+    test_support::servers::Server,
+)> {
+    use test_support::servers::{self, Server};
+    use tower_http_retry_redelivery::postgres::{self, PostgresOptions};
+    let binary = servers::require(servers::POSTGRES, &format!("postgres::{name}"))?;
+    let port = servers::free_port();
+    let server = Server::postgres(&binary, port);
+    let options = PostgresOptions {
+        heartbeat: Duration::from_secs(1),
+        ..PostgresOptions::default()
+    };
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let outbox = postgres::open(&url, options).await.unwrap();
+    Some((outbox, server))
+}
+
+#[cfg(feature = "postgres")]
+on_engine!(
+    postgres,
+    tower_http_retry_redelivery::postgres::PostgresOutbox,
+    open_postgres
 );

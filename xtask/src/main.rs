@@ -1,8 +1,10 @@
 //! The project's own commands, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
 //! * `cargo xtask test [ARGS...]`: installs the Debian packages of the real servers the tests
-//!   start (`tower-http-retry-hyper/tests/interop/`: nginx, HAProxy; `tower-http-retry-redis/tests/fleet/`: Redis) when they are missing (with `apt-get` when
-//!   run as root; otherwise it prints what to install), then runs
+//!   start (`tower-http-retry-hyper/tests/interop/`: nginx, HAProxy;
+//!   `tower-http-retry-redis/tests/fleet/`: Redis; the redelivery engines: Redis, Postgres) when
+//!   they are missing (with `apt-get` when run as root; otherwise it prints what to install),
+//!   then runs
 //!   `cargo test --all-features [ARGS...]` with `TOWER_HTTP_RETRY_REQUIRE_SERVERS=1`, so that a
 //!   missing server fails the run instead of skipping its tests.
 //! * `cargo xtask instructions`: the success-path instruction gate. Installs valgrind (Debian)
@@ -26,12 +28,13 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-/// The servers the interop and fleet suites start: the binary and the Debian package that
-/// installs it.
-const SERVERS: [(&str, &str); 3] = [
+/// The servers the interop, fleet and redelivery suites start: the binary and the Debian package
+/// that installs it.
+const SERVERS: [(&str, &str); 4] = [
     ("nginx", "nginx"),
     ("haproxy", "haproxy"),
     ("redis-server", "redis-server"),
+    ("postgres", "postgresql"),
 ];
 
 /// What the interop and fleet suites read to fail, instead of skip, when a server is missing.
@@ -118,11 +121,19 @@ fn install_debian(wanted: &[(&str, &str)], why: &str) {
     }
 }
 
-/// Where `binary` is, on `PATH` or in the `sbin` directories Debian installs servers in.
+/// Where `binary` is, on `PATH`, in the `sbin` directories Debian installs servers in, or in
+/// Debian's Postgres directories.
 fn locate(binary: &str) -> Option<PathBuf> {
     let path = env::var_os("PATH").unwrap_or_default();
+    // Debian keeps Postgres's programs in a directory per major version.
+    let postgres = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("bin"));
     env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .chain(postgres)
         .map(|dir| dir.join(binary))
         .find(|candidate| candidate.is_file())
 }

@@ -1,11 +1,11 @@
 //! One worker process of the durable path: `redelivery-worker <engine> <name> <seconds per
-//! hour>`, where the engine is a SQLite file or a `redis://` URL. It runs until its standard
+//! hour>`, where the engine is a SQLite file, a `redis://` or a `postgres://` URL. It runs until its standard
 //! input closes, or until it is killed.
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, engine, name, seconds_per_hour] = &args[..] else {
-        eprintln!("usage: redelivery-worker <database or redis:// URL> <name> <seconds per hour>");
+        eprintln!("usage: redelivery-worker <database, redis:// or postgres:// URL> <name> <seconds per hour>");
         std::process::exit(2);
     };
     let seconds_per_hour: f64 = seconds_per_hour

@@ -1,0 +1,142 @@
+//! A fleet's engine: both queues in apalis-postgres's `apalis.jobs` table on a Postgres server,
+//! so that every process of a fleet takes from one queue, with Postgres's own durability (a
+//! committed step survives a crash of the server as well as of a worker).
+//!
+//! What a crash costs is the same as on SQLite: a killed worker's deliveries are handed out
+//! again once it has missed two heartbeats, and a step it had already stored again is kept once
+//! (apalis-postgres keeps a unique index on the idempotency key; a second store of the same step
+//! is the row already there, which this module counts as stored). A delivery whose store fails
+//! (the server unreachable) is returned to the caller ([`StoreFailed`](crate::StoreFailed)),
+//! never dropped.
+//!
+//! **A worker restarted under the same name**: apalis-postgres 1.0 hands a dead worker's tasks
+//! out again only once no worker *of that name* has been seen for two heartbeats, so a process
+//! that comes back under its predecessor's name (a fixed name, a StatefulSet's pod name) keeps
+//! that name alive and strands the tasks its predecessor had taken. (apalis-sqlite takes them
+//! back when the name registers again.) Either give every run its own name (host and process
+//! id), or call [`reclaim`] with the name before the worker starts, as the demo's worker does.
+
+use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError};
+use crate::record::Delivery;
+use crate::step::DeadLetter;
+use apalis_postgres::{Config, PgPool, PostgresStorage};
+use sqlx::postgres::PgPoolOptions;
+use std::time::Duration;
+
+/// The outbox on Postgres.
+pub type PostgresOutbox = ApalisOutbox<PostgresStorage<Delivery>, PostgresStorage<DeadLetter>>;
+
+/// The deliveries' queue name (the `job_type` of their rows).
+pub const DELIVERIES: &str = "tower_http_retry_redelivery::deliveries";
+/// The dead letters' queue name, a queue no worker takes.
+pub const DEAD_LETTERS: &str = "tower_http_retry_redelivery::dead_letters";
+
+/// How a process uses the Postgres server.
+#[derive(Clone, Copy, Debug)]
+pub struct PostgresOptions {
+    /// How often a worker tells the engine it is alive (apalis's heartbeat, 30 s by default);
+    /// a worker that missed two is dead and its deliveries are handed out again.
+    pub heartbeat: Duration,
+    /// Tasks a worker takes at once (10).
+    pub batch_size: usize,
+    /// The process's connections to the server at most (10, sqlx's default): every worker of
+    /// the process and every sender share them.
+    pub max_connections: u32,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_secs(30),
+            batch_size: 10,
+            max_connections: 10,
+        }
+    }
+}
+
+/// Connects to the Postgres server at `url` (`postgres://user@127.0.0.1:5432/db`), runs
+/// apalis's migrations (its own `apalis` schema; the first process of a fleet creates it) and
+/// opens both queues.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), tower_http_retry_redelivery::EngineError> {
+/// use tower_http_retry_redelivery::postgres::{self, PostgresOptions};
+///
+/// // Every process of the fleet opens the same database; their workers share one queue.
+/// let url = "postgres://deliveries@127.0.0.1:5432/deliveries";
+/// let outbox = postgres::open(url, PostgresOptions::default()).await?;
+/// # let _ = outbox;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn open(url: &str, options: PostgresOptions) -> Result<PostgresOutbox, EngineError> {
+    let pool = PgPoolOptions::new()
+        .max_connections(options.max_connections)
+        .connect(url)
+        .await
+        .map_err(EngineError::new)?;
+    PostgresStorage::<()>::setup(&pool)
+        .await
+        .map_err(EngineError::new)?;
+    Ok(outbox(&pool, options))
+}
+
+/// Both queues on an open pool (apalis's migrations already run).
+pub fn outbox(pool: &PgPool, options: PostgresOptions) -> PostgresOutbox {
+    let config = |queue: &str| {
+        Config::default()
+            .queue(queue)
+            .heartbeat_interval(options.heartbeat)
+            // apalis-postgres 1.0's `Config::default()` waits for ten (its docs say two).
+            .missed_heartbeats(2)
+            .batch_size(options.batch_size)
+    };
+    ApalisOutbox::new(
+        PostgresStorage::new(pool).with_config(config(DELIVERIES)),
+        PostgresStorage::new(pool).with_config(config(DEAD_LETTERS)),
+    )
+}
+
+/// Hands out again the deliveries a previous run of the worker `name` had taken and not
+/// finished (a `kill -9`, a crash), and returns how many: call it before starting a worker under
+/// a name an earlier process used. Only while no live worker has that name: its deliveries
+/// would be sent twice (the receiver deduplicates them, but the load is real).
+pub async fn reclaim(outbox: &PostgresOutbox, name: &str) -> Result<u64, EngineError> {
+    let queue = outbox.queue();
+    sqlx::query(
+        "UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, \
+         done_at = NULL, attempts = attempts + 1 \
+         WHERE lock_by = $1 AND job_type = $2 AND status IN ('Queued', 'Running')",
+    )
+    .bind(name)
+    .bind(queue.config().queue.to_string())
+    .execute(queue.pool())
+    .await
+    .map(|done| done.rows_affected())
+    .map_err(EngineError::new)
+}
+
+/// Whether `error` (or what it wraps: apalis's sink error wraps the backend's) is apalis-postgres
+/// refusing a second row with the same idempotency key: the step (or the letter) is stored
+/// already.
+pub(crate) fn is_stored_already(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |error| error.source()).any(|error| {
+        matches!(
+            error.downcast_ref::<apalis_postgres::Error>(),
+            Some(apalis_postgres::Error::Database(sqlx::Error::Database(database)))
+                if database.is_unique_violation()
+                    && database.constraint() == Some("idx_jobs_idempotency_key")
+        )
+    })
+}
+
+/// The dead letters as a queue of the same table that no worker takes.
+impl DeadLetterQueue for PostgresStorage<DeadLetter> {
+    async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
+        engine::push_to_queue(self, letter).await
+    }
+
+    async fn all(&self) -> Result<Vec<DeadLetter>, EngineError> {
+        engine::list_queue(self).await
+    }
+}
