@@ -21,87 +21,32 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use test_support::{Reply, TestServer};
-use tower_http_retry_redelivery::sqlite::{self, SqliteOptions};
 use tower_http_retry_redelivery::{RecordRules, Redelivery, Schedule};
 
 const DELIVERIES: usize = 5_000;
 const BATCH: usize = 50;
 
+mod engines;
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let engine = std::env::args().nth(1).unwrap_or_default();
     println!("workers   stored/s   delivered/s");
     for workers in [1, 2, 4] {
-        let (stored, delivered) = match engine.as_str() {
-            "redis" => on_redis(workers).await,
-            "postgres" => on_postgres(workers).await,
-            _ => on_sqlite(workers).await,
-        };
+        let (stored, delivered) = engines::on_engine(BATCH, Throughput { workers }).await;
         println!("{workers:>7}   {stored:>8.0}   {delivered:>11.0}");
     }
 }
 
-async fn on_sqlite(workers: usize) -> (f64, f64) {
-    let dir = std::env::temp_dir().join(format!(
-        "durable-throughput-{}-{workers}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let options = SqliteOptions {
-        batch_size: BATCH,
-        ..SqliteOptions::default()
-    };
-    let outbox = sqlite::open(dir.join("deliveries.db"), options)
-        .await
-        .unwrap();
-    let rates = run(outbox, workers).await;
-    let _ = std::fs::remove_dir_all(&dir);
-    rates
+struct Throughput {
+    workers: usize,
 }
 
-#[cfg(feature = "redis")]
-async fn on_redis(workers: usize) -> (f64, f64) {
-    use test_support::servers::{self, Server};
-    use tower_http_retry_redelivery::redis::{self, RedisOptions};
-    let binary =
-        servers::locate(servers::REDIS).expect("redis-server: apt-get install redis-server");
-    let port = servers::free_port();
-    let _server = Server::redis(&binary, port);
-    let options = RedisOptions {
-        batch_size: BATCH,
-        ..RedisOptions::default()
-    };
-    let outbox = redis::open(&format!("redis://127.0.0.1:{port}/"), options)
-        .await
-        .unwrap();
-    run(outbox, workers).await
-}
+impl engines::EngineRun for Throughput {
+    type Output = (f64, f64);
 
-#[cfg(not(feature = "redis"))]
-async fn on_redis(_: usize) -> (f64, f64) {
-    panic!("built without the `redis` feature: add `--features redis`")
-}
-
-#[cfg(feature = "postgres")]
-async fn on_postgres(workers: usize) -> (f64, f64) {
-    use test_support::servers::{self, Server};
-    use tower_http_retry_redelivery::postgres::{self, PostgresOptions};
-    let binary = servers::locate(servers::POSTGRES).expect("postgres: apt-get install postgresql");
-    let port = servers::free_port();
-    let _server = Server::postgres(&binary, port);
-    let options = PostgresOptions {
-        batch_size: BATCH,
-        ..PostgresOptions::default()
-    };
-    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-    let outbox = postgres::open(&url, options).await.unwrap();
-    run(outbox, workers).await
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn on_postgres(_: usize) -> (f64, f64) {
-    panic!("built without the `postgres` feature: add `--features postgres`")
+    async fn run<O: WorkerEngine>(self, outbox: O) -> (f64, f64) {
+        run(outbox, self.workers).await
+    }
 }
 
 async fn run<O: WorkerEngine>(outbox: O, workers: usize) -> (f64, f64) {
@@ -128,40 +73,24 @@ async fn run<O: WorkerEngine>(outbox: O, workers: usize) -> (f64, f64) {
 
     let schedule = Schedule::standard_webhooks();
     let start = Instant::now();
-    let mut stops = Vec::new();
-    let mut threads = Vec::new();
-    let mut handles = Vec::new();
-    for n in 0..workers {
-        let redelivery: demo::durable::Worker<O> = Redelivery::new(
-            demo::durable::client(&schedule),
-            outbox.clone(),
-            schedule.clone(),
-        );
-        handles.push(redelivery.clone());
-        let outbox = outbox.clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        stops.push(stop);
-        threads.push(std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let stopped = async move {
-                let _ = stopped.await;
-            };
-            runtime.block_on(outbox.work(&format!("bench-{n}"), redelivery, stopped));
-        }));
-    }
+    // One client (so one retry layer and pacer) per worker.
+    let handles: Vec<demo::durable::Worker<O>> = (0..workers)
+        .map(|_| {
+            Redelivery::new(
+                demo::durable::client(&schedule),
+                outbox.clone(),
+                schedule.clone(),
+            )
+        })
+        .collect();
+    let running = engines::Workers::start(&outbox, &handles);
     while received.load(Ordering::Relaxed) < DELIVERIES
         && start.elapsed() < Duration::from_secs(120)
     {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let delivered = received.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
-    drop(stops);
-    for thread in threads {
-        let _ = thread.join();
-    }
+    running.stop();
     let (mut again, mut deferred, mut sent) = (0, 0, 0);
     for handle in &handles {
         let stats = handle.stats();

@@ -134,13 +134,23 @@ where
     }
 }
 
+/// Whether `error` (or what it wraps: apalis's sink error wraps the backend's) is
+/// apalis-postgres refusing a second row with the same idempotency key.
 fn is_stored_already(error: &(dyn std::error::Error + 'static)) -> bool {
     #[cfg(feature = "postgres")]
-    if crate::postgres::is_stored_already(error) {
-        return true;
+    return std::iter::successors(Some(error), |error| error.source()).any(|error| {
+        matches!(
+            error.downcast_ref::<apalis_postgres::Error>(),
+            Some(apalis_postgres::Error::Database(sqlx::Error::Database(database)))
+                if database.is_unique_violation()
+                    && database.constraint() == Some("idx_jobs_idempotency_key")
+        )
+    });
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = error;
+        false
     }
-    let _ = error;
-    false
 }
 
 /// [`DeadLetterQueue::all`] on an apalis queue that no worker takes: its pending tasks, read

@@ -116,20 +116,6 @@ pub async fn reclaim(outbox: &PostgresOutbox, name: &str) -> Result<u64, EngineE
     .map_err(EngineError::new)
 }
 
-/// Whether `error` (or what it wraps: apalis's sink error wraps the backend's) is apalis-postgres
-/// refusing a second row with the same idempotency key: the step (or the letter) is stored
-/// already.
-pub(crate) fn is_stored_already(error: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(error), |error| error.source()).any(|error| {
-        matches!(
-            error.downcast_ref::<apalis_postgres::Error>(),
-            Some(apalis_postgres::Error::Database(sqlx::Error::Database(database)))
-                if database.is_unique_violation()
-                    && database.constraint() == Some("idx_jobs_idempotency_key")
-        )
-    })
-}
-
 /// The dead letters as a queue of the same table that no worker takes.
 impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
