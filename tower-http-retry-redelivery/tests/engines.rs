@@ -289,6 +289,11 @@ macro_rules! on_engine {
     };
 }
 
+/// No worker is killed in these tests, so the heartbeat only has to be long enough that a loaded
+/// machine never takes a live worker for dead (with 1 s a CI run with six of these tests at once
+/// handed out a live worker's step again: a second attempt 1.4 s into a 2-s slot).
+const HEARTBEAT: Duration = Duration::from_secs(5);
+
 /// Removes the test's directory when dropped.
 struct TempDir(std::path::PathBuf);
 
@@ -304,7 +309,7 @@ async fn open_sqlite(
     use tower_http_retry_redelivery::sqlite::{self, SqliteOptions};
     let dir = TempDir(temp_dir(name));
     let options = SqliteOptions {
-        heartbeat: Duration::from_secs(1),
+        heartbeat: HEARTBEAT,
         ..SqliteOptions::default()
     };
     let outbox = sqlite::open(dir.0.join("deliveries.db"), options)
@@ -332,7 +337,7 @@ async fn open_redis(
     let port = servers::free_port();
     let server = Server::redis(&binary, port);
     let options = RedisOptions {
-        heartbeat: Duration::from_secs(1),
+        heartbeat: HEARTBEAT,
         ..RedisOptions::default()
     };
     let outbox = redis::open(&format!("redis://127.0.0.1:{port}/"), options)
@@ -361,7 +366,7 @@ async fn open_postgres(
     let port = servers::free_port();
     let server = Server::postgres(&binary, port);
     let options = PostgresOptions {
-        heartbeat: Duration::from_secs(1),
+        heartbeat: HEARTBEAT,
         ..PostgresOptions::default()
     };
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");

@@ -257,4 +257,19 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         early <= in_flight,
         "{early} attempts before their slot with {KILLS} kills of at most {in_flight} in flight"
     );
+    // A restarted fleet sends the down receiver no burst. Each of the 24 worker runs learns the
+    // outage anew: before its pacer knows, at most the batch its worker took (10, more than
+    // the pacer's `outage_after` of 5) is in flight; then each of the 4 processes at a time
+    // probes at most once a half probe interval (500 ms, jittered ±50 %) while it is down.
+    // Without the pacer the 900 first attempts alone would reach it.
+    let runs = WORKERS + KILLS;
+    let half_probe_interval = 0.25; // seconds: `Pacing::default()`'s 500 ms, at its shortest
+    let probes =
+        WORKERS * (down_for.as_secs_f64() / half_probe_interval).floor() as usize + WORKERS;
+    let no_burst = runs * 10 + probes;
+    assert!(
+        while_down <= no_burst,
+        "{while_down} attempts reached the down receiver, more than {no_burst} ({runs} worker \
+         runs' batches and {probes} probes)"
+    );
 }
