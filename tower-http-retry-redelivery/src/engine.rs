@@ -155,7 +155,7 @@ fn is_stored_already(error: &(dyn std::error::Error + 'static)) -> bool {
 
 /// [`DeadLetterQueue::all`] on an apalis queue that no worker takes: its pending tasks, read
 /// page by page.
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) async fn list_queue<D>(dead: &D) -> Result<Vec<DeadLetter>, EngineError>
 where
     D: ListTasks + WireFormatBackend + Sync,

@@ -19,6 +19,8 @@
 use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
+use apalis_core::backend::codec::Codec;
+use apalis_core::backend::WireFormatBackend;
 use apalis_postgres::{Config, PgPool, PostgresStorage};
 use sqlx::postgres::PgPoolOptions;
 use std::time::Duration;
@@ -122,7 +124,33 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
         engine::push_to_queue(self, letter).await
     }
 
+    /// Read by id, page after page, not through apalis's listing: that pages with `OFFSET` over
+    /// an order with ties (letters written in the same second), which Postgres may break
+    /// differently from one page's query to the next, so a long queue could lose or repeat some.
     async fn all(&self) -> Result<Vec<DeadLetter>, EngineError> {
-        engine::list_queue(self).await
+        const PAGE: i64 = 500;
+        let queue = self.config().queue.to_string();
+        let mut letters = Vec::new();
+        let mut after = String::new();
+        loop {
+            let rows: Vec<(String, Vec<u8>)> = sqlx::query_as(
+                "SELECT id, job FROM apalis.jobs \
+                 WHERE job_type = $1 AND status = 'Pending' AND id > $2 ORDER BY id LIMIT $3",
+            )
+            .bind(&queue)
+            .bind(&after)
+            .bind(PAGE)
+            .fetch_all(self.pool())
+            .await
+            .map_err(EngineError::new)?;
+            let full = rows.len() == PAGE as usize;
+            for (id, job) in rows {
+                letters.push(self.codec().decode(&job).map_err(EngineError::new)?);
+                after = id;
+            }
+            if !full {
+                return Ok(letters);
+            }
+        }
     }
 }

@@ -238,7 +238,39 @@ async fn a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers<Q, D>(
     drop(worker);
 }
 
-/// The two tests on one engine: `$open` makes a fresh outbox (and what keeps its engine up),
+/// More dead letters than one page of any engine's listing (500), all written within about a
+/// second: every one read back, once, and one written twice kept once.
+async fn a_long_dead_letter_queue_reads_back_whole<Q, D>(outbox: ApalisOutbox<Q, D>)
+where
+    ApalisOutbox<Q, D>: Outbox<Error = EngineError>,
+    D: DeadLetterQueue,
+{
+    const LETTERS: usize = 1_200;
+    let at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let letter = |n: usize| {
+        let request = http::Request::post("http://127.0.0.1:9/hook")
+            .body(Bytes::from("{}"))
+            .unwrap();
+        tower_http_retry_redelivery::DeadLetter {
+            delivery: rules().record(format!("dead_{n}"), request).unwrap(),
+            reason: DeadReason::ScheduleExhausted,
+            at,
+        }
+    };
+    for n in 0..LETTERS {
+        outbox.dead_letter(letter(n)).await.unwrap();
+    }
+    outbox.dead_letter(letter(7)).await.unwrap();
+    let letters = dead_letters(outbox.dead()).await.unwrap();
+    let ids: std::collections::BTreeSet<&str> = letters.iter().map(|l| l.delivery.id()).collect();
+    assert_eq!(ids.len(), LETTERS, "every letter, each once");
+    assert_eq!(letters.len(), LETTERS, "none read twice");
+}
+
+/// The tests on one engine: `$open` makes a fresh outbox (and what keeps its engine up),
 /// `$outbox` is its type.
 macro_rules! on_engine {
     ($engine:ident, $outbox:ty, $open:expr) => {
@@ -272,6 +304,14 @@ macro_rules! on_engine {
                     start_worker,
                 )
                 .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_long_dead_letter_queue_reads_back_whole() {
+                let Some((outbox, _engine)) = $open("letters").await else {
+                    return;
+                };
+                super::a_long_dead_letter_queue_reads_back_whole(outbox).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
