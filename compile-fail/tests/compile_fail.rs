@@ -7,7 +7,7 @@
 //! this crate can change; forms that check `Service<Req>` as a bound give E0277, which shows
 //! `RetryRequest`'s own message naming `Clone` and `ReplayBody::buffer_request`. The `.stderr` files are rustc's output and also name the source
 //! files of the impls: regenerate them with
-//! `TRYBUILD=overwrite cargo test --all-features --test compile_fail` after a toolchain update or
+//! `TRYBUILD=overwrite cargo test -p compile-fail` after a toolchain update or
 //! a move of those files, and read the diff.
 
 /// `RetryLayerBuilder::fail_unsent` returns a request it did not send as the service's error:
