@@ -285,47 +285,12 @@ impl SharedState {
                 self.slots += (closes - self.slots_at) as f64 / 1e9 * ramp.rate(&rules.pacing.rate);
                 self.slots_at = closes;
             }
-            let total = *successes + *losses;
             *last_accepted = f64::from(*successes) / secs;
-            let loss = if total == 0 {
-                0.0
-            } else {
-                f64::from(*losses) / f64::from(total)
-            };
-            // A loss or two at a low rate is noise (a stray 503), not the endpoint's limit; a
-            // hint is the endpoint's own word that it takes less.
-            if (loss > rules.pacing.loss_threshold && *losses >= MIN_LOSSES_TO_CUT) || *hinted {
+            // A hint is the endpoint's own word that it takes less.
+            if is_loss_event(rules, *successes, *losses) || *hinted {
                 if *interval_start >= *cut_settles_at {
-                    // A fleet's outcomes come in reports, whose times are not the outcomes':
-                    // the interval may hold a burst of losses and few of the successes beside
-                    // them. What the peers' last reports took is what the fleet takes, if more.
-                    let counted = f64::from(*successes) / secs;
-                    let mut accepted = match reported {
-                        Some(reported) => counted.max(reported),
-                        None => counted,
-                    };
-                    if rules.report_lag > 0 && total > 0 {
-                        // Both counts lag, the successes more (a burst of losses is reported
-                        // at once), but their ratio does not: the endpoint took that share of
-                        // what was released at the interval's rate. In slow start that is the
-                        // rate the interval began with (each success added 1 / interval).
-                        let began = match ramp {
-                            Ramp::SlowStart { .. } => ramp.rate(&rules.pacing.rate) - counted,
-                            Ramp::Cubic { .. } => ramp.rate(&rules.pacing.rate),
-                        };
-                        accepted = accepted.max(began * (1.0 - loss));
-                    }
-                    ramp.lose(&rules.pacing.rate, accepted);
-                    // Losses answer releases made before the cut until the slots a fleet was
-                    // granted ahead at the old rate are used, an interval after, and are heard
-                    // of with the process's next ask, made as its slots run out: an interval
-                    // later again (neither for a process alone). Not the whole report lag:
-                    // a fleet that waited that long after each cut overshot the endpoint's
-                    // limit at a loss share above the threshold for a second at a time.
-                    let heard = if rules.report_lag > 0 { interval } else { 0 };
-                    *cut_settles_at = (*interval_start + interval * 2)
-                        .max(self.demand_until.saturating_add(interval))
-                        .saturating_add(heard);
+                    cut(rules, ramp, *successes, *losses, secs, reported);
+                    *cut_settles_at = settles(rules, closes, self.demand_until);
                     if let Some(max) = ramp.last_max() {
                         self.capacity = Some(max);
                     }
@@ -399,10 +364,64 @@ impl SharedState {
             ) => {
                 *losses += 1;
                 *idle_since = None;
+                changed |= self.end_slow_start(rules, now);
             }
             _ => {}
         }
         changed
+    }
+
+    /// Slow start ends at its first loss event, without waiting for the interval to close: it
+    /// doubles the rate every interval, so by the close it would have sent up to twice what
+    /// the endpoint took. The cut counts the successes of the part of the interval measured so
+    /// far, and a new interval begins. Returns whether the rate was cut.
+    fn end_slow_start(&mut self, rules: &Rules<'_>, now: Nanos) -> bool {
+        let Mode::Ramping {
+            ramp: Ramp::SlowStart { .. },
+            interval_start,
+            successes,
+            losses,
+            cut_settles_at,
+            ..
+        } = self.mode
+        else {
+            return false;
+        };
+        if interval_start < cut_settles_at
+            || now <= interval_start
+            || !is_loss_event(rules, successes, losses)
+        {
+            return false;
+        }
+        let reported = self.reported_accepted(now);
+        if rules.lease_ttl.is_some() && now > self.slots_at {
+            // The slot clock ran at the rate before the cut until now.
+            self.slots += (now - self.slots_at) as f64 / 1e9 * self.rate(rules);
+            self.slots_at = now;
+        }
+        let Mode::Ramping {
+            ramp,
+            interval_start,
+            successes,
+            losses,
+            cut_settles_at,
+            last_accepted,
+            hinted,
+            ..
+        } = &mut self.mode
+        else {
+            return false;
+        };
+        let measured = (now - *interval_start) as f64 / 1e9;
+        *last_accepted = f64::from(*successes) / measured;
+        cut(rules, ramp, *successes, *losses, measured, reported);
+        *cut_settles_at = settles(rules, now, self.demand_until);
+        if let Some(max) = ramp.last_max() {
+            self.capacity = Some(max);
+        }
+        (*successes, *losses, *hinted) = (0, 0, false);
+        *interval_start = now;
+        true
     }
 
     /// A process saw the endpoint fail: its own [`outage_after`](super::PacingBuilder::outage_after)
@@ -544,6 +563,62 @@ impl SharedState {
         }
         self.entered.enter(PacingMode::Ramping);
     }
+}
+
+/// Whether an interval's outcomes so far are a loss event: more losses than the threshold's
+/// share, and enough of them (a loss or two at a low rate is a stray 503, not a limit).
+fn is_loss_event(rules: &Rules<'_>, successes: u32, losses: u32) -> bool {
+    let total = f64::from(successes) + f64::from(losses);
+    losses >= MIN_LOSSES_TO_CUT && f64::from(losses) > rules.pacing.loss_threshold * total
+}
+
+/// Cuts `ramp` for a loss event seen in `measured_secs` of outcomes (an interval, or in slow
+/// start the part of one before its first losses above the threshold).
+fn cut(
+    rules: &Rules<'_>,
+    ramp: &mut Ramp,
+    successes: u32,
+    losses: u32,
+    measured_secs: f64,
+    reported: Option<f64>,
+) {
+    // A fleet's outcomes come in reports, whose times are not the outcomes': the interval may
+    // hold a burst of losses and few of the successes beside them. What the peers' last
+    // reports took is what the fleet takes, if more.
+    let counted = f64::from(successes) / measured_secs;
+    let mut accepted = reported.map_or(counted, |reported| counted.max(reported));
+    let total = successes + losses;
+    if rules.report_lag > 0 && total > 0 {
+        // Both counts lag, the successes more (a burst of losses is reported at once), but
+        // their ratio does not: the endpoint took that share of what was released at the
+        // interval's rate. In slow start that is the rate the interval began with (each
+        // success added 1 / interval).
+        let loss = f64::from(losses) / f64::from(total);
+        let rate = ramp.rate(&rules.pacing.rate);
+        let began = match ramp {
+            Ramp::SlowStart { .. } => {
+                rate - f64::from(successes) / rules.pacing.ramp_interval.as_secs_f64()
+            }
+            Ramp::Cubic { .. } => rate,
+        };
+        accepted = accepted.max(began * (1.0 - loss));
+    }
+    ramp.lose(&rules.pacing.rate, accepted);
+}
+
+/// When the losses that follow a cut made as the interval ending at `closes` ends stop
+/// answering releases made before it: once the slots a fleet was granted ahead at the old rate
+/// are used, an interval after, and heard of with the process's next ask, made as its slots
+/// run out: an interval later again (neither for a process alone). Not the whole report lag:
+/// a fleet that waited that long after each cut overshot the endpoint's limit at a loss share
+/// above the threshold for a second at a time.
+fn settles(rules: &Rules<'_>, closes: Nanos, demand_until: Nanos) -> Nanos {
+    let interval = rules.interval();
+    let heard = if rules.report_lag > 0 { interval } else { 0 };
+    closes
+        .saturating_add(interval)
+        .max(demand_until.saturating_add(interval))
+        .saturating_add(heard)
 }
 
 /// What an outcome says about the endpoint.

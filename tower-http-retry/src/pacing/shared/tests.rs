@@ -499,3 +499,33 @@ fn after_a_loss_a_small_rate_gains_on_a_large_one_by_the_same_additive_step() {
     );
     assert!(large.rate(&rules) / small.rate(&rules) < 10.0 * 0.85);
 }
+
+#[test]
+fn slow_start_ends_at_its_first_loss_event_without_waiting_for_the_interval_to_close() {
+    let config = config();
+    let rules = Rules::alone(&config);
+    let mut s = SharedState::new();
+    assert!(s.down(&rules, 0, || 0.5));
+    s.outcome(&rules, Signal::Success, None, 0);
+    assert_eq!(s.mode_kind(), PacingMode::Ramping);
+    for _ in 0..100 {
+        s.outcome(&rules, Signal::Success, None, 50 * MS);
+    }
+    let sent = s.rate(&rules);
+    // Five losses beside 100 successes are under the 5 % threshold; the sixth is over it.
+    for _ in 0..5 {
+        s.outcome(&rules, Signal::Congestion, None, 60 * MS);
+    }
+    assert_eq!(s.rate(&rules), sent, "no loss event yet");
+    assert!(s.outcome(&rules, Signal::Congestion, None, 60 * MS));
+    let counted: f64 = 100.0 / 0.06;
+    let cut = config.rate.decrease * counted.min(sent);
+    assert!((s.rate(&rules) - cut).abs() < 1e-6, "{}", s.rate(&rules));
+    // The losses still in flight answer releases made before the cut: the interval that
+    // began at the cut does not cut again when it closes.
+    for _ in 0..50 {
+        s.outcome(&rules, Signal::Congestion, None, 100 * MS);
+    }
+    s.advance(&rules, true, 160 * MS);
+    assert!(s.rate(&rules) >= cut - 1e-6, "{}", s.rate(&rules));
+}
