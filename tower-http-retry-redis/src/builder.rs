@@ -4,7 +4,7 @@ use super::script::Scripts;
 use super::{Counters, Health, Inner, RedisStore};
 use redis::aio::ConnectionLike;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower_http_retry::pacing::store::remote::FleetRules;
@@ -85,6 +85,7 @@ where
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 connection: self.connection,
+                fleet_key: format!("{}#fleet", self.prefix),
                 prefix: self.prefix,
                 call_timeout: self.call_timeout,
                 view_ttl: self.view_ttl,
@@ -95,6 +96,7 @@ where
                 refreshes: AtomicUsize::new(0),
                 health: Mutex::new(Health::Joined),
                 counters: Counters::default(),
+                fleet: AtomicU32::new(1),
             }),
         })
     }

@@ -21,9 +21,10 @@
 //! time it holds (a pause's end, a lease's expiry) and its last write; an absent record is an
 //! open endpoint. A lease is taken back at its expiry
 //! ([`lease_ttl`](RedisStoreBuilder::lease_ttl), 10 s) and a peer is forgotten 10 s after its
-//! last call, so a process that dies holds nothing. Two scripts, in this crate's `src/`:
-//! `read.lua` (the record and `TIME`) and `swap.lua` (the compare-and-set, described in the
-//! file).
+//! last call, so a process that dies holds nothing. Beside them, one sorted set,
+//! `{prefix}#fleet`: the processes that called in the last 10 s, whose count a fallback shares
+//! an endpoint nobody paced by. Two scripts, in this crate's `src/`: `read.lua` (the record,
+//! `TIME` and the fleet's count) and `swap.lua` (the compare-and-set, described in the file).
 //!
 
 #![forbid(unsafe_code)]
@@ -42,10 +43,10 @@ pub use builder::RedisStoreBuilder;
 
 use cache::{bound, Cached};
 use redis::aio::{ConnectionLike, ConnectionManager};
-use script::{Failure, Found, Scripts, Swap, Trip};
+use script::{Failure, Found, Keys, Scripts, Swap, Trip};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -80,7 +81,9 @@ const MAX_REFRESHES: usize = 16;
 /// `tracing` feature), counts it ([`StoreStats::fallbacks`]) and answers from the process's
 /// fallback: the endpoint's last known state at this process's share of the fleet (its rate
 /// divided by the peers, at most 1.2 times that share of the learned rate; its probes spread
-/// as one stream) — never unlimited. It tries Redis again after 250 ms, then up to every 5 s,
+/// as one stream) — never unlimited. The peers are those the record says wait on the endpoint,
+/// or, for an endpoint nobody paced (open), the processes that called Redis in the 10 s before
+/// this process's last call got through. It tries Redis again after 250 ms, then up to every 5 s,
 /// and rejoins the fleet's state when Redis answers ([`StoreStats::rejoins`]).
 ///
 /// An error Redis answers for one endpoint's key (a key of another type, a record of another
@@ -120,6 +123,9 @@ pub struct RedisStore<C = ConnectionManager> {
 struct Inner<C> {
     connection: C,
     prefix: String,
+    /// `{prefix}#fleet`: the processes that called lately (never an endpoint's record, whose
+    /// key has a `:` after the prefix).
+    fleet_key: String,
     call_timeout: Duration,
     view_ttl: Duration,
     rules: FleetRules,
@@ -130,6 +136,8 @@ struct Inner<C> {
     refreshes: AtomicUsize,
     health: Mutex<Health>,
     counters: Counters,
+    /// The fleet's size as the last call that got through counted it (1 before any).
+    fleet: AtomicU32,
 }
 
 enum Health {
@@ -248,7 +256,7 @@ where
         // An endpoint not heard of yet is read in the background, as a stale one is.
         let entry = cache.get_mut(endpoint).expect("just made");
         let seen = clock.map(|clock| match &entry.fallback {
-            Some(fallback) => fallback.view(&inner.rules, clock, entry.read_at, now),
+            Some(fallback) => fallback.view(&inner.rules, entry.read_at, now),
             None => inner
                 .rules
                 .view(pacing, &entry.record, clock, entry.read_at, now),
@@ -361,6 +369,7 @@ where
         now: Instant,
     ) -> Result<Applied, Failure> {
         let key = self.key(endpoint);
+        let keys = self.keys(&key);
         let read_only = events.iter().all(|event| matches!(event, Event::Refresh));
         let cached = match lock(&self.cache).get(endpoint) {
             Some(entry) if !read_only && entry.fallback.is_none() => {
@@ -371,12 +380,12 @@ where
         let (mut found, mut fresh) = match cached {
             Some((version, record)) => (Found { version, record }, false),
             None => {
-                let trip = self.read(&key).await?;
+                let trip = self.read(keys).await?;
                 (trip.answer, true)
             }
         };
         if found.version == 0 {
-            found.record = self.seed(endpoint).unwrap_or(found.record);
+            found.record = self.seed(endpoint, now).unwrap_or(found.record);
         }
         for _ in 0..MAX_TRIES {
             let clock = self.clock_now().await?;
@@ -411,7 +420,7 @@ where
                 .scripts
                 .swap(
                     &self.connection,
-                    &key,
+                    keys,
                     found.version,
                     write,
                     self.call_timeout,
@@ -427,7 +436,7 @@ where
                     bump(&self.counters.conflicts);
                     found = *current;
                     if found.version == 0 {
-                        found.record = self.seed(endpoint).unwrap_or(found.record);
+                        found.record = self.seed(endpoint, now).unwrap_or(found.record);
                     }
                     fresh = true;
                 }
@@ -442,23 +451,33 @@ where
             return Ok(clock);
         }
         // Any key will do: the read only wants the server's time.
-        self.read(&self.key("")).await?;
+        self.read(self.keys(&self.key(""))).await?;
         Ok((*lock(&self.clock)).expect("measured by the read"))
     }
 
-    async fn read(&self, key: &str) -> Result<Trip<Found>, Failure> {
+    async fn read(&self, keys: Keys<'_>) -> Result<Trip<Found>, Failure> {
         let trip = self
             .scripts
-            .read(&self.connection, key, self.call_timeout)
+            .read(&self.connection, keys, self.call_timeout)
             .await;
         self.counted(trip)
     }
 
-    /// Counts a call and its failure; a successful one measures the clock.
+    /// The keys of a call on the record `key`, made by this process.
+    fn keys<'a>(&'a self, key: &'a str) -> Keys<'a> {
+        Keys {
+            record: key,
+            fleet: &self.fleet_key,
+            holder: self.rules.holder(),
+        }
+    }
+
+    /// Counts a call and its failure; a successful one measures the clock and the fleet.
     fn counted<T>(&self, trip: Result<Trip<T>, Failure>) -> Result<Trip<T>, Failure> {
         bump(&self.counters.calls);
         match trip {
             Ok(trip) => {
+                self.fleet.store(trip.fleet, Ordering::Relaxed);
                 let mut clock = lock(&self.clock);
                 *clock = Some(StoreClock::measured(
                     *clock,
@@ -498,10 +517,12 @@ where
     }
 
     /// The state to start a record from when Redis has none but this process paced the
-    /// endpoint alone meanwhile (Redis restarted empty).
-    fn seed(&self, endpoint: &str) -> Option<Record> {
+    /// endpoint alone meanwhile (Redis restarted empty), on the clock the read just measured.
+    fn seed(&self, endpoint: &str, now: Instant) -> Option<Record> {
+        let clock = (*lock(&self.clock))?;
         let cache = lock(&self.cache);
-        cache.get(endpoint)?.fallback.as_ref().map(Fallback::seed)
+        let fallback = cache.get(endpoint)?.fallback.as_ref()?;
+        Some(fallback.seed(clock, now))
     }
 
     /// Answers from the fallback: the endpoint's last known state at this process's share.
@@ -519,10 +540,11 @@ where
         let entry = cache
             .entry(endpoint.to_owned())
             .or_insert_with(|| Cached::new(now));
-        let fallback = entry
-            .fallback
-            .get_or_insert_with(|| Fallback::enter(&entry.record, pacing, &self.rules, clock, now));
-        fallback.apply(&self.rules, events, clock, now, error)
+        let fleet = self.fleet.load(Ordering::Relaxed);
+        let fallback = entry.fallback.get_or_insert_with(|| {
+            Fallback::enter(&entry.record, pacing, &self.rules, clock, now, fleet)
+        });
+        fallback.apply(&self.rules, events, now, error)
     }
 
     /// `Some` while Redis is away and not due for another try. The first call at or after the

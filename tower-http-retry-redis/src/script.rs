@@ -25,13 +25,27 @@ pub(super) enum Swap {
     Conflict(Box<Found>),
 }
 
-/// A round trip: what it returned, when it was sent and answered (local), and the server's time.
+/// A round trip: what it returned, when it was sent and answered (local), the server's time,
+/// and the fleet's size.
 pub(super) struct Trip<T> {
     pub(super) answer: T,
     pub(super) sent: Instant,
     pub(super) received: Instant,
     /// Since the server's epoch.
     pub(super) server: Duration,
+    /// The processes that called the store in its last 10 s, this one included.
+    pub(super) fleet: u32,
+}
+
+/// The keys and the caller of one script call.
+#[derive(Clone, Copy)]
+pub(super) struct Keys<'a> {
+    /// The endpoint's record.
+    pub(super) record: &'a str,
+    /// The fleet's count of the processes that called lately.
+    pub(super) fleet: &'a str,
+    /// The calling process's holder id.
+    pub(super) holder: u64,
 }
 
 /// A call that failed: what the caller is told, and whether Redis itself is away (a timeout,
@@ -83,48 +97,52 @@ impl Scripts {
         }
     }
 
-    /// `read.lua` on `key`.
+    /// `read.lua` on `keys`.
     pub(super) async fn read<C: ConnectionLike + Clone>(
         &self,
         connection: &C,
-        key: &str,
+        keys: Keys<'_>,
         timeout: Duration,
     ) -> Result<Trip<Found>, Failure> {
         let mut connection = connection.clone();
-        let invocation = self.read.key(key);
+        let mut invocation = self.read.key(keys.record);
+        let invocation = invocation.key(keys.fleet).arg(keys.holder);
         let trip = timed(timeout, invocation.invoke_async::<Value>(&mut connection)).await?;
-        let items = array(trip.answer, 4)?;
+        let items = array(trip.answer, 5)?;
         let found = Found {
             version: integer(&items[0])?,
             record: Record::decode(bytes(&items[1])?)?,
         };
         Ok(Trip {
             server: server_time(&items[2], &items[3])?,
+            fleet: fleet(&items[4])?,
             answer: found,
             sent: trip.sent,
             received: trip.received,
         })
     }
 
-    /// `swap.lua` on `key`: `write` (`None`: only check) if the record is still at `expected`.
+    /// `swap.lua` on `keys`: `write` (`None`: only check) if the record is still at `expected`.
     pub(super) async fn swap<C: ConnectionLike + Clone>(
         &self,
         connection: &C,
-        key: &str,
+        keys: Keys<'_>,
         expected: u64,
         write: Option<(&[u8], u64)>,
         timeout: Duration,
     ) -> Result<Trip<Swap>, Failure> {
         let mut connection = connection.clone();
         let (state, ttl_ms) = write.unwrap_or((&[], 1));
-        let mut invocation = self.swap.key(key);
+        let mut invocation = self.swap.key(keys.record);
         let invocation = invocation
+            .key(keys.fleet)
             .arg(expected)
             .arg(state)
             .arg(ttl_ms)
-            .arg(first_version());
+            .arg(first_version())
+            .arg(keys.holder);
         let trip = timed(timeout, invocation.invoke_async::<Value>(&mut connection)).await?;
-        let items = array(trip.answer, 5)?;
+        let items = array(trip.answer, 6)?;
         let version = integer(&items[1])?;
         let answer = if integer(&items[0])? == 1 {
             Swap::Done { version }
@@ -136,6 +154,7 @@ impl Scripts {
         };
         Ok(Trip {
             server: server_time(&items[3], &items[4])?,
+            fleet: fleet(&items[5])?,
             answer,
             sent: trip.sent,
             received: trip.received,
@@ -160,6 +179,7 @@ async fn timed<T>(
             sent,
             received: Instant::now(),
             server: Duration::ZERO,
+            fleet: 1,
         }),
         Ok(Err(error)) => Err(Failure::redis(&error)),
         Err(_) => Err(Failure {
@@ -192,6 +212,11 @@ fn integer(value: &Value) -> Result<u64, StoreError> {
             .and_then(|text| text.parse().ok())
             .ok_or(StoreError::Malformed),
     }
+}
+
+/// The fleet's count (at least 1: the caller).
+fn fleet(value: &Value) -> Result<u32, StoreError> {
+    Ok(u32::try_from(integer(value)?).unwrap_or(u32::MAX).max(1))
 }
 
 /// `TIME`'s seconds and microseconds.

@@ -290,8 +290,14 @@ impl SharedState {
     /// Processes that asked in the last [`ACTIVE_TTL`] with requests waiting (at least 1):
     /// the fleet's rate is split between them.
     pub(crate) fn active_peers(&self, now: Nanos) -> u32 {
+        self.waiting_peers(now).max(1)
+    }
+
+    /// Processes that asked in the last [`ACTIVE_TTL`] with requests waiting (0 in a record
+    /// nobody paces, or one heard of long ago).
+    pub(crate) fn waiting_peers(&self, now: Nanos) -> u32 {
         let live = self.peers.iter().filter(|peer| peer.is_active(now)).count();
-        u32::try_from(live).unwrap_or(u32::MAX).max(1)
+        u32::try_from(live).unwrap_or(u32::MAX)
     }
 
     /// What the peers that reported lately say the endpoint takes, per second: the sum of

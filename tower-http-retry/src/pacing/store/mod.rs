@@ -67,11 +67,12 @@
 //! [fallback](remote::Fallback) (the endpoint's last
 //! known state at this process's share of the fleet: rates divided by the peers, a learned
 //! rate capped at 1.2 times that share, the probe interval multiplied by the peers — never
-//! unlimited), and [`Applied::fallback`] says why. The store counts it ([`StoreStats`]), logs
+//! unlimited; the peers are the fleet the store last counted when no record names any waiting
+//! on the endpoint), and [`Applied::fallback`] says why. The store counts it ([`StoreStats`]), logs
 //! it once, tries again after 250 ms and then up to every 5 s, and rejoins the fleet's state
 //! when the store answers; if the store lost the record meanwhile (Redis restarted empty), the
-//! first process back writes its own state, scaled back to the fleet
-//! ([`Fallback::seed`](remote::Fallback::seed)).
+//! first process back writes its own state, scaled back to the fleet and moved onto the store's
+//! clock ([`Fallback::seed`](remote::Fallback::seed)).
 
 mod backend;
 mod codec;

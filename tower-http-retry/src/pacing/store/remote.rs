@@ -232,24 +232,35 @@ impl Default for FleetRules {
 /// A process's own pacing of one endpoint while its store cannot be reached: the endpoint's
 /// last known record cut down to this process's share of the fleet (rates divided by the peers,
 /// a learned rate capped at 1.2 times that share, the probe interval multiplied by the peers:
-/// never unlimited), with the same transition.
+/// never unlimited), with the same transition. The peers are the processes the record says wait
+/// on the endpoint, or, for an endpoint nobody paced (its record open, or heard of too long
+/// ago to say), the fleet the store last counted: a store that keeps no count passes 1, and
+/// each process of its fleet then probes and ramps the endpoint as if it were alone.
+///
+/// Its times stay on the clock it was entered with, whatever the store measures meanwhile;
+/// [`seed`](Self::seed) moves them onto the store's.
 #[derive(Clone, Debug)]
 pub struct Fallback(fallback::Fallback);
 
 impl Fallback {
-    /// The fallback of this process for an endpoint last known as `last`.
+    /// The fallback of this process for an endpoint last known as `last` (heard of on
+    /// `clock`), in a fleet the store last counted as `fleet` processes (those that called it
+    /// lately).
     pub fn enter(
         last: &Record,
         rules: &PacingRules,
-        fleet: &FleetRules,
+        fleet_rules: &FleetRules,
         clock: StoreClock,
         now: Instant,
+        fleet: u32,
     ) -> Self {
         Self(fallback::Fallback::enter(
             &last.0,
             rules,
-            fleet.holder,
-            clock.0.to_shared(now),
+            fleet_rules.holder,
+            clock.0,
+            now,
+            fleet,
         ))
     }
 
@@ -259,37 +270,31 @@ impl Fallback {
         &mut self,
         rules: &FleetRules,
         events: &[Event],
-        clock: StoreClock,
         now: Instant,
         error: StoreError,
     ) -> Applied {
         let timing = rules.timing.rules(&self.0.config);
+        let clock = self.0.clock;
         let replies = run::run(
             &mut self.0.state,
             &timing,
             rules.holder,
             events,
-            &clock.0,
+            &clock,
             now,
             true,
         );
-        let at = clock.0.to_shared(now);
+        let at = clock.to_shared(now);
         Applied {
             fallback: Some(error),
-            ..run::applied(replies, &self.0.state, &timing, clock.0, at)
+            ..run::applied(replies, &self.0.state, &timing, clock, at)
         }
     }
 
     /// This process's own pacing, heard of at `heard_at`, as it stands at `now`.
-    pub fn view(
-        &self,
-        rules: &FleetRules,
-        clock: StoreClock,
-        heard_at: Instant,
-        now: Instant,
-    ) -> View {
+    pub fn view(&self, rules: &FleetRules, heard_at: Instant, now: Instant) -> View {
         let timing = rules.timing.rules(&self.0.config);
-        run::cached_view(&self.0.state, &timing, &clock.0, heard_at, now)
+        run::cached_view(&self.0.state, &timing, &self.0.clock, heard_at, now)
     }
 
     /// Whether this process's own pacing has the endpoint open: nothing learned that a cache
@@ -298,9 +303,11 @@ impl Fallback {
         self.0.state.is_open()
     }
 
-    /// The record to start the store's from on rejoining, when the store lost the endpoint's
-    /// record meanwhile (it restarted empty): this process's state, scaled back up to the fleet.
-    pub fn seed(&self) -> Record {
-        Record(self.0.seed())
+    /// The record to start the store's from on rejoining at `now`, when the store lost the
+    /// endpoint's record meanwhile (it restarted empty): this process's state, scaled back up
+    /// to the fleet, on the store's `clock` as the rejoining call measured it (a fallback
+    /// entered before any round trip kept its times on the process's own epoch).
+    pub fn seed(&self, clock: StoreClock, now: Instant) -> Record {
+        Record(self.0.seed(clock.0, now))
     }
 }
