@@ -1,6 +1,7 @@
 //! [`RedisStoreBuilder`]: a [`RedisStore`]'s settings, checked by `build`.
 
 use super::script::Scripts;
+use super::timeout::CallTimeout;
 use super::{Counters, Health, Inner, RedisStore};
 use redis::aio::ConnectionLike;
 use std::collections::HashMap;
@@ -15,7 +16,7 @@ use tower_http_retry::InvalidConfig;
 /// | setter | default | why |
 /// |---|---|---|
 /// | [`prefix`](Self::prefix) | `tower-http-retry:pacing` | fleets on one server keep apart |
-/// | [`call_timeout`](Self::call_timeout) | 5 ms | a slow Redis costs a request at most this before the fallback answers |
+/// | [`call_timeout`](Self::call_timeout) | measured: 4 × the slowest of the last 64 round trips, 5–250 ms (250 ms until 8 are measured) | a slow Redis costs a request at most this before the fallback answers; a loaded machine's round trips are not taken for a lost Redis |
 /// | [`view_ttl`](Self::view_ttl) | 1 s | how stale an open endpoint's mode may be; refreshed off the request path |
 /// | [`lease_ttl`](Self::lease_ttl) | 10 s | a dead process's probe is taken back |
 /// | [`record_ttl`](Self::record_ttl) | 60 s | records of endpoints nobody paces expire |
@@ -24,7 +25,7 @@ use tower_http_retry::InvalidConfig;
 pub struct RedisStoreBuilder<C> {
     connection: C,
     prefix: String,
-    call_timeout: Duration,
+    call_timeout: Option<Duration>,
     view_ttl: Duration,
     lease_ttl: Duration,
     record_ttl: Duration,
@@ -38,7 +39,7 @@ where
         Self {
             connection,
             prefix: "tower-http-retry:pacing".to_owned(),
-            call_timeout: Duration::from_millis(5),
+            call_timeout: None,
             view_ttl: Duration::from_secs(1),
             lease_ttl: FleetRules::DEFAULT_LEASE_TTL,
             record_ttl: FleetRules::DEFAULT_RECORD_TTL,
@@ -52,9 +53,11 @@ where
         self
     }
 
-    /// The longest wait for one Redis call; past it, the fallback answers.
+    /// The longest wait for one Redis call, fixed; past it, the fallback answers. Unset, it
+    /// is measured: four times the slowest of the last 64 round trips, at least 5 ms and at
+    /// most 250 ms (250 ms until 8 round trips are measured).
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = timeout;
+        self.call_timeout = Some(timeout);
         self
     }
 
@@ -79,7 +82,9 @@ where
 
     /// Checks every value: fails, naming the field, on a zero or over-long duration.
     pub fn build(self) -> Result<RedisStore<C>, InvalidConfig> {
-        InvalidConfig::ensure_positive_duration("store.call_timeout", self.call_timeout)?;
+        if let Some(timeout) = self.call_timeout {
+            InvalidConfig::ensure_positive_duration("store.call_timeout", timeout)?;
+        }
         InvalidConfig::ensure_positive_duration("store.view_ttl", self.view_ttl)?;
         let rules = FleetRules::new(self.lease_ttl, self.record_ttl)?;
         Ok(RedisStore {
@@ -87,7 +92,9 @@ where
                 connection: self.connection,
                 fleet_key: format!("{}#fleet", self.prefix),
                 prefix: self.prefix,
-                call_timeout: self.call_timeout,
+                call_timeout: self
+                    .call_timeout
+                    .map_or_else(CallTimeout::measured, CallTimeout::Fixed),
                 view_ttl: self.view_ttl,
                 rules,
                 scripts: Scripts::new(),
