@@ -26,6 +26,7 @@ use crate::abort::AbortSignal;
 use crate::classify::{NotSent, Outcome};
 use crate::error::CircuitOpen;
 use crate::random::{uniform, RandomSource};
+use crate::telemetry;
 use http::uri::Authority;
 use rand::rngs::SmallRng;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -156,7 +157,7 @@ impl Breaker {
         abort: Option<(AbortSignal, Hold)>,
         random: &RandomSource,
     ) -> Self {
-        Self {
+        let breaker = Self {
             origin: Instant::now(),
             word: AtomicU64::new(CLOSED),
             half_open_at: AtomicU64::new(0),
@@ -175,7 +176,9 @@ impl Breaker {
             rejected: AtomicU64::new(0),
             probes: AtomicU64::new(0),
             leases: AtomicUsize::new(0),
-        }
+        };
+        telemetry::circuit(None, phase_name(CLOSED));
+        breaker
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -242,7 +245,6 @@ impl Breaker {
                     successes: 0,
                 };
                 self.advance(&mut inner, HALF_OPEN);
-                trace("half-open");
                 self.probe(&mut inner)
             }
             Phase::HalfOpen { .. } => self.probe(&mut inner),
@@ -250,6 +252,7 @@ impl Breaker {
         drop(inner);
         if let Admission::Rejected(_) = admission {
             self.rejected.fetch_add(1, Ordering::Relaxed);
+            telemetry::circuit_rejected();
         }
         admission
     }
@@ -374,6 +377,7 @@ impl Breaker {
             }
         };
         self.rejected.fetch_add(1, Ordering::Relaxed);
+        telemetry::circuit_rejected();
         open
     }
 
@@ -445,7 +449,6 @@ impl Breaker {
             .store(self.nanos(until).max(1), Ordering::Release);
         self.advance(inner, OPEN);
         self.trips.fetch_add(1, Ordering::Relaxed);
-        trace("open");
         true
     }
 
@@ -457,14 +460,17 @@ impl Breaker {
         inner.closed_at = Some(now);
         self.window.clear();
         self.advance(inner, CLOSED);
-        trace("closed");
     }
 
-    /// Starts a new generation in `phase`, publishing it for the lock-free readers.
+    /// Starts a new generation in `phase`, publishing it for the lock-free readers, and
+    /// tells the telemetry.
     fn advance(&self, inner: &mut Inner, phase: u64) {
+        let from = self.word.load(Ordering::Relaxed) & 3;
         inner.generation += 1;
         self.word
             .store(inner.generation << PHASE_BITS | phase, Ordering::Release);
+        trace(phase_name(phase));
+        telemetry::circuit(Some(phase_name(from)), phase_name(phase));
     }
 
     /// The state at `now`; an open circuit whose time is up reports half-open (it becomes so at
@@ -486,6 +492,21 @@ impl Breaker {
             rejected: self.rejected.load(Ordering::Relaxed),
             probes: self.probes.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// The name of `phase` (`CLOSED`, `OPEN`, `HALF_OPEN`) in the telemetry.
+fn phase_name(phase: u64) -> &'static str {
+    match phase {
+        CLOSED => "closed",
+        OPEN => "open",
+        _ => "half_open",
+    }
+}
+
+impl Drop for Breaker {
+    fn drop(&mut self) {
+        telemetry::circuit_dropped(phase_name(self.word.load(Ordering::Relaxed) & 3));
     }
 }
 

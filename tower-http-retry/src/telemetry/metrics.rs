@@ -15,6 +15,10 @@ const BUDGET: &str = "http_client_retry_budget_withdrawals_total";
 const REFUNDS: &str = "http_client_retry_budget_refunds_total";
 const MODE_CHANGES: &str = "http_client_retry_pacer_mode_changes_total";
 const QUEUE_DEPTH: &str = "http_client_retry_pacer_queue_depth";
+const PACED: &str = "http_client_retry_pacer_endpoints";
+const CIRCUITS: &str = "http_client_retry_circuits";
+const CIRCUIT_TRANSITIONS: &str = "http_client_retry_circuit_transitions_total";
+const CIRCUIT_REJECTIONS: &str = "http_client_retry_circuit_rejections_total";
 
 static METADATA: Metadata<'static> =
     Metadata::new("tower_http_retry", Level::INFO, Some(module_path!()));
@@ -33,6 +37,10 @@ static METADATA: Metadata<'static> =
 /// | `http_client_retry_budget_refunds_total` | counter | tokens | | granted tokens given back (the retry was not sent) |
 /// | `http_client_retry_pacer_mode_changes_total` | counter | changes | `mode`: `open`, `probing`, `ramping`, `paused` | an endpoint entered this [`PacingMode`](crate::pacing::PacingMode) |
 /// | `http_client_retry_pacer_queue_depth` | gauge | requests | | requests waiting in pacing queues now, all endpoints |
+/// | `http_client_retry_pacer_endpoints` | gauge | endpoints | `mode`: `probing`, `ramping`, `paused` | endpoints paced now, by the mode their last call left them in (open ones are not counted) |
+/// | `http_client_retry_circuits` | gauge | circuits | `state`: `closed`, `open`, `half_open` | circuit breakers by state now (a keyed layer's one per authority it keeps; an open one whose time is up counts as open until its next call) |
+/// | `http_client_retry_circuit_transitions_total` | counter | transitions | `state`: `open` (a trip), `half_open`, `closed` | a circuit entered this state |
+/// | `http_client_retry_circuit_rejections_total` | counter | requests | | requests an open or probing circuit turned away |
 ///
 /// Every label has a fixed set of values: no authority, path or status is a label, so a client
 /// talking to many hosts still makes a bounded number of series.
@@ -86,6 +94,26 @@ pub fn describe_metrics() {
             name(QUEUE_DEPTH),
             Some(Unit::Count),
             text("Requests waiting in pacing queues."),
+        );
+        r.describe_gauge(
+            name(PACED),
+            Some(Unit::Count),
+            text("Endpoints paced now, by pacing mode."),
+        );
+        r.describe_gauge(
+            name(CIRCUITS),
+            Some(Unit::Count),
+            text("Circuit breakers by state."),
+        );
+        r.describe_counter(
+            name(CIRCUIT_TRANSITIONS),
+            Some(Unit::Count),
+            text("Circuit breaker transitions, by the state entered (open: a trip)."),
+        );
+        r.describe_counter(
+            name(CIRCUIT_REJECTIONS),
+            Some(Unit::Count),
+            text("Requests turned away by an open or probing circuit."),
         );
     });
 }
@@ -203,6 +231,67 @@ pub(crate) fn budget_refunded() {
 /// An endpoint entered the mode named `mode` (`open`, `probing`, `ramping`, `paused`).
 pub(crate) fn pacer_mode(mode: &'static str) {
     count(mode_key(mode));
+}
+
+/// The paced endpoints' gauge of the mode named `mode`; `None` for `open`, not counted.
+fn paced_key(mode: &'static str) -> Option<&'static Key> {
+    match mode {
+        "probing" => Some(key!(PACED, "mode" => "probing")),
+        "ramping" => Some(key!(PACED, "mode" => "ramping")),
+        "paused" => Some(key!(PACED, "mode" => "paused")),
+        _ => None,
+    }
+}
+
+fn gauge(key: Option<&'static Key>, delta: f64) {
+    if let Some(key) = key {
+        metrics::with_recorder(|r| r.register_gauge(key, &METADATA).increment(delta));
+    }
+}
+
+/// An endpoint's last call left it in the mode named `to`, where it was in `from`.
+pub(crate) fn paced_endpoint(from: &'static str, to: &'static str) {
+    gauge(paced_key(from), -1.0);
+    gauge(paced_key(to), 1.0);
+}
+
+/// The circuits' gauge and transitions' counter of the state named `state` (`closed`, `open`,
+/// `half_open`).
+fn circuit_keys(state: &'static str) -> (&'static Key, &'static Key) {
+    match state {
+        "closed" => (
+            key!(CIRCUITS, "state" => "closed"),
+            key!(CIRCUIT_TRANSITIONS, "state" => "closed"),
+        ),
+        "open" => (
+            key!(CIRCUITS, "state" => "open"),
+            key!(CIRCUIT_TRANSITIONS, "state" => "open"),
+        ),
+        _ => (
+            key!(CIRCUITS, "state" => "half_open"),
+            key!(CIRCUIT_TRANSITIONS, "state" => "half_open"),
+        ),
+    }
+}
+
+/// A circuit was made (`from: None`, closed) or moved from state `from` to `to`.
+pub(crate) fn circuit(from: Option<&'static str>, to: &'static str) {
+    let (circuits, transitions) = circuit_keys(to);
+    if let Some(from) = from {
+        gauge(Some(circuit_keys(from).0), -1.0);
+        count(transitions);
+    }
+    gauge(Some(circuits), 1.0);
+}
+
+/// A circuit in state `state` was dropped (a keyed layer forgot it, or the layer went).
+pub(crate) fn circuit_dropped(state: &'static str) {
+    gauge(Some(circuit_keys(state).0), -1.0);
+}
+
+/// A circuit turned a request away.
+pub(crate) fn circuit_rejected() {
+    count(key!(CIRCUIT_REJECTIONS));
 }
 
 /// A request joined an endpoint's queue.

@@ -29,3 +29,15 @@ pub(crate) fn queue_joined() {}
 
 #[inline(always)]
 pub(crate) fn queue_left(_waiters: usize) {}
+
+#[inline(always)]
+pub(crate) fn paced_endpoint(_from: &'static str, _to: &'static str) {}
+
+#[inline(always)]
+pub(crate) fn circuit(_from: Option<&'static str>, _to: &'static str) {}
+
+#[inline(always)]
+pub(crate) fn circuit_dropped(_state: &'static str) {}
+
+#[inline(always)]
+pub(crate) fn circuit_rejected() {}

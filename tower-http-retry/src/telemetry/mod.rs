@@ -6,7 +6,8 @@
 //!   `tower_http_retry`).
 //! * `metrics`: counters, histograms and a gauge through the `metrics` facade (attempts,
 //!   retries by delay source, requests by stop reason, budget withdrawals and refunds, pacing
-//!   mode changes, the delays, the pacer's queues); [`describe_metrics`] gives an installed
+//!   mode changes, the delays, the pacer's queues and paced endpoints, circuit breakers by
+//!   state, their transitions and rejections); [`describe_metrics`] gives an installed
 //!   recorder their units and help texts.
 //!
 //! The names, units and labels are tabled in docs/telemetry.md and on
@@ -32,8 +33,8 @@ mod span;
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
 pub(crate) use self::metrics::{
-    attempt, budget_denied, budget_granted, budget_refunded, delay, pacer_mode, queue_joined,
-    queue_left, stop,
+    attempt, budget_denied, budget_granted, budget_refunded, circuit, circuit_dropped,
+    circuit_rejected, delay, paced_endpoint, pacer_mode, queue_joined, queue_left, stop,
 };
 pub(crate) use self::span::{enter_attempt, Attempt, AttemptSpan};
 

@@ -8,6 +8,7 @@
 
 use test_support as support;
 
+mod breaker;
 mod loopback;
 mod pacer;
 mod spans;
@@ -63,7 +64,12 @@ impl Readings {
 
     /// A gauge's change since the previous snapshot; 0 if it never moved.
     fn gauge(&self, name: &str) -> f64 {
-        match self.get(MetricKind::Gauge, name, &[]) {
+        self.gauge_of(name, &[])
+    }
+
+    /// The same for the series of `name` with `labels`.
+    fn gauge_of(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        match self.get(MetricKind::Gauge, name, labels) {
             Some(DebugValue::Gauge(v)) => v.into_inner(),
             None => 0.0,
             Some(other) => panic!("{name} is not a gauge: {other:?}"),

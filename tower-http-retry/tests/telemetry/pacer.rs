@@ -81,6 +81,13 @@ fn a_pause_counts_its_mode_changes_and_the_queue_depth_goes_up_and_back_to_zero(
         assert_eq!(during.gauge(depth), 3.0, "three requests wait in the queue");
         let modes = "http_client_retry_pacer_mode_changes_total";
         assert_eq!(during.counter(modes, &[("mode", "paused")]), 1);
+        let paced = "http_client_retry_pacer_endpoints";
+        assert_eq!(
+            during.gauge_of(paced, &[("mode", "paused")]),
+            1.0,
+            "one endpoint paused"
+        );
+        assert_eq!(during.series(paced).len(), 1, "{:?}", during.series(paced));
         assert_eq!(during.series(modes).len(), 1, "{:?}", during.series(modes));
 
         let responses = tasks.join_all().await;
@@ -115,6 +122,24 @@ fn a_pause_counts_its_mode_changes_and_the_queue_depth_goes_up_and_back_to_zero(
         // The new requests' waits came before their first attempt: not a retry's delay.
         assert_eq!(after.counter("http_client_retry_attempts_total", &[]), 3);
         assert_eq!(during.counter("http_client_retry_attempts_total", &[]), 1);
+
+        // Out of the pause; forgotten with its pacer, the endpoint leaves the gauge.
+        assert_eq!(after.gauge_of(paced, &[("mode", "paused")]), -1.0);
+        drop((service, layer));
+        let gone = Readings::take(&snapshotter);
+        for mode in ["probing", "ramping", "paused"] {
+            let net = [&during, &after, &gone]
+                .iter()
+                .map(|m| m.gauge_of(paced, &[("mode", mode)]))
+                .sum::<f64>();
+            assert_eq!(
+                net,
+                0.0,
+                "{mode}: {:?} {:?}",
+                after.series(paced),
+                gone.series(paced)
+            );
+        }
     });
 }
 

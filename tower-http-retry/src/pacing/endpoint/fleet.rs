@@ -196,6 +196,7 @@ impl EndpointState {
         if after != before {
             trace(after);
             self.run = 0;
+            self.gauge_mode();
         }
         let waiting = !self.queue.is_empty();
         let rate = self.rate(config);

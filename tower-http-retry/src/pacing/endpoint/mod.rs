@@ -51,6 +51,16 @@ pub(crate) struct EndpointState {
     horizon: Instant,
     /// With a store: what the process holds of the fleet's state beyond its replica.
     pub(crate) link: Option<Link>,
+    /// The mode the paced endpoints' gauge counts this endpoint in (as its last settled
+    /// change left it).
+    gauged: PacingMode,
+}
+
+impl Drop for EndpointState {
+    /// An endpoint forgotten (or its pacer dropped) leaves the paced endpoints' gauge.
+    fn drop(&mut self) {
+        crate::telemetry::paced_endpoint(self.gauged.as_str(), PacingMode::Open.as_str());
+    }
 }
 
 impl EndpointState {
@@ -66,6 +76,7 @@ impl EndpointState {
             run: 0,
             horizon: now,
             link,
+            gauged: PacingMode::Open,
         }
     }
 
@@ -116,7 +127,17 @@ impl EndpointState {
         for mode in entered.each() {
             trace(mode);
         }
+        self.gauge_mode();
         true
+    }
+
+    /// Moves the endpoint, in the paced endpoints' gauge, to the mode it is in now.
+    fn gauge_mode(&mut self) {
+        let mode = self.mode();
+        if mode != self.gauged {
+            crate::telemetry::paced_endpoint(self.gauged.as_str(), mode.as_str());
+            self.gauged = mode;
+        }
     }
 
     /// Joins the queue: its id, or `None` when the queue is full.
