@@ -3,8 +3,7 @@
 //! that answers in a millisecond on a quiet network and one that answers in twenty on a loaded
 //! machine are each given what they need, and neither is taken for lost.
 
-use crate::lock;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// Round trips remembered: the slowest of them sets the timeout.
@@ -63,14 +62,21 @@ impl CallTimeout {
     pub(crate) fn get(&self) -> Duration {
         match self {
             Self::Fixed(timeout) => *timeout,
-            Self::Measured(trips) => lock(trips).timeout(),
+            Self::Measured(trips) => trips
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .timeout(),
         }
     }
 
     /// A call was answered after `trip`.
     pub(crate) fn answered(&self, trip: Duration) {
         if let Self::Measured(trips) = self {
-            lock(trips).record(trip);
+            // Plain data: a poisoned lock is usable.
+            trips
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .record(trip);
         }
     }
 }
