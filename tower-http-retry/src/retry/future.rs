@@ -19,7 +19,7 @@ use super::wait::{Wait, Waited};
 use super::watch::AbortWatch;
 use crate::classify::Classify;
 use crate::message::{RetryRequest, RetryResponse};
-use crate::telemetry::Attempt;
+use crate::telemetry::{in_attempt, Attempt};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -143,14 +143,16 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Calling { future } => {
+                StateProj::Calling { mut future } => {
                     let mark = this.session.inner_layers_mark();
-                    let result = ready!(retrying(mark, || future.poll(cx)));
+                    let result = ready!(retrying(mark, || future.as_mut().poll(cx)));
                     let classified = this.session.classify(&result);
                     if this.session.first_try_success(&result, classified) {
                         this.state.set(State::Done);
                         return Poll::Ready(result);
                     }
+                    // The decision on this outcome is the attempt's: its events in its span.
+                    let _in_attempt = in_attempt(&*future);
                     match this
                         .session
                         .decide_classified(&result, classified, Instant::now)

@@ -3,7 +3,7 @@
 //! * `tracing`: each attempt runs in an `attempt` span carrying OpenTelemetry's HTTP attributes
 //!   (`http.request.resend_count` on retries, method, server address and port, status or
 //!   `error.type`), and each decision of the retry layer is a debug event (target
-//!   `tower_http_retry`).
+//!   `tower_http_retry`), those on an attempt's outcome inside that attempt's span.
 //! * `metrics`: counters, histograms and a gauge through the `metrics` facade (attempts,
 //!   retries by delay source, requests by stop reason, budget withdrawals and refunds, pacing
 //!   mode changes, the delays, the pacer's queues and paced endpoints, circuit breakers by
@@ -36,7 +36,7 @@ pub(crate) use self::metrics::{
     attempt, budget_denied, budget_granted, budget_refunded, circuit, circuit_dropped,
     circuit_rejected, delay, paced_endpoint, pacer_mode, queue_joined, queue_left, stop,
 };
-pub(crate) use self::span::{enter_attempt, Attempt, AttemptSpan};
+pub(crate) use self::span::{enter_attempt, in_attempt, Attempt, AttemptSpan};
 
 /// A decision of the retry core, as a `tracing` debug event (feature `tracing`; nothing
 /// without it).

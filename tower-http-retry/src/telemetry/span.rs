@@ -66,6 +66,20 @@ impl AttemptSpan {
     }
 }
 
+/// The span of an attempt that ended, entered again while the retry layer decides on its
+/// outcome: the decision's events (a delay chosen, the stop) are the attempt's. Left when
+/// dropped, before any wait.
+pub(crate) struct InAttempt {
+    _entered: tracing::span::EnteredSpan,
+}
+
+/// Enters `attempt`'s span again, for the decision on its outcome.
+pub(crate) fn in_attempt<F>(attempt: &Attempt<F>) -> InAttempt {
+    InAttempt {
+        _entered: attempt.span.clone().entered(),
+    }
+}
+
 impl<F, Res, E> Future for Attempt<F>
 where
     F: Future<Output = Result<Res, E>>,

@@ -22,3 +22,12 @@ impl AttemptSpan {
         future
     }
 }
+
+/// The span of an attempt that ended, entered for the decision on its outcome: nothing.
+pub(crate) struct InAttempt;
+
+/// Enters an ended attempt's span: nothing to enter.
+#[inline(always)]
+pub(crate) fn in_attempt<F>(_attempt: &F) -> InAttempt {
+    InAttempt
+}

@@ -215,6 +215,24 @@ fn each_attempt_is_a_span_with_the_resend_count_on_retries() {
         let expected: Vec<Option<u64>> = attempts.iter().map(|(id, _)| Some(*id)).collect();
         assert_eq!(inside, expected, "{message}: {events:#?}");
     }
+    // The decisions on each outcome are the attempt's: a retry after each 503, the stop after
+    // the 200 (an on-call engineer reads why beside the status that caused it).
+    let in_span = |message: &str| -> Vec<Option<u64>> {
+        events
+            .iter()
+            .filter(|e| e.message == message)
+            .map(|e| e.span)
+            .collect()
+    };
+    let ids: Vec<Option<u64>> = attempts.iter().map(|(id, _)| Some(*id)).collect();
+    assert_eq!(in_span("retrying after delay"), ids[..2], "{events:#?}");
+    assert_eq!(in_span("finished"), ids[2..], "{events:#?}");
+    // And "sending attempt", made before the attempt's span opens, is the request's.
+    let sending = in_span("sending attempt");
+    assert!(
+        sending.iter().all(|span| *span == Some(request)),
+        "{sending:?}"
+    );
 }
 
 #[test]
