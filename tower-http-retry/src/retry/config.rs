@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     pub(crate) wall_clock: WallClock,
     pub(crate) pacing: Option<Pacing>,
     pub(crate) nested: NestedLayers,
+    /// The `layer` label of the layer's metrics.
+    pub(crate) metrics_label: Option<Arc<str>>,
 }
 
 impl Default for Settings {
@@ -62,6 +64,7 @@ impl Default for Settings {
             wall_clock: Arc::new(SystemTime::now),
             pacing: None,
             nested: NestedLayers::Defer,
+            metrics_label: None,
         }
     }
 }
@@ -75,6 +78,9 @@ impl Settings {
             policy.validate()?;
         }
         at_least_one("max_attempts", self.max_attempts.into())?;
+        if self.metrics_label.as_deref() == Some("") {
+            return Err(InvalidConfig::new("metrics_label", "must not be empty"));
+        }
         duration_at_most_max("first_attempt_jitter", self.first_attempt_jitter)?;
         if let Some(deadline) = self.deadline {
             non_zero("deadline", deadline)?;
@@ -108,7 +114,8 @@ impl fmt::Debug for Settings {
             .field("abort", &self.abort)
             .field("random", &self.random)
             .field("pacing", &self.pacing)
-            .field("nested", &self.nested);
+            .field("nested", &self.nested)
+            .field("metrics_label", &self.metrics_label);
         f.finish_non_exhaustive()
     }
 }
@@ -138,8 +145,8 @@ impl<C> Config<C> {
                 .hint_policy
                 .map_or(cap, |policy| policy.clamp_or(cap)),
             classifier,
+            counters: Counters::labelled(settings.metrics_label.as_deref()),
             settings,
-            counters: Counters::default(),
         })
     }
 }

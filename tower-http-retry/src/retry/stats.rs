@@ -16,6 +16,8 @@ const COLUMNS: usize = DelayHistogram::BUCKETS.len() + 1;
 #[derive(Clone, Default)]
 pub(crate) struct Counters {
     counters: Arc<Cells>,
+    /// The keys the layer's metrics are recorded under (feature `metrics`).
+    labels: telemetry::Labels,
 }
 
 #[derive(Default)]
@@ -269,6 +271,14 @@ fn column_of(delay: Duration) -> usize {
 }
 
 impl Counters {
+    /// Counters whose metrics carry the label `layer`, if any.
+    pub(crate) fn labelled(layer: Option<&str>) -> Self {
+        Self {
+            counters: Arc::default(),
+            labels: telemetry::Labels::new(layer),
+        }
+    }
+
     /// A copy of every counter now.
     pub(crate) fn snapshot(&self) -> RetryStats {
         let c = &*self.counters;
@@ -302,17 +312,17 @@ impl Counters {
         if number > 1 {
             self.counters.retries.fetch_add(1, Relaxed);
         }
-        telemetry::attempt(number, after);
+        telemetry::attempt(&self.labels, number, after);
     }
 
     pub(crate) fn stop(&self, reason: StopReason) {
         self.counters.stops[reason.index()].fetch_add(1, Relaxed);
-        telemetry::stop(reason);
+        telemetry::stop(&self.labels, reason);
     }
 
     pub(crate) fn delay(&self, retry: u32, delay: Duration, source: DelaySource) {
         self.counters.delays[row_of(retry)][column_of(delay)].fetch_add(1, Relaxed);
-        telemetry::delay(delay, source);
+        telemetry::delay(&self.labels, delay, source);
     }
 
     pub(crate) fn retry_after_seen(&self) {
@@ -333,12 +343,12 @@ impl Counters {
 
     pub(crate) fn budget_denied(&self) {
         self.counters.budget_denied.fetch_add(1, Relaxed);
-        telemetry::budget_denied();
+        telemetry::budget_denied(&self.labels);
     }
 
     pub(crate) fn budget_granted(&self) {
         self.counters.budget_granted.fetch_add(1, Relaxed);
-        telemetry::budget_granted();
+        telemetry::budget_granted(&self.labels);
     }
 
     pub(crate) fn rotation_resend(&self) {
@@ -355,7 +365,7 @@ impl Counters {
 
     pub(crate) fn budget_refunded(&self) {
         self.counters.budget_refunded.fetch_add(1, Relaxed);
-        telemetry::budget_refunded();
+        telemetry::budget_refunded(&self.labels);
     }
 }
 

@@ -5,6 +5,7 @@
 
 use crate::report::{DelaySource, StopReason};
 use metrics::{Key, KeyName, Label, Level, Metadata, SharedString, Unit};
+use std::sync::Arc;
 use std::time::Duration;
 
 const ATTEMPTS: &str = "http_client_retry_attempts_total";
@@ -43,7 +44,9 @@ static METADATA: Metadata<'static> =
 /// | `http_client_retry_circuit_rejections_total` | counter | requests | | requests an open or probing circuit turned away |
 ///
 /// Every label has a fixed set of values: no authority, path or status is a label, so a client
-/// talking to many hosts still makes a bounded number of series.
+/// talking to many hosts still makes a bounded number of series. A layer built with
+/// [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label) adds `layer` to the first six
+/// (its own, constant).
 ///
 /// ```
 /// // After installing a recorder (e.g. metrics-exporter-prometheus's):
@@ -146,6 +149,64 @@ macro_rules! by_source {
     }};
 }
 
+/// The label every metric of a layer built with
+/// [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label) carries.
+const LAYER: &str = "layer";
+
+/// The keys a layer's metrics are recorded under: the unlabelled statics, or, for a layer with
+/// a [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label), keys of its own made once when
+/// it is built (recording one allocates nothing).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Labels(Option<Arc<LayerKeys>>);
+
+#[derive(Debug)]
+struct LayerKeys {
+    attempts: Key,
+    /// By [`DelaySource`], in [`DelaySource::ALL`]'s order.
+    retries: Vec<Key>,
+    delays: Vec<Key>,
+    /// By [`StopReason::index`].
+    requests: Vec<Key>,
+    granted: Key,
+    denied: Key,
+    refunds: Key,
+}
+
+impl Labels {
+    /// The keys of a layer labelled `layer`, or the unlabelled ones.
+    pub(crate) fn new(layer: Option<&str>) -> Self {
+        let Some(layer) = layer else {
+            return Self(None);
+        };
+        let layer = SharedString::from(layer.to_owned());
+        let key = |name: &'static str, label: Option<(&'static str, &'static str)>| {
+            let mut labels = vec![Label::new(LAYER, layer.clone())];
+            if let Some((key, value)) = label {
+                labels.push(Label::from_static_parts(key, value));
+            }
+            Key::from_parts(name, labels)
+        };
+        let by_source = |name| {
+            DelaySource::ALL
+                .iter()
+                .map(|source| key(name, Some(("source", source.as_str()))))
+                .collect()
+        };
+        Self(Some(Arc::new(LayerKeys {
+            attempts: key(ATTEMPTS, None),
+            retries: by_source(RETRIES),
+            delays: by_source(DELAY),
+            requests: StopReason::ALL
+                .iter()
+                .map(|reason| key(REQUESTS, Some(("reason", reason.as_str()))))
+                .collect(),
+            granted: key(BUDGET, Some(("result", "granted"))),
+            denied: key(BUDGET, Some(("result", "denied"))),
+            refunds: key(REFUNDS, None),
+        })))
+    }
+}
+
 fn stop_key(reason: StopReason) -> &'static Key {
     macro_rules! arms {
         ($($reason:ident),* $(,)?) => {
@@ -189,43 +250,64 @@ fn mode_key(mode: &'static str) -> &'static Key {
     }
 }
 
-fn count(key: &'static Key) {
+fn count(key: &Key) {
     metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
 }
 
 /// Attempt `number` (from 1) is sent; `after` is the source of the wait before it.
-pub(crate) fn attempt(number: u32, after: Option<DelaySource>) {
-    count(key!(ATTEMPTS));
+pub(crate) fn attempt(labels: &Labels, number: u32, after: Option<DelaySource>) {
+    let layer = labels.0.as_deref();
+    count(layer.map_or(key!(ATTEMPTS), |keys| &keys.attempts));
     if number > 1 {
         // A retry with no wait recorded before it does not happen; `backoff` if it did.
-        count(by_source!(RETRIES, after.unwrap_or(DelaySource::Backoff)));
+        let source = after.unwrap_or(DelaySource::Backoff);
+        count(match layer {
+            None => by_source!(RETRIES, source),
+            Some(keys) => &keys.retries[source as usize],
+        });
     }
 }
 
 /// A request finished.
-pub(crate) fn stop(reason: StopReason) {
-    count(stop_key(reason));
+pub(crate) fn stop(labels: &Labels, reason: StopReason) {
+    count(match labels.0.as_deref() {
+        None => stop_key(reason),
+        Some(keys) => &keys.requests[reason.index()],
+    });
 }
 
 /// A wait before a retry ended after `delay`.
-pub(crate) fn delay(delay: Duration, source: DelaySource) {
-    let key = by_source!(DELAY, source);
+pub(crate) fn delay(labels: &Labels, delay: Duration, source: DelaySource) {
+    let key = match labels.0.as_deref() {
+        None => by_source!(DELAY, source),
+        Some(keys) => &keys.delays[source as usize],
+    };
     metrics::with_recorder(|r| {
         r.register_histogram(key, &METADATA)
             .record(delay.as_secs_f64())
     });
 }
 
-pub(crate) fn budget_granted() {
-    count(key!(BUDGET, "result" => "granted"));
+pub(crate) fn budget_granted(labels: &Labels) {
+    count(
+        labels
+            .0
+            .as_deref()
+            .map_or(key!(BUDGET, "result" => "granted"), |k| &k.granted),
+    );
 }
 
-pub(crate) fn budget_denied() {
-    count(key!(BUDGET, "result" => "denied"));
+pub(crate) fn budget_denied(labels: &Labels) {
+    count(
+        labels
+            .0
+            .as_deref()
+            .map_or(key!(BUDGET, "result" => "denied"), |k| &k.denied),
+    );
 }
 
-pub(crate) fn budget_refunded() {
-    count(key!(REFUNDS));
+pub(crate) fn budget_refunded(labels: &Labels) {
+    count(labels.0.as_deref().map_or(key!(REFUNDS), |k| &k.refunds));
 }
 
 /// An endpoint entered the mode named `mode` (`open`, `probing`, `ramping`, `paused`).
@@ -328,6 +410,32 @@ mod tests {
             assert_eq!(key.name(), REQUESTS);
             assert_eq!(label(key), ("reason", reason.as_str()));
         }
+    }
+
+    #[test]
+    fn a_labelled_layer_has_a_key_for_every_source_and_reason_with_its_label() {
+        let Labels(Some(keys)) = Labels::new(Some("webhooks")) else {
+            panic!("labelled")
+        };
+        let pairs = |key: &Key| {
+            key.labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect::<Vec<_>>()
+        };
+        let layer = ("layer".to_owned(), "webhooks".to_owned());
+        for source in DelaySource::ALL {
+            let expected = vec![layer.clone(), ("source".into(), source.as_str().into())];
+            assert_eq!(pairs(&keys.retries[source as usize]), expected);
+            assert_eq!(pairs(&keys.delays[source as usize]), expected);
+        }
+        for reason in StopReason::ALL {
+            let key = &keys.requests[reason.index()];
+            assert_eq!(key.name(), REQUESTS);
+            let expected = vec![layer.clone(), ("reason".into(), reason.as_str().into())];
+            assert_eq!(pairs(key), expected);
+        }
+        assert_eq!(pairs(&keys.attempts), vec![layer]);
+        assert!(Labels::new(None).0.is_none(), "unlabelled: the statics");
     }
 
     #[test]

@@ -3,23 +3,34 @@
 use crate::report::{DelaySource, StopReason};
 use std::time::Duration;
 
-#[inline(always)]
-pub(crate) fn attempt(_number: u32, _after: Option<DelaySource>) {}
+/// The keys a layer's metrics are recorded under: without the `metrics` feature, none.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Labels;
+
+impl Labels {
+    #[inline(always)]
+    pub(crate) fn new(_layer: Option<&str>) -> Self {
+        Labels
+    }
+}
 
 #[inline(always)]
-pub(crate) fn stop(_reason: StopReason) {}
+pub(crate) fn attempt(_labels: &Labels, _number: u32, _after: Option<DelaySource>) {}
 
 #[inline(always)]
-pub(crate) fn delay(_delay: Duration, _source: DelaySource) {}
+pub(crate) fn stop(_labels: &Labels, _reason: StopReason) {}
 
 #[inline(always)]
-pub(crate) fn budget_granted() {}
+pub(crate) fn delay(_labels: &Labels, _delay: Duration, _source: DelaySource) {}
 
 #[inline(always)]
-pub(crate) fn budget_denied() {}
+pub(crate) fn budget_granted(_labels: &Labels) {}
 
 #[inline(always)]
-pub(crate) fn budget_refunded() {}
+pub(crate) fn budget_denied(_labels: &Labels) {}
+
+#[inline(always)]
+pub(crate) fn budget_refunded(_labels: &Labels) {}
 
 #[inline(always)]
 pub(crate) fn pacer_mode(_mode: &'static str) {}

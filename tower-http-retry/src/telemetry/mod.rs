@@ -34,7 +34,7 @@ mod span;
 pub use self::metrics::describe_metrics;
 pub(crate) use self::metrics::{
     attempt, budget_denied, budget_granted, budget_refunded, circuit, circuit_dropped,
-    circuit_rejected, delay, paced_endpoint, pacer_mode, queue_joined, queue_left, stop,
+    circuit_rejected, delay, paced_endpoint, pacer_mode, queue_joined, queue_left, stop, Labels,
 };
 pub(crate) use self::span::{enter_attempt, in_attempt, Attempt, AttemptSpan};
 

@@ -93,6 +93,52 @@ fn attempts_retries_stops_and_delays_are_counted_exactly() {
 }
 
 #[test]
+fn a_labelled_layer_records_under_its_own_label_beside_an_unlabelled_one() {
+    with_recorder(false, |snapshotter| async move {
+        let server = server().await;
+        let uri = server.uri("/");
+        let webhooks = layer()
+            .metrics_label("webhooks")
+            .budget(TokenBucket::default())
+            .build()
+            .unwrap()
+            .layer(support::client());
+        let plain = layer().build().unwrap().layer(support::client());
+        // The labelled layer: one delivery that gives up after 3 attempts, one that succeeds.
+        for id in ["down", "first-try"] {
+            let _ = webhooks.clone().oneshot(get(&uri, id)).await.unwrap();
+        }
+        // The other: one success after a retry.
+        let _ = plain.oneshot(get(&uri, "ok-after-1")).await.unwrap();
+
+        let m = Readings::take(&snapshotter);
+        let layer = ("layer", "webhooks");
+        let attempts = "http_client_retry_attempts_total";
+        assert_eq!(m.counter(attempts, &[layer]), 4);
+        assert_eq!(m.counter(attempts, &[]), 2, "the unlabelled layer's own");
+        let requests = "http_client_retry_requests_total";
+        assert_eq!(
+            m.counter(requests, &[layer, ("reason", "attempts_exhausted")]),
+            1
+        );
+        assert_eq!(m.counter(requests, &[layer, ("reason", "success")]), 1);
+        assert_eq!(m.counter(requests, &[("reason", "success")]), 1);
+        assert_eq!(m.series(requests).len(), 3, "{:?}", m.series(requests));
+        let retries = "http_client_retry_retries_total";
+        assert_eq!(m.counter(retries, &[layer, ("source", "backoff")]), 2);
+        assert_eq!(m.counter(retries, &[("source", "backoff")]), 1);
+        let delay = "http_client_retry_delay_seconds";
+        assert_eq!(
+            m.histogram(delay, &[layer, ("source", "backoff")]),
+            [0.005, 0.010]
+        );
+        let budget = "http_client_retry_budget_withdrawals_total";
+        assert_eq!(m.counter(budget, &[layer, ("result", "granted")]), 2);
+        assert_eq!(m.series(budget).len(), 1, "{:?}", m.series(budget));
+    });
+}
+
+#[test]
 fn an_empty_budget_counts_a_denial_and_the_stop() {
     with_recorder(false, |snapshotter| async move {
         let server = server().await;
