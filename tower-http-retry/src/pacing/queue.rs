@@ -26,9 +26,9 @@ pin_project! {
     pub(crate) struct QueueWait {
         endpoint: Arc<Endpoint>,
         id: u64,
-        // Only the head of the queue waits on a timer, for the next release.
-        #[pin]
-        timer: Option<Sleep>,
+        // Only the head of the queue waits on a timer, for the next release: boxed, so that the
+        // others do not carry one.
+        timer: Option<Pin<Box<Sleep>>>,
         done: bool,
     }
 
@@ -108,7 +108,7 @@ impl QueueWait {
 
     /// `Ready` with the request's pass once the pacer lets it go.
     pub(crate) fn poll_release(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PassGuard> {
-        let mut this = self.project();
+        let this = self.project();
         // Looks again after an answer the store gave at once, but not forever.
         let mut answered_at_once = 0;
         loop {
@@ -154,12 +154,14 @@ impl QueueWait {
                             continue;
                         }
                     }
-                    match this.timer.as_mut().as_pin_mut() {
-                        Some(timer) => timer.reset(at),
-                        None => this.timer.set(Some(tokio::time::sleep_until(at))),
-                    }
-                    let timer = this.timer.as_mut().as_pin_mut().expect("just set");
-                    if timer.poll(cx).is_pending() {
+                    let timer = match this.timer {
+                        Some(timer) => {
+                            timer.as_mut().reset(at);
+                            timer
+                        }
+                        None => this.timer.insert(Box::pin(tokio::time::sleep_until(at))),
+                    };
+                    if timer.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
                     }
                 }

@@ -26,10 +26,12 @@ pin_project! {
     pub(crate) struct Wait<Res, E> {
         #[pin]
         phase: Phase,
-        // `None` without an abort signal, or once it has fired before the first attempt.
-        #[pin]
-        watch: Option<AbortWatch>,
-        last: Option<Result<Res, E>>,
+        // `None` without an abort signal, or once it has fired before the first attempt. Boxed,
+        // as the deadline's timer: most requests have neither, and a waiting request's size is
+        // what a queue of thousands costs.
+        watch: Option<Pin<Box<AbortWatch>>>,
+        // Boxed, as the sleep: a request waiting for its first attempt has neither.
+        last: Option<Box<Result<Res, E>>>,
         token: Option<Withdrawal>,
     }
 }
@@ -39,16 +41,14 @@ pin_project! {
     enum Phase {
         // The delay is running.
         Sleeping {
-            #[pin]
-            sleep: Sleep,
+            sleep: Pin<Box<Sleep>>,
         },
         // Waiting in the endpoint's queue until the pacer lets the request go, or until the
         // request's deadline.
         Queued {
             #[pin]
             queue: QueueWait,
-            #[pin]
-            deadline: Option<Sleep>,
+            deadline: Option<Pin<Box<Sleep>>>,
         },
         // A first attempt to an endpoint that was down when it was made: it joins the queue when
         // first polled, so that a future nobody polls yet holds no place at the head.
@@ -56,6 +56,11 @@ pin_project! {
         // The delay is over: the stored service is polled to readiness.
         Readying,
     }
+}
+
+/// The timer of a wait in the queue that ends at the request's deadline, if it has one.
+fn deadline_timer(deadline: Option<Instant>) -> Option<Pin<Box<Sleep>>> {
+    deadline.map(|at| Box::pin(tokio::time::sleep_until(at)))
 }
 
 /// How a wait ended.
@@ -79,10 +84,10 @@ impl<Res, E> Wait<Res, E> {
         Self {
             phase: Phase::Queued {
                 queue,
-                deadline: deadline.map(tokio::time::sleep_until),
+                deadline: deadline_timer(deadline),
             },
-            watch: listener.map(AbortWatch::shutdown_only),
-            last,
+            watch: listener.map(|listener| Box::pin(AbortWatch::shutdown_only(listener))),
+            last: last.map(Box::new),
             token: None,
         }
     }
@@ -96,10 +101,10 @@ impl<Res, E> Wait<Res, E> {
     ) -> Self {
         Self {
             phase: Phase::Sleeping {
-                sleep: tokio::time::sleep(delay),
+                sleep: Box::pin(tokio::time::sleep(delay)),
             },
-            watch,
-            last,
+            watch: watch.map(Box::pin),
+            last: last.map(Box::new),
             token,
         }
     }
@@ -152,7 +157,7 @@ impl<Res, E> Wait<Res, E> {
     {
         let mut wait = self.project();
         loop {
-            let aborted = match wait.watch.as_mut().as_pin_mut() {
+            let aborted = match wait.watch.as_mut().map(Pin::as_mut) {
                 Some(watch) => {
                     let abort = session.config().settings.abort.as_ref();
                     let abort = abort.expect("a watch comes from the abort signal");
@@ -164,7 +169,7 @@ impl<Res, E> Wait<Res, E> {
                 None => None,
             };
             if let Some(forbidden) = aborted {
-                wait.watch.set(None);
+                *wait.watch = None;
                 match wait.phase.as_mut().project() {
                     PhaseProj::Sleeping { sleep } => {
                         let remaining = sleep.deadline().saturating_duration_since(Instant::now());
@@ -179,7 +184,7 @@ impl<Res, E> Wait<Res, E> {
                 }
                 wait.phase.set(Phase::Readying);
                 drop(wait.token.take()); // refunded: this retry will not be sent
-                if let Some(result) = wait.last.take() {
+                if let Some(result) = wait.last.take().map(|last| *last) {
                     let stop = session.stop_for(forbidden, Instant::now());
                     return Poll::Ready(Waited::Stop(result, stop));
                 }
@@ -190,9 +195,10 @@ impl<Res, E> Wait<Res, E> {
                     let now = Instant::now();
                     match session.join_first_queue(now) {
                         FirstQueue::Joined(queue, listener) => {
-                            let deadline = session.deadline().map(tokio::time::sleep_until);
+                            let deadline = deadline_timer(session.deadline());
                             wait.phase.set(Phase::Queued { queue, deadline });
-                            wait.watch.set(listener.map(AbortWatch::shutdown_only));
+                            *wait.watch = listener
+                                .map(|listener| Box::pin(AbortWatch::shutdown_only(listener)));
                         }
                         FirstQueue::TurnedAway(lane, resend) => {
                             wait.phase.set(Phase::Readying);
@@ -207,20 +213,20 @@ impl<Res, E> Wait<Res, E> {
                     continue;
                 }
                 PhaseProj::Sleeping { sleep } => {
-                    ready!(sleep.poll(cx));
+                    ready!(sleep.as_mut().poll(cx));
                     session.sleep_ended();
                     let now = Instant::now();
                     match session.queue_after_sleep(now) {
                         AfterSleep::Queue(queue) => {
                             // Paced meanwhile: the pacer, not the budget, lets it go.
                             drop(wait.token.take());
-                            let deadline = session.deadline().map(tokio::time::sleep_until);
+                            let deadline = deadline_timer(session.deadline());
                             wait.phase.set(Phase::Queued { queue, deadline });
                             continue;
                         }
                         AfterSleep::Deferred(lane, deferred) => {
                             wait.phase.set(Phase::Readying);
-                            if let Some(result) = wait.last.take() {
+                            if let Some(result) = wait.last.take().map(|last| *last) {
                                 // Paced meanwhile and no room in the queue: not sent ahead of
                                 // the probes, handed back with when to retry.
                                 drop(wait.token.take());
@@ -241,13 +247,13 @@ impl<Res, E> Wait<Res, E> {
                 }
                 PhaseProj::Queued { queue, deadline } => {
                     let expired = deadline
-                        .as_pin_mut()
-                        .is_some_and(|deadline| deadline.poll(cx).is_ready());
+                        .as_mut()
+                        .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
                     if expired {
                         let now = Instant::now();
                         session.left_queue(now);
                         session.sleep_ended();
-                        if let Some(result) = wait.last.take() {
+                        if let Some(result) = wait.last.take().map(|last| *last) {
                             // The deadline came before the pacer let it go: handed back, with
                             // when to try again.
                             session.resend_in(queue.defer(now));
@@ -278,7 +284,7 @@ impl<Res, E> Wait<Res, E> {
             // sent and its token goes back. A first attempt, which has no outcome to return
             // instead, is sent all the same.
             if session.past_deadline(Instant::now()) {
-                if let Some(result) = wait.last.take() {
+                if let Some(result) = wait.last.take().map(|last| *last) {
                     drop(wait.token.take());
                     return Poll::Ready(Waited::Stop(result, StopReason::Deadline));
                 }
