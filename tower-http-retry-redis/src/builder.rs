@@ -55,7 +55,8 @@ where
 
     /// The longest wait for one Redis call, fixed; past it, the fallback answers. Unset, it
     /// is measured: four times the slowest of the last 64 round trips, at least 5 ms and at
-    /// most 250 ms (250 ms until 8 round trips are measured).
+    /// most 250 ms (250 ms until 8 round trips are measured); a call that timed out counts as
+    /// a round trip of its timeout, so that the timeout follows a Redis grown slow.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = Some(timeout);
         self

@@ -494,6 +494,11 @@ where
             }
             Err(error) => {
                 bump(&self.counters.errors);
+                if let StoreError::Timeout(timeout) = error.error {
+                    // A round trip at least this long: the next call waits longer, so that a
+                    // Redis grown slow is not taken for a lost one at every try.
+                    self.call_timeout.answered(timeout);
+                }
                 Err(error)
             }
         }

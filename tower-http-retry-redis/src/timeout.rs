@@ -69,7 +69,8 @@ impl CallTimeout {
         }
     }
 
-    /// A call was answered after `trip`.
+    /// A call was answered after `trip`, or timed out after `trip` (its time counts as a round
+    /// trip: a measured timeout then grows fourfold per timeout, up to the ceiling).
     pub(crate) fn answered(&self, trip: Duration) {
         if let Self::Measured(trips) = self {
             // Plain data: a poisoned lock is usable.
@@ -105,6 +106,22 @@ mod tests {
         assert_eq!(timeout.get(), 8 * MS, "and out of it");
         timeout.answered(Duration::from_secs(1));
         assert_eq!(timeout.get(), CEILING);
+    }
+
+    #[test]
+    fn timeouts_grow_the_measured_timeout_to_a_redis_grown_slow() {
+        let timeout = CallTimeout::measured();
+        for _ in 0..MIN_SAMPLES {
+            timeout.answered(MS / 2);
+        }
+        // Redis now answers in 30 ms: each call that times out counts its timeout.
+        let mut tries = 0;
+        while timeout.get() < 30 * MS {
+            let waited = timeout.get();
+            timeout.answered(waited);
+            tries += 1;
+        }
+        assert_eq!((tries, timeout.get()), (2, 80 * MS), "5 -> 20 -> 80 ms");
     }
 
     #[test]

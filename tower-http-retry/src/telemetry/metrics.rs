@@ -41,7 +41,7 @@ static METADATA: Metadata<'static> =
 /// | `http_client_retry_pacer_endpoints` | gauge | endpoints | `mode`: `probing`, `ramping`, `paused` | endpoints paced now, by the mode their last call left them in (open ones are not counted) |
 /// | `http_client_retry_circuits` | gauge | circuits | `state`: `closed`, `open`, `half_open` | circuit breakers by state now (a keyed layer's one per authority it keeps; an open one whose time is up counts as open until its next call) |
 /// | `http_client_retry_circuit_transitions_total` | counter | transitions | `state`: `open` (a trip), `half_open`, `closed` | a circuit entered this state |
-/// | `http_client_retry_circuit_rejections_total` | counter | requests | | requests an open or probing circuit turned away |
+/// | `http_client_retry_circuit_rejections_total` | counter | requests | | requests a circuit turned away (open, its probes taken, or not readied while open) |
 ///
 /// Every label has a fixed set of values: no authority, path or status is a label, so a client
 /// talking to many hosts still makes a bounded number of series. A layer built with

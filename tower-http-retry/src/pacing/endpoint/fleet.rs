@@ -196,8 +196,10 @@ impl EndpointState {
         if after != before {
             trace(after);
             self.run = 0;
-            self.gauge_mode();
         }
+        // Against what it counts, not `before`: an endpoint made from a cached view that the
+        // store confirms is counted now.
+        self.gauge_mode();
         let waiting = !self.queue.is_empty();
         let rate = self.rate(config);
         let link = self.link.as_mut().expect("a store's endpoint");
