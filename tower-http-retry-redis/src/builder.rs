@@ -1,6 +1,7 @@
 //! [`RedisStoreBuilder`]: a [`RedisStore`]'s settings, checked by `build`.
 
 use super::script::Scripts;
+use super::telemetry::Keys;
 use super::timeout::CallTimeout;
 use super::{Counters, Health, Inner, RedisStore};
 use redis::aio::ConnectionLike;
@@ -92,6 +93,7 @@ where
             inner: Arc::new(Inner {
                 connection: self.connection,
                 fleet_key: format!("{}#fleet", self.prefix),
+                metrics: Keys::new(&self.prefix),
                 prefix: self.prefix,
                 call_timeout: self
                     .call_timeout

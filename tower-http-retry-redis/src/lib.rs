@@ -38,9 +38,12 @@
 mod builder;
 mod cache;
 mod script;
+mod telemetry;
 mod timeout;
 
 pub use builder::RedisStoreBuilder;
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;
 
 use cache::{bound, Cached};
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -81,7 +84,9 @@ const MAX_REFRESHES: usize = 16;
 /// Every call has a [timeout](RedisStoreBuilder::call_timeout), by default four times the
 /// slowest of its last round trips (5 to 250 ms): a few milliseconds on a quiet network. When
 /// Redis fails (a timeout, a refused or reset connection), the store logs it once (with the
-/// `tracing` feature), counts it ([`StoreStats::fallbacks`]) and answers from the process's
+/// `tracing` feature), counts it ([`StoreStats::fallbacks`]; with the `metrics` feature also
+/// `http_client_retry_pacer_store_fallbacks_total{prefix}`, see `describe_metrics`) and answers
+/// from the process's
 /// fallback: the endpoint's last known state at this process's share of the fleet (its rate
 /// divided by the peers, at most 1.2 times that share of the learned rate; its probes spread
 /// as one stream) — never unlimited. The peers are those the record says wait on the endpoint,
@@ -141,6 +146,8 @@ struct Inner<C> {
     counters: Counters,
     /// The fleet's size as the last call that got through counted it (1 before any).
     fleet: AtomicU32,
+    /// The keys of the store's metrics (feature `metrics`).
+    metrics: telemetry::Keys,
 }
 
 enum Health {
@@ -478,6 +485,7 @@ where
     /// Counts a call and its failure; a successful one measures the clock and the fleet.
     fn counted<T>(&self, trip: Result<Trip<T>, Failure>) -> Result<Trip<T>, Failure> {
         bump(&self.counters.calls);
+        self.metrics.call();
         match trip {
             Ok(trip) => {
                 self.fleet.store(trip.fleet, Ordering::Relaxed);
@@ -494,6 +502,7 @@ where
             }
             Err(error) => {
                 bump(&self.counters.errors);
+                self.metrics.error();
                 if let StoreError::Timeout(timeout) = error.error {
                     // A round trip at least this long: the next call waits longer, so that a
                     // Redis grown slow is not taken for a lost one at every try.
@@ -595,6 +604,7 @@ where
                     wait: FIRST_REJOIN_WAIT,
                 };
                 bump(&self.counters.fallbacks);
+                self.metrics.fallback();
                 #[cfg(feature = "tracing")]
                 tracing::warn!(
                     target: "tower_http_retry::pacer",
@@ -612,6 +622,7 @@ where
         if let Health::Away { .. } = *health {
             *health = Health::Joined;
             bump(&self.counters.rejoins);
+            self.metrics.rejoin();
             #[cfg(feature = "tracing")]
             tracing::info!(
                 target: "tower_http_retry::pacer",

@@ -182,3 +182,65 @@ async fn redis_lost_while_an_endpoint_was_open_leaves_the_fleet_probing_it_as_on
         );
     }
 }
+
+#[cfg(feature = "metrics")]
+#[test]
+fn the_store_counts_its_calls_errors_fallbacks_and_rejoins_as_metrics() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let Some(mut redis) =
+        Redis::start("the_store_counts_its_calls_errors_fallbacks_and_rejoins_as_metrics")
+    else {
+        return;
+    };
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let stats = metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let pacing = pacing();
+            let store = redis.store("metered", |b| b).await;
+            call(&store, &pacing, &[Event::Down { jitter: 0.5 }]).await;
+            redis.kill();
+            let lost = call(&store, &pacing, &[ASK]).await;
+            assert!(lost.fallback.is_some(), "{lost:?}");
+            redis.restart();
+            rejoined(&store, &pacing, &[ASK]).await;
+            store.stats()
+        })
+    });
+    // One snapshot: reading resets every counter.
+    let snapshot = snapshotter.snapshot().into_vec();
+    let counter = |name: &str| {
+        snapshot
+            .iter()
+            .find(|(key, ..)| {
+                let key = key.key();
+                key.name() == name
+                    && key
+                        .labels()
+                        .any(|l| (l.key(), l.value()) == ("prefix", "metered"))
+            })
+            .map_or(0, |(.., value)| match value {
+                DebugValue::Counter(n) => *n,
+                other => panic!("{name} is not a counter: {other:?}"),
+            })
+    };
+    assert_eq!(
+        counter("http_client_retry_pacer_store_fallbacks_total"),
+        1,
+        "{stats:?}"
+    );
+    assert_eq!(counter("http_client_retry_pacer_store_rejoins_total"), 1);
+    assert_eq!(
+        counter("http_client_retry_pacer_store_errors_total"),
+        stats.errors
+    );
+    assert_eq!(
+        counter("http_client_retry_pacer_store_calls_total"),
+        stats.calls
+    );
+    assert!(stats.errors >= 1 && stats.calls > stats.errors, "{stats:?}");
+}
