@@ -15,6 +15,7 @@ use super::mode::PacingMode;
 use super::rules::PacingRules;
 use super::shared::SharedState;
 use crate::random::RandomSource;
+use crate::telemetry::Labels;
 use http::uri::Authority;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -31,6 +32,8 @@ pub(crate) struct Pacer {
     /// How many endpoints are not [settled](EndpointState::is_settled); shared with each of
     /// them, which keeps it up to date whenever its state is unlocked.
     unsettled: Arc<AtomicUsize>,
+    /// The keys of the layer's metrics, which its endpoints record under.
+    labels: Labels,
 }
 
 #[derive(Default)]
@@ -73,12 +76,13 @@ pub struct PacingStats {
 }
 
 impl Pacer {
-    pub(crate) fn new(config: Pacing, random: RandomSource) -> Self {
+    pub(crate) fn new(config: Pacing, random: RandomSource, labels: Labels) -> Self {
         Self {
             config,
             random,
             map: Mutex::default(),
             unsettled: Arc::default(),
+            labels,
         }
     }
 
@@ -114,7 +118,8 @@ impl Pacer {
         }
         let key: Arc<str> = Arc::from(key);
         let link = self.config.store().map(|_| Link::default());
-        let mut state = EndpointState::new(now, self.random.stream(), link);
+        let labels = self.labels.clone();
+        let mut state = EndpointState::new(now, self.random.stream(), link, labels);
         if let Some(store) = self.config.store() {
             // What the fleet is known to be doing, without a call.
             if let Some(view) = store.cached(self.rules(), &key, now) {
@@ -245,7 +250,7 @@ mod tests {
             .max_endpoints(max_endpoints)
             .build()
             .expect("a valid configuration");
-        Pacer::new(config, RandomSource::seeded(7))
+        Pacer::new(config, RandomSource::seeded(7), Labels::default())
     }
 
     #[test]

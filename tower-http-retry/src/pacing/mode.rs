@@ -28,9 +28,9 @@ impl PacingMode {
     }
 }
 
-/// A mode entered, in the telemetry.
-pub(crate) fn trace(mode: PacingMode) {
+/// A mode entered, in the telemetry (the metrics under `labels`, the layer's).
+pub(crate) fn trace(labels: &crate::telemetry::Labels, mode: PacingMode) {
     #[cfg(feature = "tracing")]
     tracing::debug!(target: "tower_http_retry::pacer", ?mode, "endpoint pacing");
-    crate::telemetry::pacer_mode(mode.as_str());
+    crate::telemetry::pacer_mode(labels, mode.as_str());
 }

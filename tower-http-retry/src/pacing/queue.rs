@@ -125,7 +125,7 @@ impl QueueWait {
             match release {
                 Release::Now(pass) => {
                     state.queue.pop_front();
-                    crate::telemetry::queue_left(1);
+                    crate::telemetry::queue_left(&state.labels, 1);
                     state.wake_head();
                     *this.done = true;
                     return Poll::Ready(PassGuard {

@@ -15,6 +15,7 @@ use crate::error::{at_least_one, duration_at_most_max, non_zero, InvalidConfig};
 use crate::hint::HintPolicy;
 use crate::pacing::{Pacer, Pacing};
 use crate::random::RandomSource;
+use crate::telemetry::Labels;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -136,16 +137,17 @@ impl<C> Config<C> {
     pub(crate) fn new(classifier: C, settings: Settings) -> Result<Self, InvalidConfig> {
         settings.validate()?;
         let cap = settings.backoff.cap();
+        let labels = Labels::new(settings.metrics_label.as_deref());
         Ok(Self {
             pacer: settings
                 .pacing
                 .clone()
-                .map(|pacing| Pacer::new(pacing, settings.random.clone())),
+                .map(|pacing| Pacer::new(pacing, settings.random.clone(), labels.clone())),
             retry_after_clamp: settings
                 .hint_policy
                 .map_or(cap, |policy| policy.clamp_or(cap)),
             classifier,
-            counters: Counters::labelled(settings.metrics_label.as_deref()),
+            counters: Counters::labelled(labels),
             settings,
         })
     }

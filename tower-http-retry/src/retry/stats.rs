@@ -271,11 +271,11 @@ fn column_of(delay: Duration) -> usize {
 }
 
 impl Counters {
-    /// Counters whose metrics carry the label `layer`, if any.
-    pub(crate) fn labelled(layer: Option<&str>) -> Self {
+    /// Counters whose metrics are recorded under `labels`, the layer's.
+    pub(crate) fn labelled(labels: telemetry::Labels) -> Self {
         Self {
             counters: Arc::default(),
-            labels: telemetry::Labels::new(layer),
+            labels,
         }
     }
 

@@ -45,8 +45,8 @@ static METADATA: Metadata<'static> =
 ///
 /// Every label has a fixed set of values: no authority, path or status is a label, so a client
 /// talking to many hosts still makes a bounded number of series. A layer built with
-/// [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label) adds `layer` to the first six
-/// (its own, constant).
+/// [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label) adds `layer` (its own,
+/// constant) to all but the breakers'.
 ///
 /// ```
 /// // After installing a recorder (e.g. metrics-exporter-prometheus's):
@@ -170,6 +170,18 @@ struct LayerKeys {
     granted: Key,
     denied: Key,
     refunds: Key,
+    /// The pacer's: mode changes by [`mode_index`], paced endpoints by the same index (open
+    /// unused), the queue depth.
+    modes: Vec<Key>,
+    paced: Vec<Key>,
+    queue_depth: Key,
+}
+
+/// The pacing modes' names, in the order of the labelled keys.
+const MODES: [&str; 4] = ["open", "probing", "ramping", "paused"];
+
+fn mode_index(mode: &str) -> usize {
+    MODES.iter().position(|m| *m == mode).unwrap_or(3)
 }
 
 impl Labels {
@@ -203,6 +215,15 @@ impl Labels {
             granted: key(BUDGET, Some(("result", "granted"))),
             denied: key(BUDGET, Some(("result", "denied"))),
             refunds: key(REFUNDS, None),
+            modes: MODES
+                .iter()
+                .map(|mode| key(MODE_CHANGES, Some(("mode", mode))))
+                .collect(),
+            paced: MODES
+                .iter()
+                .map(|mode| key(PACED, Some(("mode", mode))))
+                .collect(),
+            queue_depth: key(QUEUE_DEPTH, None),
         })))
     }
 }
@@ -311,8 +332,11 @@ pub(crate) fn budget_refunded(labels: &Labels) {
 }
 
 /// An endpoint entered the mode named `mode` (`open`, `probing`, `ramping`, `paused`).
-pub(crate) fn pacer_mode(mode: &'static str) {
-    count(mode_key(mode));
+pub(crate) fn pacer_mode(labels: &Labels, mode: &'static str) {
+    count(match labels.0.as_deref() {
+        None => mode_key(mode),
+        Some(keys) => &keys.modes[mode_index(mode)],
+    });
 }
 
 /// The paced endpoints' gauge of the mode named `mode`; `None` for `open`, not counted.
@@ -325,16 +349,20 @@ fn paced_key(mode: &'static str) -> Option<&'static Key> {
     }
 }
 
-fn gauge(key: Option<&'static Key>, delta: f64) {
+fn gauge(key: Option<&Key>, delta: f64) {
     if let Some(key) = key {
         metrics::with_recorder(|r| r.register_gauge(key, &METADATA).increment(delta));
     }
 }
 
 /// An endpoint's last call left it in the mode named `to`, where it was in `from`.
-pub(crate) fn paced_endpoint(from: &'static str, to: &'static str) {
-    gauge(paced_key(from), -1.0);
-    gauge(paced_key(to), 1.0);
+pub(crate) fn paced_endpoint(labels: &Labels, from: &'static str, to: &'static str) {
+    let key = |mode| match labels.0.as_deref() {
+        None => paced_key(mode),
+        Some(keys) => (mode != "open").then(|| &keys.paced[mode_index(mode)]),
+    };
+    gauge(key(from), -1.0);
+    gauge(key(to), 1.0);
 }
 
 /// The circuits' gauge and transitions' counter of the state named `state` (`closed`, `open`,
@@ -376,21 +404,23 @@ pub(crate) fn circuit_rejected() {
     count(key!(CIRCUIT_REJECTIONS));
 }
 
+/// The queue depth's key of a layer.
+fn queue_key(labels: &Labels) -> &Key {
+    labels
+        .0
+        .as_deref()
+        .map_or(key!(QUEUE_DEPTH), |keys| &keys.queue_depth)
+}
+
 /// A request joined an endpoint's queue.
-pub(crate) fn queue_joined() {
-    metrics::with_recorder(|r| {
-        r.register_gauge(key!(QUEUE_DEPTH), &METADATA)
-            .increment(1.0)
-    });
+pub(crate) fn queue_joined(labels: &Labels) {
+    gauge(Some(queue_key(labels)), 1.0);
 }
 
 /// `waiters` requests left an endpoint's queue.
-pub(crate) fn queue_left(waiters: usize) {
+pub(crate) fn queue_left(labels: &Labels, waiters: usize) {
     if waiters > 0 {
-        metrics::with_recorder(|r| {
-            r.register_gauge(key!(QUEUE_DEPTH), &METADATA)
-                .decrement(waiters as f64)
-        });
+        gauge(Some(queue_key(labels)), -(waiters as f64));
     }
 }
 

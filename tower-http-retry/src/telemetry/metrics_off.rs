@@ -33,16 +33,16 @@ pub(crate) fn budget_denied(_labels: &Labels) {}
 pub(crate) fn budget_refunded(_labels: &Labels) {}
 
 #[inline(always)]
-pub(crate) fn pacer_mode(_mode: &'static str) {}
+pub(crate) fn pacer_mode(_labels: &Labels, _mode: &'static str) {}
 
 #[inline(always)]
-pub(crate) fn queue_joined() {}
+pub(crate) fn queue_joined(_labels: &Labels) {}
 
 #[inline(always)]
-pub(crate) fn queue_left(_waiters: usize) {}
+pub(crate) fn queue_left(_labels: &Labels, _waiters: usize) {}
 
 #[inline(always)]
-pub(crate) fn paced_endpoint(_from: &'static str, _to: &'static str) {}
+pub(crate) fn paced_endpoint(_labels: &Labels, _from: &'static str, _to: &'static str) {}
 
 #[inline(always)]
 pub(crate) fn circuit(_from: Option<&'static str>, _to: &'static str) {}

@@ -168,3 +168,39 @@ fn a_request_dropped_from_the_queue_leaves_the_queue_depth() {
         assert_eq!(Readings::take(&snapshotter).gauge(depth), -1.0);
     });
 }
+
+#[test]
+fn a_labelled_layer_records_its_pacer_under_its_label() {
+    with_recorder(true, |snapshotter| async move {
+        let layer = RetryLayer::builder()
+            .backoff(Backoff::new(Jitter::None, 100 * MS, SEC))
+            .hint_policy(HintPolicy::honored().max_delay(2 * SEC).jitter(0.0))
+            .random_source(RandomSource::seeded(3))
+            .pacing(Pacing::new())
+            .metrics_label("webhooks")
+            .build()
+            .unwrap();
+        let service = layer.layer(endpoint());
+        let mut tasks = JoinSet::new();
+        tasks.spawn(service.clone().oneshot(get()));
+        tokio::time::sleep(10 * MS).await;
+        tasks.spawn(service.clone().oneshot(get()));
+        tokio::time::sleep(500 * MS).await;
+
+        let during = Readings::take(&snapshotter);
+        let layer_label = ("layer", "webhooks");
+        let modes = "http_client_retry_pacer_mode_changes_total";
+        assert_eq!(during.counter(modes, &[layer_label, ("mode", "paused")]), 1);
+        assert_eq!(during.series(modes).len(), 1, "{:?}", during.series(modes));
+        let depth = "http_client_retry_pacer_queue_depth";
+        assert_eq!(during.gauge_of(depth, &[layer_label]), 2.0);
+        assert_eq!(during.gauge(depth), 0.0, "nothing unlabelled");
+        let paced = "http_client_retry_pacer_endpoints";
+        assert_eq!(
+            during.gauge_of(paced, &[layer_label, ("mode", "paused")]),
+            1.0
+        );
+        assert_eq!(during.series(paced).len(), 1, "{:?}", during.series(paced));
+        let _ = tasks.join_all().await;
+    });
+}

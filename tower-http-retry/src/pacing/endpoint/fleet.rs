@@ -194,7 +194,7 @@ impl EndpointState {
         self.shared.take_entered();
         let after = self.shared.mode_kind();
         if after != before {
-            trace(after);
+            trace(&self.labels, after);
             self.run = 0;
         }
         // Against what it counts, not `before`: an endpoint made from a cached view that the

@@ -19,6 +19,7 @@ use super::schedule::{Resend, Schedule};
 use super::shared::{Batch, Grant, Mode, Rules, SharedState, Signal};
 use super::store::Lease;
 use crate::random::uniform;
+use crate::telemetry::Labels;
 use rand::rngs::SmallRng;
 use rand::RngExt;
 use std::collections::VecDeque;
@@ -54,17 +55,20 @@ pub(crate) struct EndpointState {
     /// The mode the paced endpoints' gauge counts this endpoint in (as its last settled
     /// change left it).
     gauged: PacingMode,
+    /// The keys of the layer's metrics.
+    pub(crate) labels: Labels,
 }
 
 impl Drop for EndpointState {
     /// An endpoint forgotten (or its pacer dropped) leaves the paced endpoints' gauge.
     fn drop(&mut self) {
-        crate::telemetry::paced_endpoint(self.gauged.as_str(), PacingMode::Open.as_str());
+        let open = PacingMode::Open.as_str();
+        crate::telemetry::paced_endpoint(&self.labels, self.gauged.as_str(), open);
     }
 }
 
 impl EndpointState {
-    pub(crate) fn new(now: Instant, rng: SmallRng, link: Option<Link>) -> Self {
+    pub(crate) fn new(now: Instant, rng: SmallRng, link: Option<Link>, labels: Labels) -> Self {
         Self {
             shared: SharedState::new(),
             clock: Clock::local(now),
@@ -77,6 +81,7 @@ impl EndpointState {
             horizon: now,
             link,
             gauged: PacingMode::Open,
+            labels,
         }
     }
 
@@ -125,7 +130,7 @@ impl EndpointState {
         }
         self.run = 0;
         for mode in entered.each() {
-            trace(mode);
+            trace(&self.labels, mode);
         }
         self.gauge_mode();
         true
@@ -135,7 +140,7 @@ impl EndpointState {
     fn gauge_mode(&mut self) {
         let mode = self.mode();
         if mode != self.gauged {
-            crate::telemetry::paced_endpoint(self.gauged.as_str(), mode.as_str());
+            crate::telemetry::paced_endpoint(&self.labels, self.gauged.as_str(), mode.as_str());
             self.gauged = mode;
         }
     }
@@ -149,7 +154,7 @@ impl EndpointState {
         let id = self.next_id;
         self.next_id += 1;
         self.queue.push_back(Waiter { id, waker: None });
-        crate::telemetry::queue_joined();
+        crate::telemetry::queue_joined(&self.labels);
         Some(id)
     }
 
@@ -158,7 +163,7 @@ impl EndpointState {
         let was_head = self.queue.front().is_some_and(|w| w.id == id);
         let before = self.queue.len();
         self.queue.retain(|w| w.id != id);
-        crate::telemetry::queue_left(before - self.queue.len());
+        crate::telemetry::queue_left(&self.labels, before - self.queue.len());
         if was_head {
             self.wake_head();
         }

@@ -21,7 +21,7 @@ fn probe() -> Pass {
 }
 
 fn state(now: Instant) -> EndpointState {
-    EndpointState::new(now, SmallRng::seed_from_u64(1), None)
+    EndpointState::new(now, SmallRng::seed_from_u64(1), None, Default::default())
 }
 
 fn down(config: &PacingRules, now: Instant) -> EndpointState {
