@@ -1,7 +1,7 @@
 //! The scrape an on-call engineer reads after an outage: two stacks in one process, a webhook
-//! sender (`RetryLayerBuilder::bulk()`, pacing) and an API client (`interactive()` under a
-//! circuit breaker), each with its `metrics_label`, against in-process endpoints down for the
-//! first 2 s (503), on tokio's paused clock. Prints the Prometheus text of the crate's metrics
+//! sender (`RetryLayerBuilder::bulk()`, pacing) and an API client (the `interactive()` retry
+//! layer over the `interactive()` circuit breaker), each with its `metrics_label`, against
+//! in-process endpoints down for the first 2 s (503), on tokio's paused clock. Prints the Prometheus text of the crate's metrics
 //! (metrics-exporter-prometheus), without the help lines and the delays' quantiles.
 //!
 //! `cargo run --example outage_scrape --features metrics`
@@ -9,8 +9,8 @@
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::{service_fn, Layer, ServiceBuilder, ServiceExt};
+use tower_http_retry::circuit_breaker::CircuitBreakerLayerBuilder;
 use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
-use tower_http_retry::CircuitBreakerLayer;
 
 type Req = http::Request<String>;
 type Res = http::Response<String>;
@@ -54,7 +54,12 @@ fn main() {
                         .build()
                         .unwrap(),
                 )
-                .layer(CircuitBreakerLayer::interactive())
+                .layer(
+                    CircuitBreakerLayerBuilder::interactive()
+                        .metrics_label("api")
+                        .build()
+                        .unwrap(),
+                )
                 .service(endpoint(up));
             let mut calls = tokio::task::JoinSet::new();
             for i in 0..50 {

@@ -7,6 +7,8 @@ use crate::abort::AbortSignal;
 use crate::error::{at_least_one, in_range, not_below, positive_duration, ratio, InvalidConfig};
 use crate::random::RandomSource;
 use crate::retry::{Backoff, Jitter};
+use crate::telemetry::Labels;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything but the classifier, as the builder collects it: a type-changing
@@ -26,6 +28,8 @@ pub(crate) struct Settings {
     pub(crate) successes_to_close: u32,
     pub(crate) abort: Option<AbortSignal>,
     pub(crate) random: RandomSource,
+    /// The `layer` label of the breakers' metrics.
+    pub(crate) metrics_label: Option<Arc<str>>,
 }
 
 impl Default for Settings {
@@ -43,6 +47,7 @@ impl Default for Settings {
             successes_to_close: 1,
             abort: None,
             random: RandomSource::default(),
+            metrics_label: None,
         }
     }
 }
@@ -59,6 +64,8 @@ pub(crate) struct Config {
     pub(crate) open_jitter: f64,
     pub(crate) half_open_probes: u32,
     pub(crate) successes_to_close: u32,
+    /// The keys the breakers' metrics are recorded under.
+    pub(crate) labels: Labels,
 }
 
 impl Settings {
@@ -100,6 +107,9 @@ impl Settings {
         )?;
         in_range("open_jitter", self.open_jitter, 0.0, 1.0)?;
         in_range("open_multiplier", self.open_multiplier, 1.0, f64::MAX)?;
+        if self.metrics_label.as_deref() == Some("") {
+            return Err(InvalidConfig::new("metrics_label", "must not be empty"));
+        }
         Ok(Config {
             consecutive_failures: self.consecutive_failures,
             failure_ratio: self.failure_ratio,
@@ -110,6 +120,7 @@ impl Settings {
             open_jitter: self.open_jitter,
             half_open_probes: self.half_open_probes,
             successes_to_close: self.successes_to_close,
+            labels: Labels::new(self.metrics_label.as_deref()),
         })
     }
 }

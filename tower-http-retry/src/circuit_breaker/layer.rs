@@ -322,6 +322,16 @@ impl<C> CircuitBreakerLayerBuilder<C> {
         self
     }
 
+    /// Labels the metrics of this layer's breakers (feature `metrics`) with
+    /// `layer="<label>"`: the circuits by state, their transitions and rejections, as
+    /// [`RetryLayerBuilder::metrics_label`](crate::retry::RetryLayerBuilder::metrics_label)
+    /// does for a retry layer (give both of a stack the same one). An empty label fails
+    /// [`build`](Self::build).
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.settings.metrics_label = Some(label.into().into());
+        self
+    }
+
     /// Where the open-duration jitter is drawn from (seed it in tests).
     pub fn random_source(mut self, random: RandomSource) -> Self {
         self.settings.random = random;

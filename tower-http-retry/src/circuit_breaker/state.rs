@@ -177,7 +177,7 @@ impl Breaker {
             probes: AtomicU64::new(0),
             leases: AtomicUsize::new(0),
         };
-        telemetry::circuit(None, phase_name(CLOSED));
+        telemetry::circuit(&breaker.config.labels, None, phase_name(CLOSED));
         breaker
     }
 
@@ -252,7 +252,7 @@ impl Breaker {
         drop(inner);
         if let Admission::Rejected(_) = admission {
             self.rejected.fetch_add(1, Ordering::Relaxed);
-            telemetry::circuit_rejected();
+            telemetry::circuit_rejected(&self.config.labels);
         }
         admission
     }
@@ -377,7 +377,7 @@ impl Breaker {
             }
         };
         self.rejected.fetch_add(1, Ordering::Relaxed);
-        telemetry::circuit_rejected();
+        telemetry::circuit_rejected(&self.config.labels);
         open
     }
 
@@ -470,7 +470,11 @@ impl Breaker {
         self.word
             .store(inner.generation << PHASE_BITS | phase, Ordering::Release);
         trace(phase_name(phase));
-        telemetry::circuit(Some(phase_name(from)), phase_name(phase));
+        telemetry::circuit(
+            &self.config.labels,
+            Some(phase_name(from)),
+            phase_name(phase),
+        );
     }
 
     /// The state at `now`; an open circuit whose time is up reports half-open (it becomes so at
@@ -506,7 +510,8 @@ fn phase_name(phase: u64) -> &'static str {
 
 impl Drop for Breaker {
     fn drop(&mut self) {
-        telemetry::circuit_dropped(phase_name(self.word.load(Ordering::Relaxed) & 3));
+        let state = phase_name(self.word.load(Ordering::Relaxed) & 3);
+        telemetry::circuit_dropped(&self.config.labels, state);
     }
 }
 
@@ -541,6 +546,7 @@ mod tests {
             open_jitter: 0.0,
             half_open_probes: 1,
             successes_to_close: 1,
+            labels: Default::default(),
         }
     }
 

@@ -46,7 +46,8 @@ static METADATA: Metadata<'static> =
 /// Every label has a fixed set of values: no authority, path or status is a label, so a client
 /// talking to many hosts still makes a bounded number of series. A layer built with
 /// [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label) adds `layer` (its own,
-/// constant) to all but the breakers'.
+/// constant) to its own and its pacer's; a breaker's get it from
+/// [`CircuitBreakerLayerBuilder::metrics_label`](crate::circuit_breaker::CircuitBreakerLayerBuilder::metrics_label).
 ///
 /// ```
 /// // After installing a recorder (e.g. metrics-exporter-prometheus's):
@@ -175,6 +176,17 @@ struct LayerKeys {
     modes: Vec<Key>,
     paced: Vec<Key>,
     queue_depth: Key,
+    /// The breakers': circuits and transitions by [`circuit_index`], rejections.
+    circuits: Vec<Key>,
+    transitions: Vec<Key>,
+    rejections: Key,
+}
+
+/// The circuit states' names, in the order of the labelled keys.
+const STATES: [&str; 3] = ["closed", "open", "half_open"];
+
+fn circuit_index(state: &str) -> usize {
+    STATES.iter().position(|s| *s == state).unwrap_or(2)
 }
 
 /// The pacing modes' names, in the order of the labelled keys.
@@ -224,6 +236,15 @@ impl Labels {
                 .map(|mode| key(PACED, Some(("mode", mode))))
                 .collect(),
             queue_depth: key(QUEUE_DEPTH, None),
+            circuits: STATES
+                .iter()
+                .map(|state| key(CIRCUITS, Some(("state", state))))
+                .collect(),
+            transitions: STATES
+                .iter()
+                .map(|state| key(CIRCUIT_TRANSITIONS, Some(("state", state))))
+                .collect(),
+            rejections: key(CIRCUIT_REJECTIONS, None),
         })))
     }
 }
@@ -366,8 +387,12 @@ pub(crate) fn paced_endpoint(labels: &Labels, from: &'static str, to: &'static s
 }
 
 /// The circuits' gauge and transitions' counter of the state named `state` (`closed`, `open`,
-/// `half_open`).
-fn circuit_keys(state: &'static str) -> (&'static Key, &'static Key) {
+/// `half_open`), under `labels`.
+fn circuit_keys<'a>(labels: &'a Labels, state: &'static str) -> (&'a Key, &'a Key) {
+    if let Some(keys) = labels.0.as_deref() {
+        let i = circuit_index(state);
+        return (&keys.circuits[i], &keys.transitions[i]);
+    }
     match state {
         "closed" => (
             key!(CIRCUITS, "state" => "closed"),
@@ -385,23 +410,28 @@ fn circuit_keys(state: &'static str) -> (&'static Key, &'static Key) {
 }
 
 /// A circuit was made (`from: None`, closed) or moved from state `from` to `to`.
-pub(crate) fn circuit(from: Option<&'static str>, to: &'static str) {
-    let (circuits, transitions) = circuit_keys(to);
+pub(crate) fn circuit(labels: &Labels, from: Option<&'static str>, to: &'static str) {
+    let (circuits, transitions) = circuit_keys(labels, to);
     if let Some(from) = from {
-        gauge(Some(circuit_keys(from).0), -1.0);
+        gauge(Some(circuit_keys(labels, from).0), -1.0);
         count(transitions);
     }
     gauge(Some(circuits), 1.0);
 }
 
 /// A circuit in state `state` was dropped (a keyed layer forgot it, or the layer went).
-pub(crate) fn circuit_dropped(state: &'static str) {
-    gauge(Some(circuit_keys(state).0), -1.0);
+pub(crate) fn circuit_dropped(labels: &Labels, state: &'static str) {
+    gauge(Some(circuit_keys(labels, state).0), -1.0);
 }
 
 /// A circuit turned a request away.
-pub(crate) fn circuit_rejected() {
-    count(key!(CIRCUIT_REJECTIONS));
+pub(crate) fn circuit_rejected(labels: &Labels) {
+    count(
+        labels
+            .0
+            .as_deref()
+            .map_or(key!(CIRCUIT_REJECTIONS), |keys| &keys.rejections),
+    );
 }
 
 /// The queue depth's key of a layer.

@@ -45,10 +45,10 @@ pub(crate) fn queue_left(_labels: &Labels, _waiters: usize) {}
 pub(crate) fn paced_endpoint(_labels: &Labels, _from: &'static str, _to: &'static str) {}
 
 #[inline(always)]
-pub(crate) fn circuit(_from: Option<&'static str>, _to: &'static str) {}
+pub(crate) fn circuit(_labels: &Labels, _from: Option<&'static str>, _to: &'static str) {}
 
 #[inline(always)]
-pub(crate) fn circuit_dropped(_state: &'static str) {}
+pub(crate) fn circuit_dropped(_labels: &Labels, _state: &'static str) {}
 
 #[inline(always)]
-pub(crate) fn circuit_rejected() {}
+pub(crate) fn circuit_rejected(_labels: &Labels) {}

@@ -90,3 +90,39 @@ fn a_trip_a_rejection_and_a_recovery_move_the_circuit_through_its_states() {
         assert_eq!(dropped.gauge_of(CIRCUITS, &[("state", "closed")]), -1.0);
     });
 }
+
+#[test]
+fn a_labelled_breaker_records_under_its_label() {
+    with_recorder(true, |snapshotter| async move {
+        let layer = CircuitBreakerLayer::builder()
+            .consecutive_failures(2)
+            .open_duration(10 * SEC)
+            .metrics_label("api")
+            .build()
+            .unwrap();
+        let service = layer.layer(endpoint());
+        for _ in 0..3 {
+            let _ = service.clone().oneshot(get()).await;
+        }
+        let m = Readings::take(&snapshotter);
+        let api = ("layer", "api");
+        assert_eq!(m.counter(TRANSITIONS, &[api, ("state", "open")]), 1);
+        assert_eq!(m.gauge_of(CIRCUITS, &[api, ("state", "open")]), 1.0);
+        assert_eq!(m.counter(REJECTIONS, &[api]), 1);
+        assert_eq!(
+            m.series(TRANSITIONS).len(),
+            1,
+            "{:?}",
+            m.series(TRANSITIONS)
+        );
+        assert_eq!(
+            m.gauge_of(CIRCUITS, &[("state", "open")]),
+            0.0,
+            "nothing unlabelled"
+        );
+        assert!(CircuitBreakerLayer::builder()
+            .metrics_label("")
+            .build()
+            .is_err());
+    });
+}
