@@ -120,7 +120,7 @@ impl Settings {
             open_jitter: self.open_jitter,
             half_open_probes: self.half_open_probes,
             successes_to_close: self.successes_to_close,
-            labels: Labels::new(self.metrics_label.as_deref()),
+            labels: Labels::new(self.metrics_label.as_deref(), &[]),
         })
     }
 }

@@ -118,7 +118,7 @@ impl Pacer {
         }
         let key: Arc<str> = Arc::from(key);
         let link = self.config.store().map(|_| Link::default());
-        let labels = self.labels.clone();
+        let labels = self.labels.for_endpoint(&key);
         let mut state = EndpointState::new(now, self.random.stream(), link, labels);
         if let Some(store) = self.config.store() {
             // What the fleet is known to be doing, without a call.

@@ -23,6 +23,11 @@ use std::time::{Duration, SystemTime};
 /// The clock HTTP-date `Retry-After` values are measured against.
 pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
+/// The most endpoints
+/// [`RetryLayerBuilder::metrics_authorities`](crate::retry::RetryLayerBuilder::metrics_authorities)
+/// may list.
+pub(crate) const MAX_METRICS_AUTHORITIES: usize = 64;
+
 /// Everything but the classifier, as the builder collects it: a type-changing
 /// [`classifier`](crate::retry::RetryLayerBuilder::classifier) setter moves it whole.
 #[derive(Clone)]
@@ -46,6 +51,8 @@ pub(crate) struct Settings {
     pub(crate) nested: NestedLayers,
     /// The `layer` label of the layer's metrics.
     pub(crate) metrics_label: Option<Arc<str>>,
+    /// The endpoints whose pacer metrics carry an `authority` label (lower case).
+    pub(crate) metrics_authorities: Vec<Box<str>>,
 }
 
 impl Default for Settings {
@@ -66,6 +73,7 @@ impl Default for Settings {
             pacing: None,
             nested: NestedLayers::Defer,
             metrics_label: None,
+            metrics_authorities: Vec::new(),
         }
     }
 }
@@ -81,6 +89,21 @@ impl Settings {
         at_least_one("max_attempts", self.max_attempts.into())?;
         if self.metrics_label.as_deref() == Some("") {
             return Err(InvalidConfig::new("metrics_label", "must not be empty"));
+        }
+        if self.metrics_authorities.len() > MAX_METRICS_AUTHORITIES {
+            return Err(InvalidConfig::new(
+                "metrics_authorities",
+                format!(
+                    "lists {}: at most {MAX_METRICS_AUTHORITIES}, each a series of its own",
+                    self.metrics_authorities.len()
+                ),
+            ));
+        }
+        if self.metrics_authorities.iter().any(|a| a.is_empty()) {
+            return Err(InvalidConfig::new(
+                "metrics_authorities",
+                "must not list an empty authority",
+            ));
         }
         duration_at_most_max("first_attempt_jitter", self.first_attempt_jitter)?;
         if let Some(deadline) = self.deadline {
@@ -116,7 +139,8 @@ impl fmt::Debug for Settings {
             .field("random", &self.random)
             .field("pacing", &self.pacing)
             .field("nested", &self.nested)
-            .field("metrics_label", &self.metrics_label);
+            .field("metrics_label", &self.metrics_label)
+            .field("metrics_authorities", &self.metrics_authorities);
         f.finish_non_exhaustive()
     }
 }
@@ -137,7 +161,10 @@ impl<C> Config<C> {
     pub(crate) fn new(classifier: C, settings: Settings) -> Result<Self, InvalidConfig> {
         settings.validate()?;
         let cap = settings.backoff.cap();
-        let labels = Labels::new(settings.metrics_label.as_deref());
+        let labels = Labels::new(
+            settings.metrics_label.as_deref(),
+            &settings.metrics_authorities,
+        );
         Ok(Self {
             pacer: settings
                 .pacing

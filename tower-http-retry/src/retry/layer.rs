@@ -533,6 +533,35 @@ impl<C> RetryLayerBuilder<C> {
         self
     }
 
+    /// Names the endpoints whose pacer metrics (mode changes, paced endpoint, queue depth) also
+    /// carry `authority="<authority>"` (feature `metrics`): the few an on-call engineer must
+    /// tell apart (a payment provider, a partner's webhook receiver). An allowlist, so that
+    /// the series stay bounded: at most 64, each as the request's authority (the host, with
+    /// the port when the URI has one; compared in lower case). The others are counted without
+    /// the label. More than 64, or an empty one, fails [`build`](Self::build).
+    ///
+    /// ```
+    /// use tower_http_retry::RetryLayer;
+    ///
+    /// let layer = RetryLayer::builder()
+    ///     .metrics_label("webhooks")
+    ///     .metrics_authorities(["hooks.partner.example", "api.payments.example:8443"])
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn metrics_authorities<I>(mut self, authorities: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.settings.metrics_authorities = authorities
+            .into_iter()
+            .map(|authority| authority.as_ref().to_ascii_lowercase().into())
+            .collect();
+        self
+    }
+
     /// Sets where per-request random streams come from (seed it in tests and simulations).
     pub fn random_source(mut self, random: RandomSource) -> Self {
         self.settings.random = random;

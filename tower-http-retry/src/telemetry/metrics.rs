@@ -154,9 +154,14 @@ macro_rules! by_source {
 /// [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label) carries.
 const LAYER: &str = "layer";
 
+/// The label the pacer's metrics of an endpoint the layer lists in
+/// [`metrics_authorities`](crate::retry::RetryLayerBuilder::metrics_authorities) carry.
+const AUTHORITY: &str = "authority";
+
 /// The keys a layer's metrics are recorded under: the unlabelled statics, or, for a layer with
-/// a [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label), keys of its own made once when
-/// it is built (recording one allocates nothing).
+/// a [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label) or
+/// [`metrics_authorities`](crate::retry::RetryLayerBuilder::metrics_authorities), keys of its
+/// own made once when it is built (recording one allocates nothing).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Labels(Option<Arc<LayerKeys>>);
 
@@ -180,6 +185,8 @@ struct LayerKeys {
     circuits: Vec<Key>,
     transitions: Vec<Key>,
     rejections: Key,
+    /// The keys of each listed authority's endpoint, with its `authority` label.
+    by_authority: Vec<(Box<str>, Labels)>,
 }
 
 /// The circuit states' names, in the order of the labelled keys.
@@ -197,14 +204,45 @@ fn mode_index(mode: &str) -> usize {
 }
 
 impl Labels {
-    /// The keys of a layer labelled `layer`, or the unlabelled ones.
-    pub(crate) fn new(layer: Option<&str>) -> Self {
-        let Some(layer) = layer else {
+    /// The keys of a layer labelled `layer` whose endpoints `authorities` are labelled too, or
+    /// the unlabelled ones when it has neither.
+    pub(crate) fn new(layer: Option<&str>, authorities: &[Box<str>]) -> Self {
+        if layer.is_none() && authorities.is_empty() {
             return Self(None);
-        };
-        let layer = SharedString::from(layer.to_owned());
+        }
+        let mut keys = LayerKeys::new(layer, None);
+        keys.by_authority = authorities
+            .iter()
+            .map(|authority| {
+                let keys = LayerKeys::new(layer, Some(authority));
+                (authority.clone(), Self(Some(Arc::new(keys))))
+            })
+            .collect();
+        Self(Some(Arc::new(keys)))
+    }
+
+    /// The keys the pacer of the endpoint `authority` (as the pacer keys it: lower case, the
+    /// port when the URI has one) records under: with its `authority` label when the layer
+    /// lists it.
+    pub(crate) fn for_endpoint(&self, authority: &str) -> Self {
+        let listed = self.0.as_deref().and_then(|keys| {
+            keys.by_authority
+                .iter()
+                .find(|(listed, _)| **listed == *authority)
+        });
+        listed.map_or_else(|| self.clone(), |(_, labels)| labels.clone())
+    }
+}
+
+impl LayerKeys {
+    /// Every key, labelled with `layer` and `authority` where given.
+    fn new(layer: Option<&str>, authority: Option<&str>) -> Self {
+        let fixed: Vec<Label> = [(LAYER, layer), (AUTHORITY, authority)]
+            .into_iter()
+            .filter_map(|(key, value)| Some(Label::new(key, value?.to_owned())))
+            .collect();
         let key = |name: &'static str, label: Option<(&'static str, &'static str)>| {
-            let mut labels = vec![Label::new(LAYER, layer.clone())];
+            let mut labels = fixed.clone();
             if let Some((key, value)) = label {
                 labels.push(Label::from_static_parts(key, value));
             }
@@ -216,7 +254,7 @@ impl Labels {
                 .map(|source| key(name, Some(("source", source.as_str()))))
                 .collect()
         };
-        Self(Some(Arc::new(LayerKeys {
+        LayerKeys {
             attempts: key(ATTEMPTS, None),
             retries: by_source(RETRIES),
             delays: by_source(DELAY),
@@ -245,7 +283,8 @@ impl Labels {
                 .map(|state| key(CIRCUIT_TRANSITIONS, Some(("state", state))))
                 .collect(),
             rejections: key(CIRCUIT_REJECTIONS, None),
-        })))
+            by_authority: Vec::new(),
+        }
     }
 }
 
@@ -474,7 +513,7 @@ mod tests {
 
     #[test]
     fn a_labelled_layer_has_a_key_for_every_source_and_reason_with_its_label() {
-        let Labels(Some(keys)) = Labels::new(Some("webhooks")) else {
+        let Labels(Some(keys)) = Labels::new(Some("webhooks"), &[]) else {
             panic!("labelled")
         };
         let pairs = |key: &Key| {
@@ -495,7 +534,10 @@ mod tests {
             assert_eq!(pairs(key), expected);
         }
         assert_eq!(pairs(&keys.attempts), vec![layer]);
-        assert!(Labels::new(None).0.is_none(), "unlabelled: the statics");
+        assert!(
+            Labels::new(None, &[]).0.is_none(),
+            "unlabelled: the statics"
+        );
     }
 
     #[test]

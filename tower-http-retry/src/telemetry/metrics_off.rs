@@ -9,7 +9,12 @@ pub(crate) struct Labels;
 
 impl Labels {
     #[inline(always)]
-    pub(crate) fn new(_layer: Option<&str>) -> Self {
+    pub(crate) fn new(_layer: Option<&str>, _authorities: &[Box<str>]) -> Self {
+        Labels
+    }
+
+    #[inline(always)]
+    pub(crate) fn for_endpoint(&self, _authority: &str) -> Self {
         Labels
     }
 }

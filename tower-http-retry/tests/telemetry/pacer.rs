@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_http_retry::hint::HintPolicy;
 use tower_http_retry::pacing::PacingMode;
-use tower_http_retry::retry::RandomSource;
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
 use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer, RetryReport, StopReason};
 
 const MS: Duration = Duration::from_millis(1);
@@ -43,15 +43,17 @@ fn endpoint() -> impl Service<Req, Response = Res, Error = std::io::Error, Futur
     })
 }
 
-fn layer() -> RetryLayer {
+fn builder() -> RetryLayerBuilder {
     RetryLayer::builder()
         .backoff(Backoff::new(Jitter::None, 100 * MS, SEC))
         // The pause is the hint itself, 1 s, not spread.
         .hint_policy(HintPolicy::honored().max_delay(2 * SEC).jitter(0.0))
         .random_source(RandomSource::seeded(3))
         .pacing(Pacing::new())
-        .build()
-        .unwrap()
+}
+
+fn layer() -> RetryLayer {
+    builder().build().unwrap()
 }
 
 #[test]
@@ -172,14 +174,7 @@ fn a_request_dropped_from_the_queue_leaves_the_queue_depth() {
 #[test]
 fn a_labelled_layer_records_its_pacer_under_its_label() {
     with_recorder(true, |snapshotter| async move {
-        let layer = RetryLayer::builder()
-            .backoff(Backoff::new(Jitter::None, 100 * MS, SEC))
-            .hint_policy(HintPolicy::honored().max_delay(2 * SEC).jitter(0.0))
-            .random_source(RandomSource::seeded(3))
-            .pacing(Pacing::new())
-            .metrics_label("webhooks")
-            .build()
-            .unwrap();
+        let layer = builder().metrics_label("webhooks").build().unwrap();
         let service = layer.layer(endpoint());
         let mut tasks = JoinSet::new();
         tasks.spawn(service.clone().oneshot(get()));
@@ -202,5 +197,50 @@ fn a_labelled_layer_records_its_pacer_under_its_label() {
         );
         assert_eq!(during.series(paced).len(), 1, "{:?}", during.series(paced));
         let _ = tasks.join_all().await;
+    });
+}
+
+#[test]
+fn a_listed_authority_labels_its_endpoints_pacer_metrics_and_others_stay_unlabelled() {
+    with_recorder(true, |snapshotter| async move {
+        let layer = builder()
+            .metrics_authorities(["Paced.Test"])
+            .build()
+            .unwrap();
+        // Two endpoints pause: the listed one, and one that is not.
+        let (listed, other) = (layer.layer(endpoint()), layer.layer(endpoint()));
+        let unlisted = || {
+            http::Request::get("http://other.test/")
+                .body(String::new())
+                .unwrap()
+        };
+        let mut tasks = JoinSet::new();
+        tasks.spawn(listed.clone().oneshot(get()));
+        tasks.spawn(other.clone().oneshot(unlisted()));
+        tokio::time::sleep(500 * MS).await;
+
+        let m = Readings::take(&snapshotter);
+        let paced = "http_client_retry_pacer_endpoints";
+        let authority = ("authority", "paced.test");
+        assert_eq!(m.gauge_of(paced, &[authority, ("mode", "paused")]), 1.0);
+        assert_eq!(m.gauge_of(paced, &[("mode", "paused")]), 1.0, "other.test");
+        assert_eq!(m.series(paced).len(), 2, "{:?}", m.series(paced));
+        let depth = "http_client_retry_pacer_queue_depth";
+        assert_eq!(m.gauge_of(depth, &[authority]), 1.0);
+        assert_eq!(m.gauge(depth), 1.0);
+        // The layer's own metrics carry no authority.
+        let attempts = "http_client_retry_attempts_total";
+        assert_eq!(m.counter(attempts, &[]), 2);
+        assert_eq!(m.series(attempts).len(), 1, "{:?}", m.series(attempts));
+        let _ = tasks.join_all().await;
+        let too_many = (0..65).map(|i| format!("host{i}.test"));
+        assert!(RetryLayer::builder()
+            .metrics_authorities(too_many)
+            .build()
+            .is_err());
+        assert!(RetryLayer::builder()
+            .metrics_authorities([""])
+            .build()
+            .is_err());
     });
 }
