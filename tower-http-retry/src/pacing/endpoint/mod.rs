@@ -55,7 +55,8 @@ pub(crate) struct EndpointState {
     /// The mode the paced endpoints' gauge counts this endpoint in (as its last settled
     /// change left it).
     gauged: PacingMode,
-    /// The keys of the layer's metrics.
+    /// The keys this endpoint's metrics are recorded under: the layer's, with the endpoint's
+    /// authority when the layer lists it.
     pub(crate) labels: Labels,
 }
 
