@@ -52,6 +52,7 @@ mod future;
 mod idempotency;
 mod layer;
 mod nested;
+mod presets;
 mod service;
 pub(crate) mod session;
 mod stats;
