@@ -1,9 +1,10 @@
 //! [`RedisStoreBuilder`]: a [`RedisStore`]'s settings, checked by `build`.
 
+use super::health::Health;
 use super::script::Scripts;
 use super::telemetry::Keys;
 use super::timeout::CallTimeout;
-use super::{Counters, Health, Inner, RedisStore};
+use super::{Counters, Inner, RedisStore};
 use redis::aio::ConnectionLike;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize};
@@ -104,7 +105,7 @@ where
                 clock: Mutex::new(None),
                 cache: Mutex::new(HashMap::new()),
                 refreshes: AtomicUsize::new(0),
-                health: Mutex::new(Health::Joined),
+                health: Health::default(),
                 counters: Counters::default(),
                 fleet: AtomicU32::new(1),
             }),

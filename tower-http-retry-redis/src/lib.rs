@@ -37,6 +37,7 @@
 
 mod builder;
 mod cache;
+mod health;
 mod script;
 mod telemetry;
 mod timeout;
@@ -46,6 +47,7 @@ pub use builder::RedisStoreBuilder;
 pub use telemetry::describe_metrics;
 
 use cache::{bound, Cached};
+use health::Health;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use script::{Failure, Found, Keys, Scripts, Swap, Trip};
 use std::collections::HashMap;
@@ -64,10 +66,6 @@ use tower_http_retry::pacing::PacingRules;
 /// Compare-and-set tries per call before it is answered by the fallback (others wrote first
 /// every time).
 const MAX_TRIES: u32 = 8;
-/// The first wait before a process that lost the store tries it again; it doubles up to
-/// [`MAX_REJOIN_WAIT`] while the store stays away.
-const FIRST_REJOIN_WAIT: Duration = Duration::from_millis(250);
-const MAX_REJOIN_WAIT: Duration = Duration::from_secs(5);
 /// Background reads in flight at most, per store.
 const MAX_REFRESHES: usize = 16;
 
@@ -142,22 +140,12 @@ struct Inner<C> {
     cache: Mutex<HashMap<String, Cached>>,
     /// Background reads in flight.
     refreshes: AtomicUsize,
-    health: Mutex<Health>,
+    health: Health,
     counters: Counters,
     /// The fleet's size as the last call that got through counted it (1 before any).
     fleet: AtomicU32,
     /// The keys of the store's metrics (feature `metrics`).
     metrics: telemetry::Keys,
-}
-
-enum Health {
-    Joined,
-    Away {
-        error: StoreError,
-        /// The next call after this tries the store again.
-        retry_at: Instant,
-        wait: Duration,
-    },
 }
 
 #[derive(Default)]
@@ -278,7 +266,7 @@ where
         // within the call timeout.
         if stale
             && !entry.refreshing
-            && !inner.is_away(now)
+            && !inner.health.is_away(now)
             && inner.refreshes.load(Ordering::Relaxed) < MAX_REFRESHES
         {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -341,7 +329,7 @@ where
         events: &[Event],
         now: Instant,
     ) -> Applied {
-        if let Some(error) = self.away(now) {
+        if let Some(error) = self.health.away(now) {
             return self.apply_locally(pacing, endpoint, events, now, error);
         }
         match self.apply_shared(pacing, endpoint, events, now).await {
@@ -566,61 +554,24 @@ where
         fallback.apply(&self.rules, events, now, error)
     }
 
-    /// `Some` while Redis is away and not due for another try. The first call at or after the
-    /// due time tries it (and moves the due time on, so that the calls beside it do not).
-    fn away(&self, now: Instant) -> Option<StoreError> {
-        let mut health = lock(&self.health);
-        match &mut *health {
-            Health::Joined => None,
-            Health::Away {
-                error,
-                retry_at,
-                wait,
-            } => {
-                if now < *retry_at {
-                    return Some(error.clone());
-                }
-                *wait = (*wait * 2).min(MAX_REJOIN_WAIT);
-                *retry_at = now + *wait;
-                None
-            }
-        }
-    }
-
-    /// Whether Redis is away and not due for another try (without claiming the try).
-    fn is_away(&self, now: Instant) -> bool {
-        matches!(*lock(&self.health), Health::Away { retry_at, .. } if now < retry_at)
-    }
-
     /// Redis failed: the fallback from now on, logged and counted once per episode.
     fn lost(&self, error: &StoreError, now: Instant) {
-        let mut health = lock(&self.health);
-        match &mut *health {
-            Health::Away { error: last, .. } => *last = error.clone(),
-            Health::Joined => {
-                *health = Health::Away {
-                    error: error.clone(),
-                    retry_at: now + FIRST_REJOIN_WAIT,
-                    wait: FIRST_REJOIN_WAIT,
-                };
-                bump(&self.counters.fallbacks);
-                self.metrics.fallback();
-                #[cfg(feature = "tracing")]
-                tracing::warn!(
-                    target: "tower_http_retry::pacer",
-                    prefix = %self.prefix,
-                    %error,
-                    "pacing store lost: each endpoint paced locally at this process's share"
-                );
-            }
+        if self.health.lost(error, now) {
+            bump(&self.counters.fallbacks);
+            self.metrics.fallback();
+            #[cfg(feature = "tracing")]
+            tracing::warn!(
+                target: "tower_http_retry::pacer",
+                prefix = %self.prefix,
+                %error,
+                "pacing store lost: each endpoint paced locally at this process's share"
+            );
         }
     }
 
     /// Redis answered: rejoined, if it was away.
     fn joined(&self) {
-        let mut health = lock(&self.health);
-        if let Health::Away { .. } = *health {
-            *health = Health::Joined;
+        if self.health.joined() {
             bump(&self.counters.rejoins);
             self.metrics.rejoin();
             #[cfg(feature = "tracing")]
