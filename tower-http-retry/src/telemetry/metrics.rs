@@ -248,40 +248,36 @@ impl LayerKeys {
             }
             Key::from_parts(name, labels)
         };
-        let by_source = |name| {
-            DelaySource::ALL
-                .iter()
-                .map(|source| key(name, Some(("source", source.as_str()))))
+        // One key of `name` per value of the label `label`, in the order of `values`.
+        let each = |name, label, values: &mut dyn Iterator<Item = &'static str>| {
+            values
+                .map(|value| key(name, Some((label, value))))
                 .collect()
+        };
+        let by_source = |name| {
+            each(
+                name,
+                "source",
+                &mut DelaySource::ALL.iter().map(|s| s.as_str()),
+            )
         };
         LayerKeys {
             attempts: key(ATTEMPTS, None),
             retries: by_source(RETRIES),
             delays: by_source(DELAY),
-            requests: StopReason::ALL
-                .iter()
-                .map(|reason| key(REQUESTS, Some(("reason", reason.as_str()))))
-                .collect(),
+            requests: each(
+                REQUESTS,
+                "reason",
+                &mut StopReason::ALL.iter().map(|r| r.as_str()),
+            ),
             granted: key(BUDGET, Some(("result", "granted"))),
             denied: key(BUDGET, Some(("result", "denied"))),
             refunds: key(REFUNDS, None),
-            modes: MODES
-                .iter()
-                .map(|mode| key(MODE_CHANGES, Some(("mode", mode))))
-                .collect(),
-            paced: MODES
-                .iter()
-                .map(|mode| key(PACED, Some(("mode", mode))))
-                .collect(),
+            modes: each(MODE_CHANGES, "mode", &mut MODES.into_iter()),
+            paced: each(PACED, "mode", &mut MODES.into_iter()),
             queue_depth: key(QUEUE_DEPTH, None),
-            circuits: STATES
-                .iter()
-                .map(|state| key(CIRCUITS, Some(("state", state))))
-                .collect(),
-            transitions: STATES
-                .iter()
-                .map(|state| key(CIRCUIT_TRANSITIONS, Some(("state", state))))
-                .collect(),
+            circuits: each(CIRCUITS, "state", &mut STATES.into_iter()),
+            transitions: each(CIRCUIT_TRANSITIONS, "state", &mut STATES.into_iter()),
             rejections: key(CIRCUIT_REJECTIONS, None),
             by_authority: Vec::new(),
         }
