@@ -84,8 +84,7 @@ const MAX_REFRESHES: usize = 16;
 /// Redis fails (a timeout, a refused or reset connection), the store logs it once (with the
 /// `tracing` feature), counts it ([`StoreStats::fallbacks`]; with the `metrics` feature also
 /// `http_client_retry_pacer_store_fallbacks_total{prefix}`, see `describe_metrics`) and answers
-/// from the process's
-/// fallback: the endpoint's last known state at this process's share of the fleet (its rate
+/// from the process's fallback: the endpoint's last known state at this process's share of the fleet (its rate
 /// divided by the peers, at most 1.2 times that share of the learned rate; its probes spread
 /// as one stream) — never unlimited. The peers are those the record says wait on the endpoint,
 /// or, for an endpoint nobody paced (open), the processes that called Redis in the 10 s before

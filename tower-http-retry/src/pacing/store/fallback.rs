@@ -88,17 +88,18 @@ impl Fallback {
     /// `clock` at `now`.
     pub(crate) fn seed(&self, clock: Clock, now: Instant) -> SharedState {
         let by = i128::from(clock.to_shared(now)) - i128::from(self.clock.to_shared(now));
-        let mut state = shifted(scaled(&self.state, 1.0 / self.share), by);
+        let mut state = scaled(&self.state, 1.0 / self.share);
         // Leases granted while alone: the fleet never saw them.
         state.leases.clear();
-        state
+        shifted(state, by)
     }
 }
 
-/// `state` with every time moved `by` nanoseconds: the same instants on a clock whose epoch is
-/// `by` earlier. Times that stand for "never" or "not yet" (a lease that never expires, a peer
-/// that never reported) keep their meaning.
+/// `state`, which holds no lease (a seed's are cleared), with every time moved `by`
+/// nanoseconds: the same instants on a clock whose epoch is `by` earlier. A peer that never
+/// reported keeps its "never".
 fn shifted(mut state: SharedState, by: i128) -> SharedState {
+    debug_assert!(state.leases.is_empty(), "a seed's leases are cleared first");
     let shift = |t: &mut Nanos| {
         *t = u64::try_from((i128::from(*t) + by).max(0)).unwrap_or(Nanos::MAX);
     };
@@ -126,11 +127,6 @@ fn shifted(mut state: SharedState, by: i128) -> SharedState {
         shift(t);
     }
     state.last_success.iter_mut().for_each(shift);
-    for lease in &mut state.leases {
-        if lease.expires != Nanos::MAX {
-            shift(&mut lease.expires);
-        }
-    }
     for peer in &mut state.peers {
         shift(&mut peer.seen);
         shift(&mut peer.last_at);
