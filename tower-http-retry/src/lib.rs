@@ -52,6 +52,7 @@
 //! |---|---|
 //! | [`retry`] | the retry layer, its builder, service and future; backoff, budgets, idempotency, nested layers, the abort signal, the random source, the counters; the traits a request and a response implement to be retried |
 //! | [`circuit_breaker`] | the circuit breaker, one per authority with the keyed layer; its state, its counters, its refusal ([`CircuitOpen`](circuit_breaker::CircuitOpen)), how it fits the retry layer |
+//! | [`hedge`] | hedging: a second copy of a slow request, paid from a cap and the retry budget, gated by the pacer and the breaker; its counters |
 //! | [`pacing`] | endpoint pacing: its configuration, an endpoint's mode and state |
 //! | [`hint`] | what a response says about retrying (`Retry-After`, rate-limit headers, stand-down markers) and the policy that clamps and spreads it |
 //! | [`classify`] | outcomes, the classifier trait, the default HTTP table, classifiers from closures, errors' `source()` chains |
@@ -106,6 +107,7 @@ pub mod body;
 pub mod circuit_breaker;
 pub mod classify;
 mod error;
+pub mod hedge;
 pub mod hint;
 mod message;
 pub mod pacing;

@@ -1,7 +1,7 @@
 //! What the middlewares need to know about requests and responses, as traits so that other HTTP
 //! types (reqwest's, for one) can be retried and guarded too.
 
-use crate::report::{ReportSlot, RetryReport};
+use crate::report::{HedgeReport, ReportSlot, RetryReport};
 use http::uri::Authority;
 use http::{HeaderMap, Method, StatusCode};
 use std::borrow::Cow;
@@ -105,6 +105,18 @@ pub trait RetryResponse {
     /// The report attached by [`attach_report`](Self::attach_report), if any; read it with
     /// [`RetryReport::of`].
     fn report(&self) -> Option<&RetryReport>;
+
+    /// Attaches the [`HedgeLayer`](crate::hedge::HedgeLayer)'s report (to the extensions, for
+    /// `http::Response`). The default drops it.
+    fn attach_hedge_report(&mut self, report: HedgeReport) {
+        let _ = report;
+    }
+
+    /// The report attached by [`attach_hedge_report`](Self::attach_hedge_report), if any; read
+    /// it with [`HedgeReport::of`].
+    fn hedge_report(&self) -> Option<&HedgeReport> {
+        None
+    }
 }
 
 impl<B> RetryResponse for http::Response<B> {
@@ -122,6 +134,28 @@ impl<B> RetryResponse for http::Response<B> {
 
     fn report(&self) -> Option<&RetryReport> {
         self.extensions().get()
+    }
+
+    fn attach_hedge_report(&mut self, report: HedgeReport) {
+        self.extensions_mut().insert(report);
+    }
+
+    fn hedge_report(&self) -> Option<&HedgeReport> {
+        self.extensions().get()
+    }
+}
+
+// Here rather than in `report/`, so that the report types depend on nothing else in the crate.
+impl HedgeReport {
+    /// The report attached to `response`, if the request was hedged.
+    ///
+    /// ```
+    /// use tower_http_retry::report::HedgeReport;
+    ///
+    /// assert_eq!(HedgeReport::of(&http::Response::new(())), None);
+    /// ```
+    pub fn of<R: RetryResponse>(response: &R) -> Option<&HedgeReport> {
+        response.hedge_report()
     }
 }
 

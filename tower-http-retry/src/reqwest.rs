@@ -3,7 +3,7 @@
 
 use crate::classify::AsStdError;
 use crate::message::{RequestHead, RetryRequest, RetryResponse};
-use crate::report::RetryReport;
+use crate::report::{HedgeReport, RetryReport};
 use ::reqwest::{Error, Request, Response};
 use http::uri::Authority;
 use http::{HeaderMap, Method, StatusCode};
@@ -55,6 +55,14 @@ impl RetryResponse for Response {
     }
 
     fn report(&self) -> Option<&RetryReport> {
+        self.extensions().get()
+    }
+
+    fn attach_hedge_report(&mut self, report: HedgeReport) {
+        self.extensions_mut().insert(report);
+    }
+
+    fn hedge_report(&self) -> Option<&HedgeReport> {
         self.extensions().get()
     }
 }

@@ -2,7 +2,7 @@
 //! where it came from, [`DelaySource`], why retrying stopped, [`StopReason`], and when to send
 //! it again), read from a response ([`RetryReport::of`]), from any outcome, errors included
 //! ([`RetryReport::capture`], [`Captured`]), or through a [`ReportSlot`] in the request's
-//! extensions.
+//! extensions; and which copy of a hedged request answered, [`HedgeReport`].
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -26,12 +26,14 @@
 
 mod capture;
 mod delay;
+mod hedge;
 mod reason;
 mod unsent;
 
 pub(crate) use capture::offer;
 pub use capture::{Captured, ReportSlot};
 pub use delay::{Delay, DelaySource};
+pub use hedge::HedgeReport;
 pub use reason::{StopReason, UnknownName};
 pub use unsent::Unsent;
 

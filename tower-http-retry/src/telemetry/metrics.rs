@@ -20,6 +20,7 @@ const PACED: &str = "http_client_retry_pacer_endpoints";
 const CIRCUITS: &str = "http_client_retry_circuits";
 const CIRCUIT_TRANSITIONS: &str = "http_client_retry_circuit_transitions_total";
 const CIRCUIT_REJECTIONS: &str = "http_client_retry_circuit_rejections_total";
+const HEDGES: &str = "http_client_retry_hedge_events_total";
 
 static METADATA: Metadata<'static> =
     Metadata::new("tower_http_retry", Level::INFO, Some(module_path!()));
@@ -118,6 +119,11 @@ pub fn describe_metrics() {
             name(CIRCUIT_REJECTIONS),
             Some(Unit::Count),
             text("Requests turned away by an open or probing circuit."),
+        );
+        r.describe_counter(
+            name(HEDGES),
+            Some(Unit::Count),
+            text("Hedging, by event: armed, sent, won, refused_cap, refused_budget, refused_gate, paused."),
         );
     });
 }
@@ -467,6 +473,20 @@ pub(crate) fn circuit_rejected(labels: &Labels) {
             .as_deref()
             .map_or(key!(CIRCUIT_REJECTIONS), |keys| &keys.rejections),
     );
+}
+
+/// A hedging event, named by `event` (`sent`, `won`, `refused_budget`, ...).
+pub(crate) fn hedge(event: &'static str) {
+    let key = match event {
+        "armed" => key!(HEDGES, "event" => "armed"),
+        "sent" => key!(HEDGES, "event" => "sent"),
+        "won" => key!(HEDGES, "event" => "won"),
+        "refused_cap" => key!(HEDGES, "event" => "refused_cap"),
+        "refused_budget" => key!(HEDGES, "event" => "refused_budget"),
+        "refused_gate" => key!(HEDGES, "event" => "refused_gate"),
+        _ => key!(HEDGES, "event" => "paused"),
+    };
+    count(key);
 }
 
 /// The queue depth's key of a layer.

@@ -57,3 +57,6 @@ pub(crate) fn circuit_dropped(_labels: &Labels, _state: &'static str) {}
 
 #[inline(always)]
 pub(crate) fn circuit_rejected(_labels: &Labels) {}
+
+#[inline(always)]
+pub(crate) fn hedge(_event: &'static str) {}

@@ -7,7 +7,7 @@
 //! * `metrics`: counters, histograms and a gauge through the `metrics` facade (attempts,
 //!   retries by delay source, requests by stop reason, budget withdrawals and refunds, pacing
 //!   mode changes, the delays, the pacer's queues and paced endpoints, circuit breakers by
-//!   state, their transitions and rejections); [`describe_metrics`] gives an installed
+//!   state, their transitions and rejections, hedging's events); [`describe_metrics`] gives an installed
 //!   recorder their units and help texts.
 //!
 //! The names, units and labels are tabled in docs/telemetry.md and on
@@ -34,7 +34,8 @@ mod span;
 pub use self::metrics::describe_metrics;
 pub(crate) use self::metrics::{
     attempt, budget_denied, budget_granted, budget_refunded, circuit, circuit_dropped,
-    circuit_rejected, delay, paced_endpoint, pacer_mode, queue_joined, queue_left, stop, Labels,
+    circuit_rejected, delay, hedge, paced_endpoint, pacer_mode, queue_joined, queue_left, stop,
+    Labels,
 };
 pub(crate) use self::span::{enter_attempt, in_attempt, Attempt, AttemptSpan};
 

@@ -1,0 +1,76 @@
+//! The bounded map of the endpoints' latency sketches.
+
+use super::sketch::{Sketch, SketchRules};
+use http::uri::Authority;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::time::Instant;
+
+/// One endpoint's sketch, shared by the requests in flight to it.
+pub(crate) struct Endpoint {
+    sketch: Mutex<Sketch>,
+    /// When a request last used it, for the map's eviction.
+    used: Mutex<Instant>,
+}
+
+impl Endpoint {
+    /// The sketch, locked. Plain data with no invariant broken half-way: a poisoned lock is
+    /// usable.
+    pub(crate) fn sketch(&self) -> MutexGuard<'_, Sketch> {
+        self.sketch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The sketches of up to `max` endpoints (requests without an authority share one).
+pub(crate) struct Endpoints {
+    map: Mutex<HashMap<Option<Authority>, Arc<Endpoint>>>,
+    max: usize,
+}
+
+impl Endpoints {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            map: Mutex::default(),
+            max,
+        }
+    }
+
+    /// The sketch of `authority`, made if needed; `None` when the map is full of endpoints used
+    /// in the last two windows (the request is then not hedged).
+    pub(crate) fn get(
+        &self,
+        authority: Option<Authority>,
+        rules: &SketchRules,
+        now: Instant,
+    ) -> Option<Arc<Endpoint>> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(endpoint) = map.get(&authority) {
+            *endpoint.used.lock().unwrap_or_else(PoisonError::into_inner) = now;
+            return Some(Arc::clone(endpoint));
+        }
+        if map.len() >= self.max {
+            let stale = rules.window * 2;
+            map.retain(|_, endpoint| {
+                let used = *endpoint.used.lock().unwrap_or_else(PoisonError::into_inner);
+                now.saturating_duration_since(used) < stale
+            });
+            if map.len() >= self.max {
+                return None;
+            }
+        }
+        let endpoint = Arc::new(Endpoint {
+            sketch: Mutex::new(Sketch::new(now)),
+            used: Mutex::new(now),
+        });
+        map.insert(authority, Arc::clone(&endpoint));
+        Some(endpoint)
+    }
+
+    /// Endpoints with a sketch now.
+    pub(crate) fn len(&self) -> usize {
+        self.map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
