@@ -2,9 +2,12 @@
 //! charged and who may refuse it (in paused time, against scripted services), and a hedge that
 //! cancels a stalled request on a real hyper server on `127.0.0.1:0`.
 
-#[allow(unused_imports)]
 use test_support as support;
 
+mod charges;
+mod delay;
+mod gates;
+mod loopback;
 mod winner;
 
 use http::{Request, Response};
