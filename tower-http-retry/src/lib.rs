@@ -147,6 +147,10 @@ struct RetryingDoctests;
 struct TelemetryDoctests;
 
 #[cfg(doctest)]
+#[doc = include_str!("../../docs/hedging.md")]
+struct HedgingDoctests;
+
+#[cfg(doctest)]
 #[doc = include_str!("../../docs/pacing.md")]
 struct PacingDoctests;
 

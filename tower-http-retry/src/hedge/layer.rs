@@ -94,7 +94,8 @@ const MAX_HEDGES: u32 = 4;
 /// tower's hedge sends its copy at a latency percentile too, but the first copy to finish wins
 /// whatever it returned (a fast `503` beats a slow `200`), every request may be hedged, and
 /// nothing but its percentile bounds the extra load: no budget, no pause in a brownout, and no
-/// knowledge of a pacer or a breaker.
+/// knowledge of a pacer or a breaker. It also reads its delay only from the previous period, so
+/// it hedges nothing in its first one.
 #[must_use]
 pub struct HedgeLayer<C = HttpClassifier> {
     config: Arc<Config<C>>,
