@@ -12,7 +12,11 @@
 //! Rows, as in `success_path`: no layer (the baseline), `tower::retry::Retry` with a minimal policy
 //! and `TpsBudget`, this crate's `RetryLayer` with the default configuration, with pacing
 //! configured (`Pacing::new()`, the endpoint open: every call succeeds), and with the budget
-//! turned off, and the circuit breaker alone (closed).
+//! turned off, the circuit breaker alone (closed), the hedging layer alone with its defaults
+//! (`hedge_armed`: past the 20 latencies its sketch needs, every request is armed and answered
+//! before its delay), tower's `hedge` with the same settings (`tower_hedge`, its histogram
+//! seeded so that every request is armed too), and the retry layer over the hedging layer
+//! (`ours_retry_hedge`).
 //!
 //! Callgrind counts instructions, not time: a clock read shows up as a few instructions plus a
 //! system call that is not counted, and cache misses and atomics cost no more than other
@@ -50,6 +54,7 @@ use std::time::Duration;
 use tokio::runtime::{EnterGuard, Runtime};
 use tower::retry::budget::TpsBudget;
 use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_http_retry::hedge::HedgeLayer;
 use tower_http_retry::{CircuitBreakerLayer, Pacing, RetryLayer};
 use tower_http_retry_instructions::{noop_waker, poll_now, TowerPolicy};
 
@@ -183,6 +188,75 @@ fn ours_no_budget() -> Box<dyn Batch> {
     })
 }
 
+/// The hedging layer with its defaults, past the latencies it needs for a delay: every request
+/// is armed (a copy kept, a timer set) and answered before the delay, so no hedge goes out.
+fn hedge_armed() -> Box<dyn Batch> {
+    batch(|| {
+        let hedge = HedgeLayer::builder()
+            .build()
+            .expect("a valid configuration");
+        warmed(hedge.layer(endpoint()))
+    })
+}
+
+/// tower's `hedge` at p95 with at least 20 latencies (the hedging layer's defaults), past its
+/// first period (read from the previous one) so that every request is armed.
+fn tower_hedge() -> Box<dyn Batch> {
+    #[derive(Clone)]
+    struct CloneAny;
+    impl tower::hedge::Policy<Req> for CloneAny {
+        fn clone_request(&self, request: &Req) -> Option<Req> {
+            let mut copy = Request::new(request.body().clone());
+            *copy.method_mut() = request.method().clone();
+            *copy.uri_mut() = request.uri().clone();
+            *copy.headers_mut() = request.headers().clone();
+            Some(copy)
+        }
+        fn can_retry(&self, _: &Req) -> bool {
+            true
+        }
+    }
+    batch(|| {
+        let period = Duration::from_secs(30);
+        let latencies = [1; 20];
+        let hedge = tower::hedge::Hedge::new_with_mock_latencies(
+            endpoint(),
+            CloneAny,
+            20,
+            0.95,
+            period,
+            &latencies,
+        );
+        warmed(hedge)
+    })
+}
+
+/// The retry layer over the hedging layer, as the guide stacks them (the hedge charged to the
+/// retry layer's budget and gated by its pacer).
+fn ours_retry_hedge() -> Box<dyn Batch> {
+    batch(|| {
+        let retry = RetryLayer::new();
+        let hedge = HedgeLayer::builder()
+            .retry_layer(&retry)
+            .build()
+            .expect("a valid configuration");
+        warmed(retry.layer(hedge.layer(endpoint())))
+    })
+}
+
+/// Sends enough requests first for the latency sketch to give a delay (`min_samples`, 20).
+fn warmed<S>(mut service: S) -> S
+where
+    S: Service<Req, Response = Resp>,
+    S::Error: Debug,
+{
+    let waker = noop_waker();
+    for _ in 0..20 {
+        call(&mut service, request(), &waker);
+    }
+    service
+}
+
 fn circuit_breaker() -> Box<dyn Batch> {
     batch(|| CircuitBreakerLayer::new().layer(endpoint()))
 }
@@ -198,6 +272,9 @@ fn check(batch: Box<dyn Batch>) {
 #[bench::ours_pacing(ours_pacing())]
 #[bench::ours_no_budget(ours_no_budget())]
 #[bench::circuit_breaker(circuit_breaker())]
+#[bench::hedge_armed(hedge_armed())]
+#[bench::tower_hedge(tower_hedge())]
+#[bench::ours_retry_hedge(ours_retry_hedge())]
 fn success_x100(mut batch: Box<dyn Batch>) -> Box<dyn Batch> {
     batch.run();
     batch
@@ -206,13 +283,16 @@ fn success_x100(mut batch: Box<dyn Batch>) -> Box<dyn Batch> {
 library_benchmark_group!(name = success_path, benchmarks = success_x100);
 
 /// The bench ids above, in table order. The ratios are taken to the first two rows.
-const ROWS: [&str; 6] = [
+const ROWS: [&str; 9] = [
     "no_layer",
     "tower_retry_tps_budget",
     "ours_default",
     "ours_pacing",
     "ours_no_budget",
     "circuit_breaker",
+    "hedge_armed",
+    "tower_hedge",
+    "ours_retry_hedge",
 ];
 
 /// Where gungraun keeps its output: `GUNGRAUN_HOME`, else `$CARGO_TARGET_DIR/gungraun`, else

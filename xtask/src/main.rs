@@ -147,7 +147,7 @@ fn is_root() -> bool {
 }
 
 /// The rows whose overhead over tower's is gated, as the bench names them.
-const GATED: [&str; 2] = ["ours_default", "ours_pacing"];
+const GATED: [&str; 3] = ["ours_default", "ours_pacing", "hedge_armed"];
 /// The row every overhead is counted above: the bare service.
 const NO_LAYER: &str = "no_layer";
 /// The row the overheads are divided by: `tower::retry` with `TpsBudget`.

@@ -1,6 +1,7 @@
 //! The bounded map of the endpoints' latency sketches.
 
 use super::sketch::{Sketch, SketchRules};
+use crate::pacing::endpoint_key;
 use http::uri::Authority;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -21,9 +22,10 @@ impl Endpoint {
     }
 }
 
-/// The sketches of up to `max` endpoints (requests without an authority share one).
+/// The sketches of up to `max` endpoints (requests without an authority share one), keyed as
+/// the pacer keys its endpoints: a lookup borrows the authority and hashes it in one piece.
 pub(crate) struct Endpoints {
-    map: Mutex<HashMap<Option<Authority>, Arc<Endpoint>>>,
+    map: Mutex<HashMap<Box<str>, Arc<Endpoint>>>,
     max: usize,
 }
 
@@ -39,12 +41,13 @@ impl Endpoints {
     /// in the last two windows (the request is then not hedged).
     pub(crate) fn get(
         &self,
-        authority: Option<Authority>,
+        authority: Option<&Authority>,
         rules: &SketchRules,
         now: Instant,
     ) -> Option<Arc<Endpoint>> {
+        let key = endpoint_key(authority);
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(endpoint) = map.get(&authority) {
+        if let Some(endpoint) = map.get(&*key) {
             *endpoint.used.lock().unwrap_or_else(PoisonError::into_inner) = now;
             return Some(Arc::clone(endpoint));
         }
@@ -62,7 +65,7 @@ impl Endpoints {
             sketch: Mutex::new(Sketch::new(now)),
             used: Mutex::new(now),
         });
-        map.insert(authority, Arc::clone(&endpoint));
+        map.insert(key.into(), Arc::clone(&endpoint));
         Some(endpoint)
     }
 

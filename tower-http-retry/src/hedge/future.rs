@@ -54,7 +54,11 @@ where
     method: Method,
     authority: Option<Authority>,
     delay: Duration,
-    timer: Pin<Box<Sleep>>,
+    /// When the next hedge is due.
+    due: Instant,
+    /// Made at the first poll that finds the first copy unanswered: most requests answer before
+    /// their delay, and never pay for a timer.
+    timer: Option<Pin<Box<Sleep>>>,
     phase: Phase,
     hedges: Vec<Flight<S::Future>>,
     /// A transient failure kept while other copies may still do better, and its copy's index.
@@ -104,7 +108,8 @@ where
             method,
             authority,
             delay,
-            timer: Box::pin(tokio::time::sleep_until(now + delay)),
+            due: now + delay,
+            timer: None,
             phase: Phase::Timing,
             hedges: Vec::new(),
             held: None,
@@ -282,7 +287,11 @@ where
         match &race.phase {
             Phase::Stopped => return false,
             Phase::Timing => {
-                if race.timer.as_mut().poll(cx).is_pending() {
+                let due = race.due;
+                let timer = race
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                if timer.as_mut().poll(cx).is_pending() {
                     return false;
                 }
                 if race.copies == 1 {
@@ -335,7 +344,10 @@ where
                 });
                 race.copies += 1;
                 if !last {
-                    race.timer.as_mut().reset(now + race.delay);
+                    race.due = now + race.delay;
+                    if let Some(timer) = &mut race.timer {
+                        timer.as_mut().reset(race.due);
+                    }
                     race.phase = Phase::Timing;
                 }
                 return true;

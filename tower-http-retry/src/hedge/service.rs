@@ -74,10 +74,14 @@ where
         config.counters.count(Event::Request);
         config.charges.cap.deposit();
         let now = Instant::now();
-        let authority = request.authority().map(Cow::into_owned);
         let endpoint = match config.fixed_delay {
             Some(_) => None,
-            None => config.endpoints.get(authority.clone(), &config.rules, now),
+            None => {
+                let authority = request.authority();
+                config
+                    .endpoints
+                    .get(authority.as_deref(), &config.rules, now)
+            }
         };
         let delay = if config
             .idempotency
@@ -98,6 +102,7 @@ where
                 let clone = self.inner.clone();
                 let mut ready = std::mem::replace(&mut self.inner, clone);
                 let method = request.method().clone();
+                let authority = request.authority().map(Cow::into_owned);
                 let first = ready.call(request);
                 let race = Race::new(ready, copy, method, authority, delay, now);
                 HedgeFuture::racing(first, race, endpoint, Arc::clone(config), now)

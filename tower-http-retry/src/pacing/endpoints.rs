@@ -45,8 +45,8 @@ struct Map {
 /// The map's key for `authority`: its text, ASCII-lowercased (authorities compare without
 /// regard to case, as `Authority`'s own `Eq` and `Hash` do), and `""` for none (no authority is
 /// empty). Borrowed unless the authority has an upper-case letter. It is also the endpoint's
-/// name in a fleet's store.
-fn key(authority: Option<&Authority>) -> Cow<'_, str> {
+/// name in a fleet's store. The hedging layer keys its latency sketches the same way.
+pub(crate) fn key(authority: Option<&Authority>) -> Cow<'_, str> {
     match authority.map(Authority::as_str) {
         None => Cow::Borrowed(""),
         Some(text) if text.bytes().any(|byte| byte.is_ascii_uppercase()) => {

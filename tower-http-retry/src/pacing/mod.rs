@@ -59,7 +59,7 @@ pub use endpoints::PacingStats;
 pub use mode::PacingMode;
 pub use rules::PacingRules;
 
-pub(crate) use endpoints::Pacer;
+pub(crate) use endpoints::{key as endpoint_key, Pacer};
 pub(crate) use handle::Lane;
 pub(crate) use queue::{Deferred, PassGuard, QueueWait};
 pub(crate) use schedule::Resend;
