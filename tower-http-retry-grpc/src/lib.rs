@@ -40,7 +40,7 @@ mod timeout;
 
 pub use classify::{GrpcClassifier, Pushback};
 pub use code::GrpcCode;
-pub use service_config::{GrpcRetryPolicy, GrpcServiceConfig};
+pub use service_config::{GrpcHedgingPolicy, GrpcRetryPolicy, GrpcServiceConfig};
 pub use stack::{stack, GrpcStack, IntoBody, IntoBodyFuture};
 pub use throttle::GrpcThrottle;
 pub use timeout::GrpcMetadata;

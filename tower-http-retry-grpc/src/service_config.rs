@@ -1,5 +1,5 @@
-//! The gRPC service config's `retryPolicy` and `retryThrottling` (proposal A6), read into this
-//! crate's configuration.
+//! The gRPC service config's `retryPolicy`, `hedgingPolicy` and `retryThrottling` (proposal
+//! A6), read into this crate's configuration.
 
 use super::classify::GrpcClassifier;
 use super::code::GrpcCode;
@@ -7,7 +7,8 @@ use super::throttle::GrpcThrottle;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use tower_http_retry::retry::{Backoff, Jitter, RetryLayerBuilder};
+use tower_http_retry::hedge::{HedgeLayer, HedgeLayerBuilder};
+use tower_http_retry::retry::{Backoff, Idempotency, Jitter, RetryLayerBuilder};
 use tower_http_retry::InvalidConfig;
 
 /// A6 treats a larger `maxAttempts` as 5.
@@ -20,8 +21,9 @@ const MAX_ATTEMPTS_CAP: u32 = 5;
 /// [`retry_layer_builder`](Self::retry_layer_builder) sets up the layer for one method (or for all
 /// methods that share a policy) by the service config's lookup rules: the entry naming the method,
 /// else the one naming its service, else the default entry (an empty name). Everything else in the
-/// config (`timeout`, `waitForReady`, load balancing) is ignored; a `hedgingPolicy` is refused, as
-/// hedging is not implemented.
+/// config (`timeout`, `waitForReady`, load balancing) is ignored. A method with a
+/// `hedgingPolicy` is hedged instead: [`hedge_layer_builder`](Self::hedge_layer_builder) sets up
+/// the [`HedgeLayer`] for it, which goes below its retry layer (retries off, as A6 has it).
 ///
 /// ```
 /// use tower_http_retry_grpc::GrpcServiceConfig;
@@ -59,6 +61,41 @@ struct MethodConfig {
     /// `(service, method)`; an empty string stands for "any".
     names: Vec<(String, String)>,
     retry: Option<GrpcRetryPolicy>,
+    hedging: Option<GrpcHedgingPolicy>,
+}
+
+/// A6's `hedgingPolicy`, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GrpcHedgingPolicy {
+    max_attempts: u32,
+    delay: Duration,
+    non_fatal: Vec<GrpcCode>,
+}
+
+impl GrpcHedgingPolicy {
+    /// `maxAttempts`: copies of a call in all, the first included (above 5 read as 5).
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// `hedgingDelay`: the wait before each further copy (`0s` by default: all at once).
+    pub fn hedging_delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// `nonFatalStatusCodes`: the statuses after which the other copies go on.
+    pub fn non_fatal_codes(&self) -> &[GrpcCode] {
+        &self.non_fatal
+    }
+
+    /// The classifier for it: a non-fatal status is transient (the other copies may still
+    /// answer), any other failing status permanent (it ends every copy, as A6's fatal status
+    /// commits the call).
+    pub fn classifier(&self) -> GrpcClassifier {
+        GrpcClassifier::new()
+            .retryable_codes(self.non_fatal.iter().copied())
+            .resource_exhausted_with_pushback(false)
+    }
 }
 
 /// A6's `retryPolicy`, checked.
@@ -151,8 +188,8 @@ impl GrpcServiceConfig {
         Ok(Self { methods, throttle })
     }
 
-    /// The retry policy for the method at `path` (`/package.Service/Method`), if any.
-    pub fn retry_policy(&self, path: &str) -> Option<&GrpcRetryPolicy> {
+    /// The entry for the method at `path` (`/package.Service/Method`) by the lookup rules.
+    fn entry(&self, path: &str) -> Option<&MethodConfig> {
         let (service, method) = path
             .strip_prefix('/')
             .and_then(|path| path.split_once('/'))
@@ -168,9 +205,17 @@ impl GrpcServiceConfig {
         // The most specific entry wins, and its policy (or its lack of one) decides.
         matches(service, method)
             .or_else(|| matches(service, ""))
-            .or_else(|| matches("", ""))?
-            .retry
-            .as_ref()
+            .or_else(|| matches("", ""))
+    }
+
+    /// The retry policy for the method at `path` (`/package.Service/Method`), if any.
+    pub fn retry_policy(&self, path: &str) -> Option<&GrpcRetryPolicy> {
+        self.entry(path)?.retry.as_ref()
+    }
+
+    /// The hedging policy for the method at `path`, if any.
+    pub fn hedging_policy(&self, path: &str) -> Option<&GrpcHedgingPolicy> {
+        self.entry(path)?.hedging.as_ref()
     }
 
     /// The throttle for `retryThrottling`, if the config has one: the one every layer built
@@ -197,6 +242,46 @@ impl GrpcServiceConfig {
                 .classifier(policy.classifier()),
             None => builder.max_attempts(1),
         }
+    }
+
+    /// A builder of the [`HedgeLayer`] for the method at `path`, if its policy is a
+    /// `hedgingPolicy`: `maxAttempts - 1` hedges, each after `hedgingDelay`, the non-fatal codes
+    /// transient ([`GrpcHedgingPolicy::classifier`]), every call repeatable (the service config
+    /// vouches for the method), and the throttle as the budget, so that `retryThrottling`
+    /// applies to hedges. It goes below the method's retry layer
+    /// ([`retry_layer_builder`](Self::retry_layer_builder): retries off, which still sends a
+    /// call again that never left), with the buffered bodies above both:
+    ///
+    /// ```
+    /// use tower_http_retry_grpc::GrpcServiceConfig;
+    ///
+    /// let config = GrpcServiceConfig::from_json(r#"{
+    ///   "methodConfig": [{
+    ///     "name": [{ "service": "grpc.health.v1.Health" }],
+    ///     "hedgingPolicy": {
+    ///       "maxAttempts": 3, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]
+    ///     }
+    ///   }],
+    ///   "retryThrottling": { "maxTokens": 10, "tokenRatio": 0.1 }
+    /// }"#).unwrap();
+    /// let path = "/grpc.health.v1.Health/Check";
+    /// assert_eq!(config.hedging_policy(path).unwrap().max_attempts(), 3);
+    /// let retry = config.retry_layer_builder(path).build().unwrap();
+    /// assert_eq!(retry.max_attempts(), 1);
+    /// let hedge = config.hedge_layer_builder(path).unwrap().build().unwrap();
+    /// assert!(config.hedge_layer_builder("/other.Service/Call").is_none());
+    /// ```
+    pub fn hedge_layer_builder(&self, path: &str) -> Option<HedgeLayerBuilder<GrpcClassifier>> {
+        let policy = self.hedging_policy(path)?;
+        let builder = HedgeLayer::builder()
+            .delay(policy.delay)
+            .max_hedges(policy.max_attempts - 1)
+            .idempotency(Idempotency::Any);
+        let builder = match self.throttle() {
+            Some(throttle) => builder.budget(Arc::clone(throttle) as _),
+            None => builder,
+        };
+        Some(builder.classifier(policy.classifier()))
     }
 }
 
@@ -237,15 +322,6 @@ fn string<'a>(
 
 fn method_config(value: &Value) -> Result<MethodConfig, InvalidConfig> {
     let entry = object(value, "methodConfig")?;
-    if entry
-        .get("hedgingPolicy")
-        .is_some_and(|value| !value.is_null())
-    {
-        return Err(InvalidConfig::new(
-            "methodConfig.hedgingPolicy",
-            "is not supported: hedging is not implemented",
-        ));
-    }
     let names = match entry.get("name") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(names)) => names
@@ -269,43 +345,37 @@ fn method_config(value: &Value) -> Result<MethodConfig, InvalidConfig> {
         None | Some(Value::Null) => None,
         Some(policy) => Some(retry_policy(object(policy, "retryPolicy")?)?),
     };
-    Ok(MethodConfig { names, retry })
+    let hedging = match entry.get("hedgingPolicy") {
+        None | Some(Value::Null) => None,
+        Some(policy) => Some(hedging_policy(object(policy, "hedgingPolicy")?)?),
+    };
+    if retry.is_some() && hedging.is_some() {
+        return Err(InvalidConfig::new(
+            "methodConfig.hedgingPolicy",
+            "and retryPolicy are mutually exclusive (A6)",
+        ));
+    }
+    Ok(MethodConfig {
+        names,
+        retry,
+        hedging,
+    })
 }
 
 fn retry_policy(policy: &Map<String, Value>) -> Result<GrpcRetryPolicy, InvalidConfig> {
-    let attempts = number(policy, "maxAttempts", "retryPolicy.maxAttempts")?;
-    if attempts.fract() != 0.0 || attempts < 2.0 {
-        return Err(InvalidConfig::new(
-            "retryPolicy.maxAttempts",
-            format!("must be an integer of at least 2, got {attempts}"),
-        ));
-    }
-    let max_attempts = if attempts > f64::from(MAX_ATTEMPTS_CAP) {
-        MAX_ATTEMPTS_CAP
-    } else {
-        attempts as u32
-    };
-    let duration = |key: &str, field: &'static str| -> Result<Duration, InvalidConfig> {
-        let text = match policy.get(key) {
-            Some(Value::String(text)) => text,
-            Some(_) => {
-                return Err(InvalidConfig::new(
-                    field,
-                    "must be a duration string such as \"0.5s\"",
-                ))
-            }
-            None => return Err(InvalidConfig::new(field, "is required")),
-        };
-        match parse_duration(text) {
-            Some(duration) if !duration.is_zero() => Ok(duration),
-            _ => Err(InvalidConfig::new(
+    let max_attempts = max_attempts(policy, "retryPolicy.maxAttempts")?;
+    let positive = |key: &str, field: &'static str| -> Result<Duration, InvalidConfig> {
+        let value = duration(policy, key, field)?;
+        if value.is_zero() {
+            return Err(InvalidConfig::new(
                 field,
-                format!("must be a positive duration such as \"0.5s\", got {text:?}"),
-            )),
+                "must be a positive duration such as \"0.5s\", got zero",
+            ));
         }
+        Ok(value)
     };
-    let initial_backoff = duration("initialBackoff", "retryPolicy.initialBackoff")?;
-    let max_backoff = duration("maxBackoff", "retryPolicy.maxBackoff")?;
+    let initial_backoff = positive("initialBackoff", "retryPolicy.initialBackoff")?;
+    let max_backoff = positive("maxBackoff", "retryPolicy.maxBackoff")?;
     let multiplier = number(policy, "backoffMultiplier", "retryPolicy.backoffMultiplier")?;
     if multiplier.is_nan() || multiplier <= 0.0 {
         return Err(InvalidConfig::new(
@@ -320,25 +390,9 @@ fn retry_policy(policy: &Map<String, Value>) -> Result<GrpcRetryPolicy, InvalidC
         ));
     }
     let codes = match policy.get("retryableStatusCodes") {
-        Some(Value::Array(codes)) if !codes.is_empty() => codes
-            .iter()
-            .map(|code| {
-                let found = match code {
-                    Value::String(name) => GrpcCode::from_name(name),
-                    Value::Number(number) => number
-                        .as_i64()
-                        .filter(|number| (0..=16).contains(number))
-                        .map(|number| GrpcCode::from_i32(number as i32)),
-                    _ => None,
-                };
-                found.ok_or_else(|| {
-                    InvalidConfig::new(
-                        "retryPolicy.retryableStatusCodes",
-                        format!("has an unknown status code: {code}"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?,
+        Some(Value::Array(codes)) if !codes.is_empty() => {
+            status_codes(codes, "retryPolicy.retryableStatusCodes")?
+        }
         Some(Value::Array(_)) | None => {
             return Err(InvalidConfig::new(
                 "retryPolicy.retryableStatusCodes",
@@ -359,6 +413,91 @@ fn retry_policy(policy: &Map<String, Value>) -> Result<GrpcRetryPolicy, InvalidC
         multiplier,
         codes,
     })
+}
+
+/// A6's `hedgingPolicy`: `maxAttempts` as for retries, `hedgingDelay` optional (`0s`), and
+/// `nonFatalStatusCodes` optional (none: every failing status is fatal).
+fn hedging_policy(policy: &Map<String, Value>) -> Result<GrpcHedgingPolicy, InvalidConfig> {
+    let max_attempts = max_attempts(policy, "hedgingPolicy.maxAttempts")?;
+    let delay = match policy.get("hedgingDelay") {
+        None | Some(Value::Null) => Duration::ZERO,
+        Some(_) => duration(policy, "hedgingDelay", "hedgingPolicy.hedgingDelay")?,
+    };
+    let non_fatal = match policy.get("nonFatalStatusCodes") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(codes)) => status_codes(codes, "hedgingPolicy.nonFatalStatusCodes")?,
+        Some(_) => {
+            return Err(InvalidConfig::new(
+                "hedgingPolicy.nonFatalStatusCodes",
+                "must be an array",
+            ))
+        }
+    };
+    Ok(GrpcHedgingPolicy {
+        max_attempts,
+        delay,
+        non_fatal,
+    })
+}
+
+/// `maxAttempts`: an integer of at least 2, above 5 read as 5 (A6).
+fn max_attempts(policy: &Map<String, Value>, field: &'static str) -> Result<u32, InvalidConfig> {
+    let attempts = number(policy, "maxAttempts", field)?;
+    if attempts.fract() != 0.0 || attempts < 2.0 {
+        return Err(InvalidConfig::new(
+            field,
+            format!("must be an integer of at least 2, got {attempts}"),
+        ));
+    }
+    Ok(if attempts > f64::from(MAX_ATTEMPTS_CAP) {
+        MAX_ATTEMPTS_CAP
+    } else {
+        attempts as u32
+    })
+}
+
+/// The duration string at `key` (`"0.5s"`); an error when it is absent or malformed.
+fn duration(
+    policy: &Map<String, Value>,
+    key: &str,
+    field: &'static str,
+) -> Result<Duration, InvalidConfig> {
+    let text = match policy.get(key) {
+        Some(Value::String(text)) => text,
+        Some(_) => {
+            return Err(InvalidConfig::new(
+                field,
+                "must be a duration string such as \"0.5s\"",
+            ))
+        }
+        None => return Err(InvalidConfig::new(field, "is required")),
+    };
+    parse_duration(text).ok_or_else(|| {
+        InvalidConfig::new(
+            field,
+            format!("must be a duration such as \"0.5s\", got {text:?}"),
+        )
+    })
+}
+
+/// Status codes by name (`"UNAVAILABLE"`) or number (`14`).
+fn status_codes(codes: &[Value], field: &'static str) -> Result<Vec<GrpcCode>, InvalidConfig> {
+    codes
+        .iter()
+        .map(|code| {
+            let found = match code {
+                Value::String(name) => GrpcCode::from_name(name),
+                Value::Number(number) => number
+                    .as_i64()
+                    .filter(|number| (0..=16).contains(number))
+                    .map(|number| GrpcCode::from_i32(number as i32)),
+                _ => None,
+            };
+            found.ok_or_else(|| {
+                InvalidConfig::new(field, format!("has an unknown status code: {code}"))
+            })
+        })
+        .collect()
 }
 
 /// A protobuf JSON `Duration`: seconds with up to nine decimals and an `s` (`"1.5s"`); `None` for
@@ -577,12 +716,68 @@ mod tests {
             "retryThrottling.tokenRatio"
         );
         assert_eq!(
-            field_of(r#"{"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 2}}]}"#),
-            "methodConfig.hedgingPolicy"
+            field_of(r#"{"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 1}}]}"#),
+            "hedgingPolicy.maxAttempts"
         );
+        assert_eq!(
+            field_of(
+                r#"{"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "soon"}}]}"#
+            ),
+            "hedgingPolicy.hedgingDelay"
+        );
+        assert_eq!(
+            field_of(
+                r#"{"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 2, "nonFatalStatusCodes": ["LATER"]}}]}"#
+            ),
+            "hedgingPolicy.nonFatalStatusCodes"
+        );
+        let both = r#"{"methodConfig": [{"name": [{}],
+            "hedgingPolicy": {"maxAttempts": 2},
+            "retryPolicy": {"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
+                            "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#;
+        assert_eq!(field_of(both), "methodConfig.hedgingPolicy");
         assert_eq!(
             field_of(r#"{"methodConfig": [{"name": [{"method": "Check"}]}]}"#),
             "methodConfig.name.method"
         );
+    }
+
+    #[test]
+    fn a_hedging_policy_is_read_with_its_defaults() {
+        let config = GrpcServiceConfig::from_json(
+            r#"{"methodConfig": [
+                {"name": [{"service": "a.A"}], "hedgingPolicy": {"maxAttempts": 9}},
+                {"name": [{"service": "b.B"}], "hedgingPolicy": {
+                    "maxAttempts": 3, "hedgingDelay": "0.25s",
+                    "nonFatalStatusCodes": ["UNAVAILABLE", 4]}}
+            ]}"#,
+        )
+        .unwrap();
+        let a = config.hedging_policy("/a.A/Get").unwrap();
+        assert_eq!(a.max_attempts(), 5, "above 5 read as 5");
+        assert_eq!(a.hedging_delay(), Duration::ZERO);
+        assert!(a.non_fatal_codes().is_empty());
+        let b = config.hedging_policy("/b.B/Get").unwrap();
+        assert_eq!(b.max_attempts(), 3);
+        assert_eq!(b.hedging_delay(), Duration::from_millis(250));
+        assert_eq!(
+            b.non_fatal_codes(),
+            [GrpcCode::Unavailable, GrpcCode::DeadlineExceeded]
+        );
+        assert!(config.retry_policy("/b.B/Get").is_none());
+        assert_eq!(
+            config
+                .retry_layer_builder("/b.B/Get")
+                .build()
+                .unwrap()
+                .max_attempts(),
+            1
+        );
+        assert!(config
+            .hedge_layer_builder("/b.B/Get")
+            .unwrap()
+            .build()
+            .is_ok());
+        assert!(config.hedge_layer_builder("/c.C/Get").is_none());
     }
 }

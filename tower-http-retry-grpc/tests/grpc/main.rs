@@ -23,6 +23,8 @@ use tower_http_retry::retry::RetryLayerBuilder;
 use tower_http_retry::{Backoff, Jitter, Outcome, StopReason};
 use tower_http_retry_grpc::{GrpcClassifier, GrpcServiceConfig};
 
+mod hedging;
+
 const MS: Duration = Duration::from_millis(1);
 
 /// What the handler saw of one call.

@@ -7,7 +7,9 @@ use super::service::Hedge;
 use super::sketch::SketchRules;
 use super::stats::{Counters, HedgeStats};
 use crate::classify::HttpClassifier;
-use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
+use crate::error::{
+    at_least_one, duration_at_most_max, in_range, positive_duration, InvalidConfig,
+};
 use crate::retry::{Idempotency, RetryBudget, TokenBucket};
 use crate::RetryLayer;
 use std::fmt;
@@ -208,7 +210,8 @@ impl<C> HedgeLayerBuilder<C> {
         self
     }
 
-    /// Hedges after this fixed delay instead of the endpoint's latencies.
+    /// Hedges after this fixed delay instead of the endpoint's latencies (zero: every copy at
+    /// once, as gRPC's `hedgingDelay` of `0s`).
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
@@ -314,7 +317,7 @@ impl<C> HedgeLayerBuilder<C> {
         }
         in_range("hedge.burst", self.burst, 1.0, 1e6)?;
         if let Some(delay) = self.delay {
-            positive_duration("hedge.delay", delay)?;
+            duration_at_most_max("hedge.delay", delay)?;
         }
         positive_duration("hedge.min_delay", self.min_delay)?;
         positive_duration("hedge.window", self.window)?;
