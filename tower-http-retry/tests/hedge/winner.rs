@@ -170,3 +170,19 @@ async fn under_the_retry_layer_a_request_whose_copies_all_failed_is_retried() {
         "two copies of the first attempt, one of the retry"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_delay_sends_every_copy_at_once() {
+    let hedge = HedgeLayer::builder()
+        .delay(Duration::ZERO)
+        .max_hedges(2)
+        .build()
+        .unwrap();
+    let (service, calls) = scripted(|n| answer(200, 30 - 10 * u64::from(n)));
+    let client = ServiceBuilder::new().layer(hedge).service(service);
+    let started = Instant::now();
+    let response = client.oneshot(get("/z")).await.unwrap();
+    assert_eq!(response.body(), "copy 2", "the last copy is the fastest");
+    assert_eq!(started.elapsed(), Duration::from_millis(10));
+    assert_eq!(calls.sent(), 3);
+}
