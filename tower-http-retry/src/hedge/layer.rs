@@ -44,7 +44,8 @@ const MAX_HEDGES: u32 = 4;
 ///   open or half-open);
 /// - when nearly every request outlives its delay (a brownout, not a tail: more than half of a
 ///   window's), hedging pauses until the window ends, and resumes at the delay the slower
-///   latencies give.
+///   latencies give (with the delay read from the latencies; a fixed [`delay`](HedgeLayerBuilder::delay)
+///   has no pause).
 ///
 /// It goes below the retry layer, which then sees a hedged request as one attempt, and above
 /// the circuit breaker and the per-attempt timeout, which see each copy:

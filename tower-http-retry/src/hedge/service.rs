@@ -83,19 +83,23 @@ where
                     .get(authority.as_deref(), &config.rules, now)
             }
         };
-        let delay = if config
+        // The copy first: a request that cannot be copied is never armed, so it does not
+        // dilute the brownout's count of armed requests.
+        let copy = if config
             .idempotency
             .allows(request.method(), request.headers())
         {
-            match (config.fixed_delay, &endpoint) {
-                (Some(delay), _) => Some(delay),
-                (None, Some(endpoint)) => endpoint.sketch().arm(&config.rules, now),
-                (None, None) => None,
-            }
+            request.try_clone()
         } else {
             None
         };
-        let copy = delay.and_then(|_| request.try_clone());
+        let delay = copy
+            .as_ref()
+            .and_then(|_| match (config.fixed_delay, &endpoint) {
+                (Some(delay), _) => Some(delay),
+                (None, Some(endpoint)) => endpoint.sketch().arm(&config.rules, now),
+                (None, None) => None,
+            });
         match (delay, copy) {
             (Some(delay), Some(copy)) => {
                 config.counters.count(Event::Armed);
