@@ -10,8 +10,6 @@ use tokio::time::Instant;
 /// One endpoint's sketch, shared by the requests in flight to it.
 pub(crate) struct Endpoint {
     sketch: Mutex<Sketch>,
-    /// When a request last used it, for the map's eviction.
-    used: Mutex<Instant>,
 }
 
 impl Endpoint {
@@ -22,10 +20,13 @@ impl Endpoint {
     }
 }
 
+/// An endpoint, and when a request last used it (for the eviction).
+type Entry = (Arc<Endpoint>, Instant);
+
 /// The sketches of up to `max` endpoints (requests without an authority share one), keyed as
 /// the pacer keys its endpoints: a lookup borrows the authority and hashes it in one piece.
 pub(crate) struct Endpoints {
-    map: Mutex<HashMap<Box<str>, Arc<Endpoint>>>,
+    map: Mutex<HashMap<Box<str>, Entry>>,
     max: usize,
 }
 
@@ -47,25 +48,21 @@ impl Endpoints {
     ) -> Option<Arc<Endpoint>> {
         let key = endpoint_key(authority);
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(endpoint) = map.get(&*key) {
-            *endpoint.used.lock().unwrap_or_else(PoisonError::into_inner) = now;
+        if let Some((endpoint, used)) = map.get_mut(&*key) {
+            *used = now;
             return Some(Arc::clone(endpoint));
         }
         if map.len() >= self.max {
             let stale = rules.window * 2;
-            map.retain(|_, endpoint| {
-                let used = *endpoint.used.lock().unwrap_or_else(PoisonError::into_inner);
-                now.saturating_duration_since(used) < stale
-            });
+            map.retain(|_, (_, used)| now.saturating_duration_since(*used) < stale);
             if map.len() >= self.max {
                 return None;
             }
         }
         let endpoint = Arc::new(Endpoint {
             sketch: Mutex::new(Sketch::new(now)),
-            used: Mutex::new(now),
         });
-        map.insert(key.into(), Arc::clone(&endpoint));
+        map.insert(key.into(), (Arc::clone(&endpoint), now));
         Some(endpoint)
     }
 

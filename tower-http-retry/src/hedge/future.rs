@@ -163,31 +163,17 @@ impl<S, Req, C> HedgeFuture<S, Req, C>
 where
     S: Service<Req>,
 {
-    pub(crate) fn once(
+    /// The future of a request whose first copy is `first`; `race` when it may be hedged.
+    pub(crate) fn new(
         first: S::Future,
+        race: Option<Box<Race<S, Req>>>,
         endpoint: Option<Arc<Endpoint>>,
         config: Arc<Config<C>>,
         sent_at: Instant,
     ) -> Self {
         Self {
             first: Some(first),
-            race: None,
-            endpoint,
-            config,
-            sent_at,
-        }
-    }
-
-    pub(crate) fn racing(
-        first: S::Future,
-        race: Race<S, Req>,
-        endpoint: Option<Arc<Endpoint>>,
-        config: Arc<Config<C>>,
-        sent_at: Instant,
-    ) -> Self {
-        Self {
-            first: Some(first),
-            race: Some(Box::new(race)),
+            race,
             endpoint,
             config,
             sent_at,
@@ -220,8 +206,9 @@ where
         let endpoint = this.endpoint.as_ref();
         let Some(race) = this.race.as_deref_mut() else {
             // Not hedged: the first copy's answer, whatever it is.
-            let first = this.first.as_pin_mut().expect("polled after completion");
-            let result = ready!(first.poll(cx));
+            let first = this.first.as_mut().as_pin_mut();
+            let result = ready!(first.expect("polled after completion").poll(cx));
+            this.first.set(None);
             record(endpoint, config, *this.sent_at);
             return Poll::Ready(result);
         };

@@ -262,7 +262,8 @@ impl<C> HedgeLayerBuilder<C> {
         mut self,
         retry: &RetryLayer<R>,
     ) -> Self {
-        self.budget = retry.budget().cloned();
+        // A budget set before stays when the retry layer has none.
+        self.budget = retry.budget().cloned().or(self.budget);
         self.gates.push(Arc::new(retry.clone()));
         self
     }

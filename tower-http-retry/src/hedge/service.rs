@@ -108,10 +108,13 @@ where
                 let method = request.method().clone();
                 let authority = request.authority().map(Cow::into_owned);
                 let first = ready.call(request);
-                let race = Race::new(ready, copy, method, authority, delay, now);
-                HedgeFuture::racing(first, race, endpoint, Arc::clone(config), now)
+                let race = Box::new(Race::new(ready, copy, method, authority, delay, now));
+                HedgeFuture::new(first, Some(race), endpoint, Arc::clone(config), now)
             }
-            _ => HedgeFuture::once(self.inner.call(request), endpoint, Arc::clone(config), now),
+            _ => {
+                let first = self.inner.call(request);
+                HedgeFuture::new(first, None, endpoint, Arc::clone(config), now)
+            }
         }
     }
 }
