@@ -73,6 +73,10 @@ type Answer<S, Req> = (
     u32,
 );
 
+/// The answer of the request, and whether it won the race (a success or a permanent answer)
+/// rather than being the transient failure held back once every copy failed.
+type Settled<S, Req> = (Answer<S, Req>, bool);
+
 /// Where the sending of the next hedge stands.
 enum Phase {
     /// Waiting for the delay.
@@ -120,16 +124,16 @@ where
     /// Copy `index` finished with `result`, classified as `outcome`: the answer of the request,
     /// or `None` while copies in flight (`first_in_flight`, the hedges) may still do better. A
     /// success or a permanent answer wins at once; a transient failure is held back (the first
-    /// one held is kept) and, once nothing else is in flight, returned.
+    /// one held is kept) and, once nothing else is in flight, returned as no win.
     fn settle(
         &mut self,
         result: Result<S::Response, S::Error>,
         outcome: Outcome,
         index: u32,
         first_in_flight: bool,
-    ) -> Option<Answer<S, Req>> {
+    ) -> Option<Settled<S, Req>> {
         match outcome {
-            Outcome::Success | Outcome::Permanent => return Some((result, index)),
+            Outcome::Success | Outcome::Permanent => return Some(((result, index), true)),
             Outcome::Transient | Outcome::NotSent(_) => {
                 // A copy failed: the retry layer above decides what follows, not more hedges.
                 self.phase = Phase::Stopped;
@@ -141,7 +145,7 @@ where
         if first_in_flight || !self.hedges.is_empty() {
             None
         } else {
-            self.held.take()
+            self.held.take().map(|held| (held, false))
         }
     }
 
@@ -236,12 +240,18 @@ where
                     }
                 }
             }
-            if let Some((mut result, winner)) = answer {
+            if let Some(((mut result, winner), won)) = answer {
                 // The losers are cancelled here rather than when the caller drops this future.
-                this.first.set(None);
+                if this.first.is_some() {
+                    // The first copy outlived its delay and a hedge beat it: its latency is at
+                    // least its age. Left out, the sketch would lose exactly its slow tail, and
+                    // the delay would drift down.
+                    record(endpoint, config, *this.sent_at);
+                    this.first.set(None);
+                }
                 race.hedges.clear();
                 race.phase = Phase::Stopped;
-                if winner > 0 {
+                if won && winner > 0 {
                     config.counters.count(Event::WonByHedge);
                 }
                 if race.copies > 1 {
@@ -382,7 +392,8 @@ mod tests {
         assert!(race.settle(Ok(503), Outcome::Transient, 0, true).is_none());
         assert!(matches!(race.phase, Phase::Stopped));
         let not_sent = Outcome::NotSent(NotSent::Refused);
-        assert_eq!(race.settle(Ok(502), not_sent, 1, false), Some((Ok(503), 0)));
+        let settled = race.settle(Ok(502), not_sent, 1, false);
+        assert_eq!(settled, Some(((Ok(503), 0), false)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -390,12 +401,12 @@ mod tests {
         let mut race = race();
         assert_eq!(
             race.settle(Ok(404), Outcome::Permanent, 1, true),
-            Some((Ok(404), 1))
+            Some(((Ok(404), 1), true))
         );
         assert!(race.settle(Ok(503), Outcome::Transient, 0, true).is_none());
         assert_eq!(
             race.settle(Ok(200), Outcome::Success, 1, false),
-            Some((Ok(200), 1))
+            Some(((Ok(200), 1), true))
         );
     }
 }

@@ -13,7 +13,9 @@ pub struct HedgeStats {
     pub armed: u64,
     /// Hedges sent.
     pub hedges: u64,
-    /// Requests whose answer came from a hedge rather than the first copy.
+    /// Requests won by a hedge: their success or permanent answer came from a hedge rather
+    /// than the first copy. A transient failure returned because every copy failed is no win,
+    /// whichever copy it came from.
     pub won_by_hedge: u64,
     /// Hedges not sent because the layer's own cap (`max_extra_load`) was used up.
     pub refused_by_cap: u64,

@@ -85,6 +85,31 @@ async fn when_every_copy_fails_transiently_the_first_failure_is_returned_after_t
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_hedge_failure_returned_when_every_copy_fails_is_reported_but_is_no_win() {
+    let hedge = fixed(10);
+    let (service, _) = scripted(|n| {
+        if n == 0 {
+            answer(503, 60)
+        } else {
+            answer(502, 5)
+        }
+    });
+    let client = ServiceBuilder::new().layer(hedge.clone()).service(service);
+    let started = Instant::now();
+    let response = client.oneshot(get("/c2")).await.unwrap();
+    assert_eq!(
+        response.status(),
+        502,
+        "the first failure held is the hedge's"
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(60));
+    let report = HedgeReport::of(&response).copied().unwrap();
+    assert_eq!((report.copies, report.winner), (2, 1));
+    let stats = hedge.stats();
+    assert_eq!((stats.hedges, stats.won_by_hedge), (1, 0), "{stats:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_permanent_answer_ends_both_copies() {
     let hedge = fixed(10);
     let (service, calls) = scripted(|n| {
