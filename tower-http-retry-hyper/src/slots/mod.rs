@@ -1,9 +1,14 @@
 //! [`StreamSlotsLayer`]: fewer requests in flight per authority than the server's HTTP/2 stream
-//! limit, so that hyper never parks one.
+//! limit, so that hyper never parks one, and no more than its connections serve before they
+//! rotate (learned: `learning.rs`), so that few are turned away.
+
+mod learning;
 
 use http::uri::Authority;
-use http::{Request, Response};
+use http::{Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
+use hyper_util::client::legacy::connect::HttpInfo;
+use learning::Learning;
 use pin_project_lite::pin_project;
 use std::collections::HashMap;
 use std::fmt;
@@ -12,13 +17,15 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
-use tower_http_retry::InvalidConfig;
+use tower_http_retry::classify::{AsStdError, Classify, NotSent};
+use tower_http_retry::{HttpClassifier, InvalidConfig, Outcome};
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// At most `max_concurrent_streams - 1` requests in flight per authority, each from its call
-/// until its response body ends, fails or is dropped (or the call fails); the others wait in
-/// the order they came.
+/// At most `max_concurrent_streams - 1` requests in flight per authority, and no more than
+/// its HTTP/2 connections serve before they rotate (learned), each from its call until its
+/// response body ends, fails or is dropped (or the call fails); the others wait in the order
+/// they came.
 ///
 /// hyper's HTTP/2 client parks a request when h2 says its stream brings the connection to the
 /// server's `SETTINGS_MAX_CONCURRENT_STREAMS`, and a `GOAWAY` then fails the parked request with
@@ -27,6 +34,21 @@ use tower_service::Service;
 /// server's value (nginx: `http2_max_concurrent_streams`, 128 by default; HAProxy:
 /// `tune.h2.max-concurrent-streams`, 100; Go: 250). A value above the server's brings parking
 /// back, and with it failures (never a request sent twice); one below costs throughput only.
+///
+/// **What it learns.** A server may also end each connection after a number of requests
+/// (nginx: `keepalive_requests`, 1,000 by default; some are set to a handful), with a `GOAWAY`
+/// that turns away every stream past that number: the retry layer resends those, but with 127
+/// requests in flight on a connection that serves 3, that is 124 resends per connection. So
+/// the slots of an authority start at 3 and follow its connections, told apart by the local
+/// address hyper-util's `HttpConnector` reports (`HttpInfo`, in each response's extensions):
+/// a connection that saw a rotation refusal (`REFUSED_STREAM`, or a `GOAWAY` as the classifier
+/// reads it) served what the server allows, and the slots become that count once the next
+/// connection answers; a connection that served twice the slots with no refusal doubles them,
+/// up to `max_concurrent_streams - 1`. An HTTP/1 answer gives the whole number at once. A
+/// client whose connector reports no `HttpInfo` is seen as one connection, so its slots only
+/// grow. What cannot be learned from above hyper is the server's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` itself: that is the number to give.
+/// [`StreamSlotsLayer::slots_of`] reads what an authority has now.
 ///
 /// It goes under the retry layer (each attempt waits for a slot) and above a per-attempt
 /// timeout, so that the wait for a slot is not part of the attempt. All services made by one
@@ -61,10 +83,10 @@ pub struct StreamSlotsLayer {
     authorities: Arc<Mutex<Authorities>>,
 }
 
-/// The slots of each authority seen, dropped once none is taken.
+/// The slots of each authority seen, dropped once none is taken (nor waited for).
 #[derive(Default)]
 struct Authorities {
-    map: HashMap<Option<Authority>, Arc<Semaphore>>,
+    map: HashMap<Option<Authority>, Arc<Slots>>,
     /// The map is swept of authorities with no slot taken once it grows to this size.
     sweep_at: usize,
 }
@@ -99,14 +121,34 @@ impl StreamSlotsLayer {
         })
     }
 
-    /// Requests in flight at most per authority.
+    /// Requests in flight at most per authority: `max_concurrent_streams - 1`.
     pub fn slots(&self) -> usize {
         self.slots
     }
 
+    /// The slots `authority` has now, as learned from its connections; `None` while nothing is
+    /// in flight to it (its slots are then forgotten, and start again at 3).
+    ///
+    /// ```
+    /// use tower_http_retry_hyper::StreamSlotsLayer;
+    ///
+    /// let layer = StreamSlotsLayer::new(128).unwrap();
+    /// let authority = http::uri::Authority::from_static("api.example");
+    /// assert_eq!(layer.slots_of(&authority), None);
+    /// ```
+    pub fn slots_of(&self, authority: &Authority) -> Option<usize> {
+        let authorities = self
+            .authorities
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let slots = authorities.map.get(&Some(authority.clone()))?;
+        let slots = slots.lock().learning.slots();
+        Some(slots)
+    }
+
     /// The slots of `authority`, made when first needed. A new authority may sweep the map of
-    /// those with no slot taken (nothing else holds their semaphore).
-    fn of(&self, authority: Option<&Authority>) -> Arc<Semaphore> {
+    /// those with no slot taken (nothing else holds their `Slots`).
+    fn of(&self, authority: Option<&Authority>) -> Arc<Slots> {
         let mut authorities = self
             .authorities
             .lock()
@@ -120,12 +162,117 @@ impl StreamSlotsLayer {
                 .retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
             authorities.sweep_at = (authorities.map.len() * 2).max(FIRST_SWEEP);
         }
-        let semaphore = Arc::new(Semaphore::new(self.slots));
+        let slots = Arc::new(Slots::new(self.slots));
         authorities
             .map
-            .insert(authority.cloned(), Arc::clone(&semaphore));
-        semaphore
+            .insert(authority.cloned(), Arc::clone(&slots));
+        slots
     }
+}
+
+/// One authority's slots: a semaphore whose permits follow what [`Learning`] says.
+#[derive(Debug)]
+struct Slots {
+    semaphore: Arc<Semaphore>,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Debug)]
+struct SlotState {
+    learning: Learning,
+    /// Permits the semaphore has, free or taken: above the learned slots while taken ones are
+    /// still to be given back, and then forgotten.
+    permits: usize,
+    /// Permits of a batch given back and held until the rest of it is (see [`Learning`]).
+    held: usize,
+}
+
+impl Slots {
+    fn new(most: usize) -> Self {
+        let learning = Learning::new(most);
+        let permits = learning.slots();
+        Self {
+            semaphore: Arc::new(Semaphore::new(permits)),
+            state: Mutex::new(SlotState {
+                learning,
+                permits,
+                held: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What a finished call teaches: an answer on a connection, or a rotation refusal.
+    fn learn(&self, lesson: impl FnOnce(&mut Learning)) {
+        let mut state = self.lock();
+        lesson(&mut state.learning);
+        if !state.learning.batches() {
+            let held = std::mem::take(&mut state.held);
+            self.give_back(&mut state, held);
+        }
+        let slots = state.learning.slots();
+        let total = state.permits + state.held;
+        if slots > total {
+            self.give_back(&mut state, slots - total);
+        } else if slots < total {
+            let cut = (total - slots).min(state.held);
+            state.held -= cut;
+            // The free ones now; the taken ones as they come back (`release`).
+            let excess = state.permits + state.held - slots;
+            state.permits -= self.semaphore.forget_permits(excess);
+        }
+    }
+
+    fn give_back(&self, state: &mut SlotState, permits: usize) {
+        self.semaphore.add_permits(permits);
+        state.permits += permits;
+    }
+
+    /// A slot comes back: to the semaphore, held until its batch is back, or forgotten while
+    /// the slots are fewer now.
+    fn release(&self, permit: OwnedSemaphorePermit) {
+        let mut state = self.lock();
+        if state.permits + state.held > state.learning.slots() {
+            permit.forget();
+            state.permits -= 1;
+        } else if state.learning.batches() {
+            permit.forget();
+            state.permits -= 1;
+            state.held += 1;
+            if state.permits == self.semaphore.available_permits() {
+                // None of the batch is out any more.
+                let held = std::mem::take(&mut state.held);
+                self.give_back(&mut state, held);
+            }
+        }
+    }
+}
+
+/// A taken slot, given back when dropped.
+#[derive(Debug)]
+struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    slots: Arc<Slots>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.slots.release(permit);
+        }
+    }
+}
+
+/// Whether `error` is a rotation refusal: the request was turned away unprocessed by a
+/// connection that serves no more (proven or not: either says the connection rotated).
+fn is_rotation<E: AsStdError, B>(error: &E) -> bool {
+    let classifier = HttpClassifier::new();
+    let outcome = Classify::<Response<B>, E>::classify_error(&classifier, error);
+    outcome == Outcome::NotSent(NotSent::Refused)
+        || Classify::<Response<B>, E>::is_rotation(&classifier, error)
 }
 
 impl fmt::Debug for StreamSlotsLayer {
@@ -187,6 +334,7 @@ impl<S> StreamSlots<S> {
 impl<S, B, RB> Service<Request<B>> for StreamSlots<S>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S::Error: AsStdError,
 {
     type Response = Response<SlotBody<RB>>;
     type Error = S::Error;
@@ -197,18 +345,21 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let semaphore = self.layer.of(request.uri().authority());
+        let slots = self.layer.of(request.uri().authority());
         // The service made ready goes with this call; its clone stays for the next one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let state = match Arc::clone(&semaphore).try_acquire_owned() {
+        let state = match Arc::clone(&slots.semaphore).try_acquire_owned() {
             Ok(permit) => State::Calling {
                 future: inner.call(request),
-                permit: Some(permit),
+                slot: Some(Slot {
+                    permit: Some(permit),
+                    slots,
+                }),
             },
             Err(_) => State::Waiting {
-                acquire: Box::pin(semaphore.acquire_owned()),
-                call: Some((inner, request)),
+                acquire: Box::pin(Arc::clone(&slots.semaphore).acquire_owned()),
+                call: Some((inner, request, slots)),
             },
         };
         StreamSlotsFuture { state }
@@ -239,13 +390,13 @@ pin_project! {
         /// No slot yet: the ready service and the request wait with it.
         Waiting {
             acquire: Acquire,
-            call: Option<(S, Req)>,
+            call: Option<(S, Req, Arc<Slots>)>,
         },
         /// Called with a slot, which the response body takes over.
         Calling {
             #[pin]
             future: S::Future,
-            permit: Option<OwnedSemaphorePermit>,
+            slot: Option<Slot>,
         },
     }
 }
@@ -253,6 +404,7 @@ pin_project! {
 impl<S, Req, RB> Future for StreamSlotsFuture<S, Req>
 where
     S: Service<Req, Response = Response<RB>>,
+    S::Error: AsStdError,
 {
     type Output = Result<Response<SlotBody<RB>>, S::Error>;
 
@@ -262,19 +414,35 @@ where
                 StateProj::Waiting { acquire, call } => {
                     // The semaphore is never closed; were it, the call would go without a slot.
                     let permit = ready!(acquire.as_mut().poll(cx)).ok();
-                    let Some((mut service, request)) = call.take() else {
+                    let Some((mut service, request, slots)) = call.take() else {
                         unreachable!("the call waits here until a slot is free");
                     };
                     let future = service.call(request);
+                    let slot = Some(Slot { permit, slots });
                     self.as_mut()
                         .project()
                         .state
-                        .set(State::Calling { future, permit });
+                        .set(State::Calling { future, slot });
                 }
-                StateProj::Calling { future, permit } => {
-                    let response = ready!(future.poll(cx))?;
-                    let permit = permit.take();
-                    return Poll::Ready(Ok(response.map(|inner| SlotBody { inner, permit })));
+                StateProj::Calling { future, slot } => {
+                    let result = ready!(future.poll(cx));
+                    let slot = slot.take();
+                    if let Some(slot) = &slot {
+                        match &result {
+                            Ok(response) => {
+                                let http2 = response.version() == Version::HTTP_2;
+                                let info = response.extensions().get::<HttpInfo>();
+                                let local = info.map(HttpInfo::local_addr);
+                                slot.slots.learn(|learning| learning.answered(http2, local));
+                            }
+                            Err(error) if is_rotation::<_, RB>(error) => {
+                                slot.slots.learn(Learning::refused);
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    let response = result?;
+                    return Poll::Ready(Ok(response.map(|inner| SlotBody { inner, slot })));
                 }
             }
         }
@@ -300,7 +468,7 @@ pin_project! {
     pub struct SlotBody<B> {
         #[pin]
         inner: B,
-        permit: Option<OwnedSemaphorePermit>,
+        slot: Option<Slot>,
     }
 }
 
@@ -322,7 +490,7 @@ impl<B: Body> Body for SlotBody<B> {
         let this = self.project();
         let polled = this.inner.poll_frame(cx);
         if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            this.permit.take();
+            this.slot.take();
         }
         polled
     }
