@@ -126,8 +126,9 @@ impl StreamSlotsLayer {
         self.slots
     }
 
-    /// The slots `authority` has now, as learned from its connections; `None` while nothing is
-    /// in flight to it (its slots are then forgotten, and start again at 3).
+    /// The slots `authority` has now, as learned from its connections; `None` for an authority
+    /// not seen yet, or forgotten: once many are known, those with nothing in flight are swept,
+    /// and start again at 3.
     ///
     /// ```
     /// use tower_http_retry_hyper::StreamSlotsLayer;
@@ -153,13 +154,13 @@ impl StreamSlotsLayer {
             .authorities
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(semaphore) = authorities.map.get(&authority.cloned()) {
-            return Arc::clone(semaphore);
+        if let Some(slots) = authorities.map.get(&authority.cloned()) {
+            return Arc::clone(slots);
         }
         if authorities.map.len() >= authorities.sweep_at {
             authorities
                 .map
-                .retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
+                .retain(|_, slots| Arc::strong_count(slots) > 1);
             authorities.sweep_at = (authorities.map.len() * 2).max(FIRST_SWEEP);
         }
         let slots = Arc::new(Slots::new(self.slots));
