@@ -17,8 +17,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
-use tower_http_retry::classify::{AsStdError, Classify, NotSent};
-use tower_http_retry::{HttpClassifier, InvalidConfig, Outcome};
+use tower_http_retry::classify::{is_rotation_refusal, AsStdError};
+use tower_http_retry::InvalidConfig;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -267,15 +267,6 @@ impl Drop for Slot {
     }
 }
 
-/// Whether `error` is a rotation refusal: the request was turned away unprocessed by a
-/// connection that serves no more (proven or not: either says the connection rotated).
-fn is_rotation<E: AsStdError, B>(error: &E) -> bool {
-    let classifier = HttpClassifier::new();
-    let outcome = Classify::<Response<B>, E>::classify_error(&classifier, error);
-    outcome == Outcome::NotSent(NotSent::Refused)
-        || Classify::<Response<B>, E>::is_rotation(&classifier, error)
-}
-
 impl fmt::Debug for StreamSlotsLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let authorities = self
@@ -436,7 +427,7 @@ where
                                 let local = info.map(HttpInfo::local_addr);
                                 slot.slots.learn(|learning| learning.answered(http2, local));
                             }
-                            Err(error) if is_rotation::<_, RB>(error) => {
+                            Err(error) if error.as_std_error().is_some_and(is_rotation_refusal) => {
                                 slot.slots.learn(Learning::refused);
                             }
                             Err(_) => {}

@@ -62,6 +62,21 @@ impl AsStdError for std::convert::Infallible {
     }
 }
 
+/// Whether `error` says a connection that serves no more turned the request away unprocessed:
+/// a refused stream, or a `GOAWAY` (proven, or through hyper without proof; see
+/// [`Classify::is_rotation`](super::Classify::is_rotation)). Read it where a layer below the
+/// retry layer learns from rotations, as `tower-http-retry-hyper`'s stream slots do.
+///
+/// ```
+/// use tower_http_retry::classify::is_rotation_refusal;
+///
+/// let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+/// assert!(!is_rotation_refusal(&reset));
+/// ```
+pub fn is_rotation_refusal(error: &(dyn Error + 'static)) -> bool {
+    known_error(error) == Some(Outcome::NotSent(NotSent::Refused))
+}
+
 /// The outcome of `error` by the rules of the table, or `None` when no rule recognises it.
 pub(super) fn known_error(error: &(dyn Error + 'static)) -> Option<Outcome> {
     let mut link = Some(error);
@@ -299,6 +314,7 @@ mod tests {
         assert_eq!(classify_boxed(made_up), Outcome::Transient);
         let made_up = h2::Error::from(h2::Reason::REFUSED_STREAM);
         assert_eq!(HttpClassifier::new().name_unknown_error(&made_up), None);
+        assert!(!is_rotation_refusal(&made_up), "no rotation either");
     }
 
     #[test]

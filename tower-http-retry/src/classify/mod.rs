@@ -2,7 +2,8 @@
 //! a request that provably never reached the application), decided by a [`Classify`]
 //! implementation: the default table [`HttpClassifier`], two closures through [`classify_fn`]
 //! ([`ClassifyFn`]), or one of the caller's own. [`AsStdError`] gives a classifier an error's
-//! `source()` chain; [`SerialDispatch`] and [`Unretryable`] are the markers a client crate
+//! `source()` chain, and [`is_rotation_refusal`] reads one for a layer below the retry layer;
+//! [`SerialDispatch`] and [`Unretryable`] are the markers a client crate
 //! attaches to tell the classifier what only the client knows.
 //!
 //! The retry layer and the circuit breaker take the same classifier, so that a failure that is
@@ -27,7 +28,7 @@ mod outcome;
 mod table;
 mod unsent;
 
-pub use error_chain::AsStdError;
+pub use error_chain::{is_rotation_refusal, AsStdError};
 pub use marker::{SerialDispatch, Unretryable};
 pub use outcome::{classify_fn, Classify, ClassifyFn, NotSent, Outcome};
 pub use table::HttpClassifier;

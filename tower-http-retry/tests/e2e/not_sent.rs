@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tower::{BoxError, Service, ServiceBuilder};
-use tower_http_retry::classify::{AsStdError, Classify, NotSent};
+use tower_http_retry::classify::{is_rotation_refusal, AsStdError, Classify, NotSent};
 use tower_http_retry::report::DelaySource;
 use tower_http_retry::retry::Retry;
 use tower_http_retry::{HttpClassifier, Outcome, RetryLayer, StopReason};
@@ -90,6 +90,10 @@ async fn a_refused_stream_arrives_as_a_remote_h2_reset_and_is_classified_refused
     assert!(h2.is_reset() && h2.is_remote(), "{h2:?}");
     assert_eq!(h2.reason(), Some(h2::Reason::REFUSED_STREAM));
     assert_eq!(classify(&error), Outcome::NotSent(NotSent::Refused));
+    assert!(
+        error.as_std_error().is_some_and(is_rotation_refusal),
+        "{error:?}"
+    );
     assert_eq!(
         (report.attempts, report.stop),
         (1, StopReason::RefusedTooOften)
@@ -181,6 +185,7 @@ async fn a_goaway_through_a_plain_hyper_client_resends_gets_for_free_and_never_a
                 );
                 assert_eq!(classify(error), Outcome::Transient, "no proof: {error:?}");
                 assert!(is_rotation(error), "{error:?}");
+                assert!(is_rotation_refusal(&**error), "{error:?}");
                 assert_eq!(
                     (report.attempts, report.stop),
                     (1, StopReason::NotIdempotent),
