@@ -1,6 +1,7 @@
 //! What the middlewares need to know about requests and responses, as traits so that other HTTP
 //! types (reqwest's, for one) can be retried and guarded too.
 
+use crate::hint::RetryInfo;
 use crate::report::{HedgeReport, ReportSlot, RetryReport};
 use http::uri::Authority;
 use http::{HeaderMap, Method, StatusCode};
@@ -117,6 +118,12 @@ pub trait RetryResponse {
     fn hedge_report(&self) -> Option<&HedgeReport> {
         None
     }
+
+    /// The `google.rpc.RetryInfo` a body reader put in the response's extensions, if any (see
+    /// [`RetryInfo`]). The default has none.
+    fn retry_info(&self) -> Option<RetryInfo> {
+        None
+    }
 }
 
 impl<B> RetryResponse for http::Response<B> {
@@ -142,6 +149,10 @@ impl<B> RetryResponse for http::Response<B> {
 
     fn hedge_report(&self) -> Option<&HedgeReport> {
         self.extensions().get()
+    }
+
+    fn retry_info(&self) -> Option<RetryInfo> {
+        self.extensions().get().copied()
     }
 }
 

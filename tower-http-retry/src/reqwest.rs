@@ -2,6 +2,7 @@
 //! user-facing text is on [`RetryLayer`](crate::RetryLayer#retrying-reqwest).
 
 use crate::classify::AsStdError;
+use crate::hint::RetryInfo;
 use crate::message::{RequestHead, RetryRequest, RetryResponse};
 use crate::report::{HedgeReport, RetryReport};
 use ::reqwest::{Error, Request, Response};
@@ -64,6 +65,10 @@ impl RetryResponse for Response {
 
     fn hedge_report(&self) -> Option<&HedgeReport> {
         self.extensions().get()
+    }
+
+    fn retry_info(&self) -> Option<RetryInfo> {
+        self.extensions().get().copied()
     }
 }
 

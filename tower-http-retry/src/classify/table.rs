@@ -242,7 +242,9 @@ where
     }
 
     fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint {
-        self.hints.read(response.status(), response.headers(), now)
+        self.hints
+            .read(response.status(), response.headers(), now)
+            .or_retry_info(response.retry_info())
     }
 
     fn quota_reset(
@@ -256,6 +258,7 @@ where
             return self
                 .hints
                 .read(status, response.headers(), now())
+                .or_retry_info(response.retry_info())
                 .retry_after();
         }
         self.hints.success_reset(status, response.headers(), now)

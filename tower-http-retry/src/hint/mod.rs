@@ -5,7 +5,8 @@
 //!   retry at all. [`ServerHints`] lists what [`HttpClassifier`](crate::HttpClassifier) reads:
 //!   `Retry-After` ([`parse_retry_after`], [`RetryAfterHint`]), `retry-after-ms`, the IETF
 //!   `RateLimit` fields and `x-ratelimit-reset` ([`XRateLimit`], [`ResetFormat`],
-//!   [`ResetHeader`]), and the stand-down markers (`x-should-retry`, `x-envoy-overloaded`).
+//!   [`ResetHeader`]), the stand-down markers (`x-should-retry`, `x-envoy-overloaded`), and a
+//!   `google.rpc.RetryInfo` that a body reader put in the response's extensions ([`RetryInfo`]).
 //! * **Using.** A [`HintPolicy`] clamps a hint and spreads it, and says what to do with one
 //!   longer than the clamp ([`WhenLonger`]); the retry layer takes it with
 //!   [`RetryLayerBuilder::hint_policy`](crate::retry::RetryLayerBuilder::hint_policy).
@@ -30,15 +31,18 @@ mod date;
 mod policy;
 mod rate_limit;
 mod retry_after;
+mod retry_info;
 mod server_hints;
 mod structured;
 
 pub use policy::{HintPolicy, WhenLonger};
 pub use rate_limit::{ResetFormat, XRateLimit};
 pub use retry_after::{parse_retry_after, RetryAfterHint};
+pub use retry_info::RetryInfo;
 pub use server_hints::{ResetHeader, ServerHints};
 
 pub(crate) use policy::Resolved;
+pub(crate) use retry_info::of_json_response;
 
 use http::header::{HeaderMap, DATE};
 use std::time::{Duration, SystemTime};

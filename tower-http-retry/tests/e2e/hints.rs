@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tower::timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
+use tower_http_retry::body::ReleaseBodyLayer;
 use tower_http_retry::hint::HintPolicy;
 use tower_http_retry::report::DelaySource;
 use tower_http_retry::retry::{NestedLayers, RetryLayerBuilder};
@@ -497,4 +498,77 @@ async fn a_success_that_used_up_the_quota_makes_the_next_request_wait_for_the_re
         "{report:?}"
     );
     assert_eq!(layer.stats().quota_paused, 1);
+}
+
+/// A 429 whose JSON body holds a `google.rpc.RetryInfo`, as Google's APIs send one; no header
+/// says when to come back.
+fn google_limited(retry_delay: &str) -> Reply {
+    let body = format!(
+        r#"{{"error": {{"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "{retry_delay}"}}]}}}}"#
+    );
+    let mut response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+    *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+    Reply::Respond(response).header("content-type", "application/json; charset=UTF-8")
+}
+
+#[tokio::test]
+async fn a_retry_info_in_a_json_body_read_by_release_body_is_the_delay() {
+    for (server, client) in [
+        (
+            TestServer::start(|hit| match hit.nth {
+                1 => google_limited("0.3s"),
+                _ => Reply::status(200),
+            })
+            .await,
+            client(),
+        ),
+        (
+            TestServer::start_h2(|hit| match hit.nth {
+                1 => google_limited("0.3s"),
+                _ => Reply::status(200),
+            })
+            .await,
+            h2_client(),
+        ),
+    ] {
+        let layer = retry().build().unwrap();
+        let mut client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .layer(TimeoutLayer::new(GENEROUS))
+            .layer(ReleaseBodyLayer::new())
+            .service(client);
+
+        let (result, report) = send(&mut client, get(&server.uri("/"), "gemini")).await;
+
+        assert_eq!(result.unwrap().status(), 200);
+        assert_eq!(server.hits(&Method::GET, "gemini"), 2);
+        assert_hinted(&report, Duration::from_millis(300));
+    }
+}
+
+#[tokio::test]
+async fn a_retry_info_body_nobody_reads_leaves_the_backoff_and_a_bad_one_is_counted() {
+    let server = TestServer::start(|hit| match (hit.id.as_str(), hit.nth) {
+        ("unread", 1) => google_limited("30s"),
+        ("bad", 1) => google_limited("soon"),
+        _ => Reply::status(200),
+    })
+    .await;
+    let layer = retry().build().unwrap();
+    // Without a body reader the hint stays in the body: the backoff decides.
+    let mut unread = stack(&layer, client());
+    let (result, report) = send(&mut unread, get(&server.uri("/"), "unread")).await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!(report.delays[0].source, DelaySource::Backoff, "{report:?}");
+    assert_eq!(layer.stats().retry_after_malformed, 0);
+
+    let mut read = ServiceBuilder::new()
+        .layer(layer.clone())
+        .layer(ReleaseBodyLayer::new())
+        .service(client());
+    let (result, report) = send(&mut read, get(&server.uri("/"), "bad")).await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!(report.delays[0].source, DelaySource::Backoff, "{report:?}");
+    assert_eq!(layer.stats().retry_after_malformed, 1);
 }

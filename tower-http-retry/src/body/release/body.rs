@@ -232,6 +232,11 @@ impl Read {
         }
     }
 
+    /// The bytes kept so far.
+    pub(super) fn data(&self) -> &[u8] {
+        &self.data
+    }
+
     /// The body: whole (`error` is what the inner body failed with, if it did), or truncated.
     pub(super) fn finish<B: Body>(self, error: Option<B::Error>, fill: Fill) -> ReleasedBody<B> {
         ReleasedBody::buffered(self, error, fill == Fill::Overflowed)

@@ -8,6 +8,7 @@
 use super::body::{Fill, Read, ReleasedBody};
 use super::config::Config;
 use crate::classify::{Classify, Outcome};
+use crate::hint::of_json_response;
 use http::response::Parts;
 use http::Method;
 use http_body::Body;
@@ -111,8 +112,14 @@ where
                             None => break (None, Fill::Fits),
                         }
                     };
-                    let head = head.take().expect("the head is taken once, when done");
+                    let mut head = head.take().expect("the head is taken once, when done");
                     let read = std::mem::replace(read, Read::new(0));
+                    if error.is_none() && fill == Fill::Fits {
+                        // A whole body: what it says of when to retry, for the classifier.
+                        if let Some(info) = of_json_response(&head.headers, read.data()) {
+                            head.extensions.insert(info);
+                        }
+                    }
                     // Drops the inner body: a body read to its end lets its connection go back
                     // to the pool; the rest of a longer one is dropped unread, which closes it.
                     this.state.set(State::Done);

@@ -39,6 +39,11 @@ use tower_layer::Layer;
 /// The response keeps its status, headers and extensions, so when the retry layer gives up it
 /// returns the last response as it came, with the part of its body that was read.
 ///
+/// With the feature `json`, a whole body whose `Content-Type` says JSON is also read for a
+/// `google.rpc.RetryInfo` (Google's APIs and Gemini put their "come back in" there, in no header),
+/// which goes into the response's extensions as a [`RetryInfo`](crate::hint::RetryInfo), where
+/// [`HttpClassifier`] finds it.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
