@@ -57,6 +57,9 @@ fn main() {
                 .layer(
                     CircuitBreakerLayerBuilder::interactive()
                         .metrics_label("api")
+                        // Its open time is jittered too: seeded, so that every run prints the
+                        // same scrape.
+                        .random_source(RandomSource::seeded(3))
                         .build()
                         .unwrap(),
                 )
