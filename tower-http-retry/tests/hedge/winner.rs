@@ -1,10 +1,11 @@
 //! Which copy answers: the first classified success, or the first permanent answer; a fast
-//! transient failure never beats a slow success. The losers' futures are dropped.
+//! transient failure never beats a slow success. The losers' futures are dropped as the winner
+//! answers.
 
 use super::{answer, get, scripted};
 use std::time::Duration;
 use tokio::time::Instant;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_http_retry::hedge::HedgeLayer;
 use tower_http_retry::report::HedgeReport;
 
@@ -210,4 +211,29 @@ async fn a_zero_delay_sends_every_copy_at_once() {
     assert_eq!(response.body(), "copy 2", "the last copy is the fastest");
     assert_eq!(started.elapsed(), Duration::from_millis(10));
     assert_eq!(calls.sent(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_losers_are_dropped_when_the_winner_answers_not_when_its_future_is() {
+    let hedge = HedgeLayer::builder()
+        .delay(Duration::from_millis(10))
+        .max_hedges(2)
+        .build()
+        .unwrap();
+    // The first two copies stall; the third answers after 1 ms.
+    let (service, calls) = scripted(|n| {
+        if n < 2 {
+            answer(200, 5_000)
+        } else {
+            answer(200, 1)
+        }
+    });
+    let mut client = ServiceBuilder::new().layer(hedge).service(service);
+    let future = client.ready().await.unwrap().call(get("/g"));
+    tokio::pin!(future);
+    let response = future.as_mut().await.unwrap();
+    // The hedge future is still alive here: the two stalled copies went when the third
+    // answered, not with it.
+    assert_eq!(response.body(), "copy 2");
+    assert_eq!((calls.sent(), calls.alive()), (3, 0));
 }
