@@ -10,7 +10,7 @@
 //! the responses are checked and dropped afterwards.
 //!
 //! Rows, as in `success_path`: no layer (the baseline), `tower::retry::Retry` with a minimal policy
-//! and `TpsBudget`, this crate's `RetryLayer` with the default configuration, with pacing
+//! and `TpsBudget`, tower-resilience's retry with its token-bucket budget, this crate's `RetryLayer` with the default configuration, with pacing
 //! configured (`Pacing::new()`, the endpoint open: every call succeeds), and with the budget
 //! turned off, the circuit breaker alone (closed), the hedging layer alone with its defaults
 //! (`hedge_armed`: past the 20 latencies its sketch needs, every request is armed and answered
@@ -164,6 +164,27 @@ fn tower_retry_tps_budget() -> Box<dyn Batch> {
     })
 }
 
+/// tower-resilience's retry as its docs configure it (3 attempts, exponential backoff from
+/// 100 ms), with its token-bucket budget (10 tokens a second, 100 at most), the nearest to
+/// `TpsBudget`.
+fn tower_resilience_retry() -> Box<dyn Batch> {
+    batch(|| {
+        let budget = tower_resilience_retry::RetryBudgetBuilder::new()
+            .token_bucket()
+            .build()
+            .expect("a valid budget");
+        tower_resilience_retry::RetryLayer::<Req, Resp, Infallible>::builder()
+            .max_attempts(3)
+            .exponential_backoff(Duration::from_millis(100))
+            .budget(budget)
+            .build()
+            // `endpoint()`, its future named `Send`, as tower-resilience's boxed future needs.
+            .layer(service_fn(|_: Req| {
+                ready(Ok::<_, Infallible>(Response::new(String::new())))
+            }))
+    })
+}
+
 fn ours_default() -> Box<dyn Batch> {
     batch(|| RetryLayer::new().layer(endpoint()))
 }
@@ -268,6 +289,7 @@ fn check(batch: Box<dyn Batch>) {
 #[library_benchmark(teardown = check)]
 #[bench::no_layer(no_layer())]
 #[bench::tower_retry_tps_budget(tower_retry_tps_budget())]
+#[bench::tower_resilience_retry(tower_resilience_retry())]
 #[bench::ours_default(ours_default())]
 #[bench::ours_pacing(ours_pacing())]
 #[bench::ours_no_budget(ours_no_budget())]
@@ -283,9 +305,10 @@ fn success_x100(mut batch: Box<dyn Batch>) -> Box<dyn Batch> {
 library_benchmark_group!(name = success_path, benchmarks = success_x100);
 
 /// The bench ids above, in table order. The ratios are taken to the first two rows.
-const ROWS: [&str; 9] = [
+const ROWS: [&str; 10] = [
     "no_layer",
     "tower_retry_tps_budget",
+    "tower_resilience_retry",
     "ours_default",
     "ours_pacing",
     "ours_no_budget",
