@@ -366,6 +366,14 @@ impl<C> RetryLayerBuilder<C> {
     /// Bounds the time from the call to the end of the last sleep, the first-attempt delay
     /// included: a sleep that would end later is not started and the last outcome is returned at
     /// once. (It does not cut an attempt in flight; an outer `TimeoutLayer` does that.)
+    ///
+    /// **With pacing, add [`fail_unsent`](Self::fail_unsent)** where the error type can hold an
+    /// [`Unsent`](crate::report::Unsent) (a `tower::BoxError` can). Without it, a new request to
+    /// an endpoint the pacer knows is down, which would wait past the deadline, is still sent
+    /// once, into the outage; with it, the request comes back unsent, with when to try again
+    /// (`resend_after`), and a redelivery queue holds it instead. It is not the default because
+    /// it changes the service's error type. `tower-http-retry-redelivery`'s
+    /// `Schedule::retry_layer()` sets both.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.settings.deadline = Some(deadline);
         self

@@ -4,6 +4,7 @@
 
 use test_support as support;
 
+mod deadline;
 mod defects;
 mod fleet;
 mod loopback;
