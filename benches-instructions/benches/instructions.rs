@@ -23,8 +23,8 @@
 //! instructions.
 //!
 //! This bench is a crate of its own (`benches-instructions/`, never published), so that its
-//! release build is this crate with its default features, tower, http, tokio and gungraun, and
-//! none of the main package's dev-dependencies. Run (needs valgrind, and the `gungraun-runner`
+//! release build is this crate with its default features, tower, http, tokio, gungraun and
+//! tower-resilience's retry, and none of the main package's dev-dependencies. Run (needs valgrind, and the `gungraun-runner`
 //! binary of exactly the version of the `gungraun` dependency):
 //!
 //! ```text
@@ -178,7 +178,8 @@ fn tower_resilience_retry() -> Box<dyn Batch> {
             .exponential_backoff(Duration::from_millis(100))
             .budget(budget)
             .build()
-            // `endpoint()`, its future named `Send`, as tower-resilience's boxed future needs.
+            // The same answer as `endpoint()`'s, from a service whose future is known to be
+            // `Send`, as tower-resilience's boxed future needs.
             .layer(service_fn(|_: Req| {
                 ready(Ok::<_, Infallible>(Response::new(String::new())))
             }))

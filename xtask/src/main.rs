@@ -11,7 +11,7 @@
 //!   and the `gungraun-runner` of the `gungraun` version pinned in
 //!   `benches-instructions/Cargo.toml` when missing, runs that crate's bench (a workspace member
 //!   of its own, so that its release build is the core with default features, tower, http,
-//!   tokio and gungraun, not every dev-dependency), prints its table, and fails when a layer's
+//!   tokio, gungraun and tower-resilience's retry, not every dev-dependency), prints its table, and fails when a layer's
 //!   overhead over tower's (instructions per successful call above the no-layer row, divided by
 //!   `tower::retry` + `TpsBudget`'s) is more than 5 % above the value recorded in
 //!   `benches-instructions/instructions.baseline`.

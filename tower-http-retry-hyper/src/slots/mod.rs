@@ -41,8 +41,9 @@ use tower_service::Service;
 /// requests in flight on a connection that serves 3, that is 124 resends per connection. So
 /// the slots of an authority start at 3 and follow its connections, told apart by the local
 /// address hyper-util's `HttpConnector` reports (`HttpInfo`, in each response's extensions):
-/// a connection that saw a rotation refusal (`REFUSED_STREAM`, or a `GOAWAY` as the classifier
-/// reads it) served what the server allows, and the slots become that count once the next
+/// a connection that saw a rotation refusal
+/// ([`is_rotation_refusal`](tower_http_retry::classify::is_rotation_refusal)) served what the
+/// server allows, and the slots become that count once the next
 /// connection answers; a connection that served twice the slots with no refusal doubles them,
 /// up to `max_concurrent_streams - 1`. An HTTP/1 answer gives the whole number at once. A
 /// client whose connector reports no `HttpInfo` is seen as one connection, so its slots only

@@ -62,10 +62,12 @@ impl AsStdError for std::convert::Infallible {
     }
 }
 
-/// Whether `error` says a connection that serves no more turned the request away unprocessed:
-/// a refused stream, or a `GOAWAY` (proven, or through hyper without proof; see
-/// [`Classify::is_rotation`](super::Classify::is_rotation)). Read it where a layer below the
-/// retry layer learns from rotations, as `tower-http-retry-hyper`'s stream slots do.
+/// Whether `error` says the server turned the request away unprocessed on an HTTP/2 connection:
+/// a refused stream (`REFUSED_STREAM`, on a connection that may stay open), or a `GOAWAY`
+/// (proven, or through hyper without proof, which alone is what
+/// [`Classify::is_rotation`](super::Classify::is_rotation) reports). Read it where a layer below
+/// the retry layer learns from rotations, as `tower-http-retry-hyper`'s stream slots do. Always
+/// `false` without the feature `hyper`, which recognises h2's errors.
 ///
 /// ```
 /// use tower_http_retry::classify::is_rotation_refusal;

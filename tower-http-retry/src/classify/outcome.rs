@@ -140,7 +140,8 @@ pub trait Classify<Res, E> {
     ///
     /// The default reads `Retry-After` on a 4xx or 5xx response alone;
     /// [`HttpClassifier`](super::HttpClassifier) also reads the rate-limit and stand-down headers
-    /// its [`ServerHints`](crate::hint::ServerHints) name.
+    /// its [`ServerHints`](crate::hint::ServerHints) name, and a body's
+    /// [`RetryInfo`](crate::hint::RetryInfo) in the extensions.
     fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint
     where
         Res: RetryResponse,

@@ -41,8 +41,10 @@ const REFUSED: Outcome = Outcome::NotSent(NotSent::Refused);
 ///
 /// Besides the status, the classifier reads what the response says about retrying
 /// ([`hints`](Self::hints), [`ServerHints`]): when to come back (`Retry-After`, `retry-after-ms`,
-/// `RateLimit`, `x-ratelimit-reset`), and whether to retry at all (`x-should-retry: false` and
-/// `x-envoy-overloaded` stop retrying; `x-should-retry: true` retries even a 400 or a POST).
+/// `RateLimit`, `x-ratelimit-reset`, and after them a body's `google.rpc.RetryInfo` that a
+/// body reader put in the extensions, [`RetryInfo`](crate::hint::RetryInfo)), and whether to
+/// retry at all (`x-should-retry: false` and `x-envoy-overloaded` stop retrying;
+/// `x-should-retry: true` retries even a 400 or a POST).
 ///
 /// Errors are recognised by walking [`Error::source`] and downcasting each link, never by
 /// matching message text. Proof that a request was not sent counts wherever it is in the chain
@@ -182,6 +184,16 @@ impl HttpClassifier {
         Some(name)
     }
 
+    /// What `response` says of retrying it: its headers, then its body's `RetryInfo`.
+    fn read_hint<Res: RetryResponse>(
+        &self,
+        response: &Res,
+        now: std::time::SystemTime,
+    ) -> ServerHint {
+        let hint = self.hints.read(response.status(), response.headers(), now);
+        self.hints.or_retry_info(hint, response.retry_info())
+    }
+
     fn set(&mut self, code: u16, outcome: Outcome) {
         let code = usize::from(code);
         let (word, bit) = (code / 64, 1u64 << (code % 64));
@@ -242,9 +254,7 @@ where
     }
 
     fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint {
-        self.hints
-            .read(response.status(), response.headers(), now)
-            .or_retry_info(response.retry_info())
+        self.read_hint(response, now)
     }
 
     fn quota_reset(
@@ -255,11 +265,7 @@ where
         let status = response.status();
         if status.as_u16() >= 400 {
             // A 4xx or 5xx in the success table: its `Retry-After` counts too.
-            return self
-                .hints
-                .read(status, response.headers(), now())
-                .or_retry_info(response.retry_info())
-                .retry_after();
+            return self.read_hint(response, now()).retry_after();
         }
         self.hints.success_reset(status, response.headers(), now)
     }

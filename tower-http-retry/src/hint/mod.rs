@@ -42,7 +42,7 @@ pub use retry_info::RetryInfo;
 pub use server_hints::{ResetHeader, ServerHints};
 
 pub(crate) use policy::Resolved;
-pub(crate) use retry_info::of_json_response;
+pub(crate) use retry_info::read_body_hint;
 
 use http::header::{HeaderMap, DATE};
 use std::time::{Duration, SystemTime};

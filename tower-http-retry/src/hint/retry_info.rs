@@ -1,7 +1,10 @@
 //! `google.rpc.RetryInfo` in a JSON error body (AIP-193), as Google's APIs and Gemini send it
 //! with a 429 or a 503, where no header says when to come back.
 
+#[cfg(feature = "json")]
+use super::decimal;
 use super::{RetryAfterHint, ServerHint};
+#[cfg(feature = "json")]
 use http::header::{HeaderMap, CONTENT_TYPE};
 use std::time::Duration;
 
@@ -9,10 +12,15 @@ use std::time::Duration;
 #[cfg(feature = "json")]
 const RETRY_INFO: &str = "type.googleapis.com/google.rpc.RetryInfo";
 
+/// What a body must contain to be parsed for one.
+#[cfg(feature = "json")]
+const RETRY_INFO_NAME: &[u8] = b"google.rpc.RetryInfo";
+
 /// The wait a response's body asked for, in a `google.rpc.RetryInfo`: put in the response's
 /// extensions by [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer) (feature `json`) when it
 /// reads a transient JSON body, or by a caller's own layer that reads bodies; read by
-/// [`HttpClassifier`](crate::HttpClassifier) when no `Retry-After` header says when to retry,
+/// [`HttpClassifier`](crate::HttpClassifier) when no header hint (`Retry-After`, a reset
+/// header) says when to retry (see [`ServerHints::retry_info`](super::ServerHints::retry_info)),
 /// and clamped like any hint.
 ///
 /// ```
@@ -50,7 +58,9 @@ impl RetryInfo {
     /// Reads the `RetryInfo` of a JSON error body: `{"error": {"details": [...]}}`, or an array
     /// of those as some Google APIs send. `None` when the body is not JSON or holds no
     /// `RetryInfo`; [`malformed`](Self::malformed) when its `retryDelay` is not a protobuf JSON
-    /// duration (`"30s"`, `"1.5s"`: seconds, up to nine decimals, an `s`) or is negative.
+    /// duration (`"30s"`, `"1.5s"`: seconds, up to nine decimals, an `s`) or is negative. A
+    /// `RetryInfo` without a `retryDelay` says zero, as protobuf's default (and as the gRPC
+    /// crate reads one in a call's rich status).
     #[cfg(feature = "json")]
     pub fn from_json(body: &[u8]) -> Option<Self> {
         use serde_json::Value;
@@ -64,10 +74,10 @@ impl RetryInfo {
             .filter_map(|error| error.get("error")?.get("details")?.as_array())
             .flatten()
             .find(|detail| detail.get("@type").and_then(Value::as_str) == Some(RETRY_INFO))?;
-        let delay = info
-            .get("retryDelay")
-            .and_then(Value::as_str)
-            .and_then(parse_duration);
+        let delay = match info.get("retryDelay") {
+            None => Some(Duration::ZERO),
+            Some(delay) => delay.as_str().and_then(parse_duration),
+        };
         Some(delay.map_or(Self::malformed(), Self::after))
     }
 }
@@ -80,49 +90,67 @@ impl ServerHint {
             Some(RetryAfterHint::Delay(delay)) if self.retry_after().is_none() => {
                 self.with_retry_after(Some(delay))
             }
-            Some(RetryAfterHint::Malformed) => self.with_malformed(true),
+            // Counted only when it was the hint to read, as an unreadable header is.
+            Some(RetryAfterHint::Malformed) if self.retry_after().is_none() => {
+                self.with_malformed(true)
+            }
             _ => self,
         }
     }
 }
 
+/// Puts the `RetryInfo` of a whole body that
+/// [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer) read in its response's extensions, for
+/// the classifier; nothing without the feature `json`.
+pub(crate) fn read_body_hint(head: &mut http::response::Parts, body: &[u8]) {
+    #[cfg(feature = "json")]
+    if let Some(info) = of_json_response(&head.headers, body) {
+        head.extensions.insert(info);
+    }
+    #[cfg(not(feature = "json"))]
+    let _ = (head, body);
+}
+
 /// The `RetryInfo` of a whole response body read by
 /// [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer), when its `Content-Type` says JSON
-/// (`application/json`, `application/problem+json`); none without the feature `json`.
-pub(crate) fn of_json_response(headers: &HeaderMap, body: &[u8]) -> Option<RetryInfo> {
-    let json = headers
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split(';').next())
-        .is_some_and(|essence| {
-            let essence = essence.trim().to_ascii_lowercase();
-            essence == "application/json" || essence.ends_with("+json")
-        });
-    #[cfg(feature = "json")]
-    return json.then(|| RetryInfo::from_json(body)).flatten();
-    #[cfg(not(feature = "json"))]
-    {
-        let _ = (json, body);
+/// (`application/json`, `application/problem+json`) and it names a `RetryInfo` at all (most
+/// error bodies are not parsed).
+#[cfg(feature = "json")]
+fn of_json_response(headers: &HeaderMap, body: &[u8]) -> Option<RetryInfo> {
+    let essence = headers.get(CONTENT_TYPE)?.as_bytes();
+    let essence = essence.split(|&b| b == b';').next()?.trim_ascii();
+    let json = essence.eq_ignore_ascii_case(b"application/json")
+        || (essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json"));
+    let named = body
+        .windows(RETRY_INFO_NAME.len())
+        .any(|w| w == RETRY_INFO_NAME);
+    if json && named {
+        RetryInfo::from_json(body)
+    } else {
         None
     }
 }
 
-/// A protobuf JSON `Duration` that is not negative: `"3s"`, `"1.5s"`, `"0.000000001s"`.
+/// A protobuf JSON `Duration` that is not negative: `"3s"`, `"1.5s"`, `"0.000000001s"`
+/// (seconds past `u64` saturate, as delta-seconds do; the clamp deals with them).
 #[cfg(feature = "json")]
 fn parse_duration(text: &str) -> Option<Duration> {
-    let number = text.strip_suffix('s')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let (seconds, nanos) = match number.split_once('.') {
+    let number = text.strip_suffix('s')?.as_bytes();
+    let (seconds, nanos) = match number.iter().position(|&b| b == b'.') {
         None => (number, 0),
-        Some((seconds, fraction)) if digits(fraction) && fraction.len() <= 9 => {
-            (seconds, format!("{fraction:0<9}").parse().ok()?)
+        Some(dot) => {
+            let fraction = &number[dot + 1..];
+            if fraction.is_empty() || fraction.len() > 9 {
+                return None;
+            }
+            let digits = u32::try_from(decimal(fraction)?).ok()?;
+            (
+                &number[..dot],
+                digits * 10u32.pow(9 - fraction.len() as u32),
+            )
         }
-        Some(_) => return None,
     };
-    if !digits(seconds) {
-        return None;
-    }
-    Some(Duration::new(seconds.parse().ok()?, nanos))
+    Some(Duration::new(decimal(seconds)?, nanos))
 }
 
 #[cfg(all(test, feature = "json"))]
@@ -194,7 +222,7 @@ mod tests {
             assert_eq!(delay(&body), Some(RetryAfterHint::Malformed), "{bad}");
         }
         let missing = format!(r#"{{"error": {{"details": [{{"@type": "{RETRY_INFO}"}}]}}}}"#);
-        assert_eq!(delay(&missing), Some(RetryAfterHint::Malformed));
+        assert_eq!(delay(&missing), Some(RetryAfterHint::Delay(Duration::ZERO)));
     }
 
     #[test]
@@ -204,5 +232,47 @@ mod tests {
         assert_eq!(parse_duration("0.25s"), Some(Duration::from_millis(250)));
         assert_eq!(parse_duration("1e3s"), None);
         assert_eq!(parse_duration("+1s"), None);
+        assert_eq!(parse_duration(".5s"), None);
+        assert_eq!(parse_duration("1.2.3s"), None);
+        assert_eq!(parse_duration("1.s"), None);
+    }
+
+    #[test]
+    fn only_a_json_body_that_names_a_retry_info_is_parsed() {
+        let body = format!(
+            r#"{{"error": {{"details": [{{"@type": "{RETRY_INFO}", "retryDelay": "2s"}}]}}}}"#
+        );
+        let of = |content_type: Option<&'static str>, body: &str| {
+            let mut headers = HeaderMap::new();
+            if let Some(value) = content_type {
+                headers.insert(CONTENT_TYPE, http::HeaderValue::from_static(value));
+            }
+            of_json_response(&headers, body.as_bytes()).map(|info| info.hint())
+        };
+        let two = Some(RetryAfterHint::Delay(Duration::from_secs(2)));
+        assert_eq!(of(Some("application/json"), &body), two);
+        assert_eq!(of(Some("Application/JSON; charset=UTF-8"), &body), two);
+        assert_eq!(of(Some("application/problem+json"), &body), two);
+        assert_eq!(of(Some("text/plain"), &body), None);
+        assert_eq!(of(Some("+json"), &body), None);
+        assert_eq!(of(None, &body), None);
+        let other = r#"{"error": {"details": [{"@type": "type.googleapis.com/google.rpc.Help"}]}}"#;
+        assert_eq!(of(Some("application/json"), other), None);
+    }
+
+    #[test]
+    fn a_header_hint_wins_over_the_body_and_its_malformed_body_is_not_counted() {
+        let header = ServerHint::after(Duration::from_secs(1));
+        let body = Some(RetryInfo::after(Duration::from_secs(9)));
+        let bad = Some(RetryInfo::malformed());
+        assert_eq!(header.or_retry_info(body), header);
+        assert_eq!(header.or_retry_info(bad), header);
+        // A malformed header beside a good body: the body's delay, the header counted.
+        let unreadable = ServerHint::malformed();
+        let hint = unreadable.or_retry_info(body);
+        assert_eq!(hint.retry_after(), Some(Duration::from_secs(9)));
+        assert!(hint.is_malformed());
+        assert!(ServerHint::NONE.or_retry_info(bad).is_malformed());
+        assert_eq!(ServerHint::NONE.or_retry_info(None), ServerHint::NONE);
     }
 }

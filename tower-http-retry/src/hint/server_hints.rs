@@ -3,7 +3,7 @@
 
 use super::rate_limit::{ietf, retry_after_ms, Reading, XRateLimit};
 use super::retry_after::{parse_retry_after, RetryAfterHint};
-use super::{reference_time, trim_ows, ServerHint};
+use super::{reference_time, trim_ows, RetryInfo, ServerHint};
 use http::header::{HeaderMap, HeaderName};
 use http::StatusCode;
 use std::time::{Duration, SystemTime};
@@ -100,12 +100,13 @@ pub struct ServerHints {
     reset: Vec<ResetHeader>,
     should_retry: Option<HeaderName>,
     stand_down: Vec<HeaderName>,
+    retry_info: bool,
 }
 
 impl ServerHints {
     /// The default: `retry-after-ms`, `RateLimit` (draft 8 on and draft-07),
-    /// `RateLimit-Reset` (drafts up to 06), `x-ratelimit-*` (auto format) after `Retry-After`;
-    /// `x-should-retry` and `x-envoy-overloaded`.
+    /// `RateLimit-Reset` (drafts up to 06), `x-ratelimit-*` (auto format) after `Retry-After`,
+    /// then a body's [`RetryInfo`]; `x-should-retry` and `x-envoy-overloaded`.
     pub fn new() -> Self {
         Self {
             reset: vec![
@@ -116,6 +117,7 @@ impl ServerHints {
             ],
             should_retry: Some(HeaderName::from_static("x-should-retry")),
             stand_down: vec![HeaderName::from_static("x-envoy-overloaded")],
+            retry_info: true,
         }
     }
 
@@ -141,12 +143,31 @@ impl ServerHints {
             .add_reset_header(ResetHeader::XRateLimit(XRateLimit::openai_tokens()))
     }
 
-    /// `Retry-After` alone: no other reset header, no stand-down marker.
+    /// `Retry-After` alone: no other reset header, no stand-down marker, no body's
+    /// [`RetryInfo`].
     pub fn retry_after_only() -> Self {
         Self {
             reset: Vec::new(),
             should_retry: None,
             stand_down: Vec::new(),
+            retry_info: false,
+        }
+    }
+
+    /// Whether a body's `google.rpc.RetryInfo` ([`RetryInfo`], which a body reader such as
+    /// [`ReleaseBodyLayer`](crate::body::ReleaseBodyLayer) puts in the response's extensions)
+    /// is the hint when no header gave one (default: yes).
+    pub fn retry_info(mut self, read: bool) -> Self {
+        self.retry_info = read;
+        self
+    }
+
+    /// `hint`, read from the headers, completed by the body's `info` when it is read.
+    pub(crate) fn or_retry_info(&self, hint: ServerHint, info: Option<RetryInfo>) -> ServerHint {
+        if self.retry_info {
+            hint.or_retry_info(info)
+        } else {
+            hint
         }
     }
 

@@ -137,6 +137,7 @@ use tower_layer::Layer;
 ///   transient and walks its `source()` chain for the rest.
 ///
 /// ```no_run
+/// # #[cfg(feature = "reqwest")]
 /// # async fn run() -> Result<(), tower::BoxError> {
 /// use tower::{Service, ServiceBuilder, ServiceExt};
 /// use tower_http_retry::{CircuitBreakerLayer, RetryLayer, RetryReport};

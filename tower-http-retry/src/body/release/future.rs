@@ -8,7 +8,7 @@
 use super::body::{Fill, Read, ReleasedBody};
 use super::config::Config;
 use crate::classify::{Classify, Outcome};
-use crate::hint::of_json_response;
+use crate::hint::read_body_hint;
 use http::response::Parts;
 use http::Method;
 use http_body::Body;
@@ -116,9 +116,7 @@ where
                     let read = std::mem::replace(read, Read::new(0));
                     if error.is_none() && fill == Fill::Fits {
                         // A whole body: what it says of when to retry, for the classifier.
-                        if let Some(info) = of_json_response(&head.headers, read.data()) {
-                            head.extensions.insert(info);
-                        }
+                        read_body_hint(&mut head, read.data());
                     }
                     // Drops the inner body: a body read to its end lets its connection go back
                     // to the pool; the rest of a longer one is dropped unread, which closes it.
