@@ -121,10 +121,11 @@ fn of_json_response(headers: &HeaderMap, body: &[u8]) -> Option<RetryInfo> {
     let essence = essence.split(|&b| b == b';').next()?.trim_ascii();
     let json = essence.eq_ignore_ascii_case(b"application/json")
         || (essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json"));
-    let named = body
-        .windows(RETRY_INFO_NAME.len())
-        .any(|w| w == RETRY_INFO_NAME);
-    if json && named {
+    let named = || {
+        body.windows(RETRY_INFO_NAME.len())
+            .any(|w| w == RETRY_INFO_NAME)
+    };
+    if json && named() {
         RetryInfo::from_json(body)
     } else {
         None
