@@ -3,7 +3,7 @@
 
 #[cfg(feature = "json")]
 use super::decimal;
-use super::{RetryAfterHint, ServerHint};
+use super::RetryAfterHint;
 #[cfg(feature = "json")]
 use http::header::{HeaderMap, CONTENT_TYPE};
 use std::time::Duration;
@@ -79,23 +79,6 @@ impl RetryInfo {
             Some(delay) => delay.as_str().and_then(parse_duration),
         };
         Some(delay.map_or(Self::malformed(), Self::after))
-    }
-}
-
-impl ServerHint {
-    /// The body's word on when to retry, for a hint whose headers had none: a `Retry-After`
-    /// or a reset header the server sent beside it wins.
-    pub(crate) fn or_retry_info(self, info: Option<RetryInfo>) -> Self {
-        match info.map(|info| info.hint()) {
-            Some(RetryAfterHint::Delay(delay)) if self.retry_after().is_none() => {
-                self.with_retry_after(Some(delay))
-            }
-            // Counted only when it was the hint to read, as an unreadable header is.
-            Some(RetryAfterHint::Malformed) if self.retry_after().is_none() => {
-                self.with_malformed(true)
-            }
-            _ => self,
-        }
     }
 }
 
@@ -259,21 +242,5 @@ mod tests {
         assert_eq!(of(None, &body), None);
         let other = r#"{"error": {"details": [{"@type": "type.googleapis.com/google.rpc.Help"}]}}"#;
         assert_eq!(of(Some("application/json"), other), None);
-    }
-
-    #[test]
-    fn a_header_hint_wins_over_the_body_and_its_malformed_body_is_not_counted() {
-        let header = ServerHint::after(Duration::from_secs(1));
-        let body = Some(RetryInfo::after(Duration::from_secs(9)));
-        let bad = Some(RetryInfo::malformed());
-        assert_eq!(header.or_retry_info(body), header);
-        assert_eq!(header.or_retry_info(bad), header);
-        // A malformed header beside a good body: the body's delay, the header counted.
-        let unreadable = ServerHint::malformed();
-        let hint = unreadable.or_retry_info(body);
-        assert_eq!(hint.retry_after(), Some(Duration::from_secs(9)));
-        assert!(hint.is_malformed());
-        assert!(ServerHint::NONE.or_retry_info(bad).is_malformed());
-        assert_eq!(ServerHint::NONE.or_retry_info(None), ServerHint::NONE);
     }
 }

@@ -162,12 +162,17 @@ impl ServerHints {
         self
     }
 
-    /// `hint`, read from the headers, completed by the body's `info` when it is read.
+    /// `hint`, read from the headers, completed by the body's `info` when it is read: a header
+    /// that said when wins, and a malformed `info` is counted only when it was the hint to read,
+    /// as an unreadable header is.
     pub(crate) fn or_retry_info(&self, hint: ServerHint, info: Option<RetryInfo>) -> ServerHint {
-        if self.retry_info {
-            hint.or_retry_info(info)
-        } else {
-            hint
+        if !self.retry_info || hint.retry_after().is_some() {
+            return hint;
+        }
+        match info.map(|info| info.hint()) {
+            Some(RetryAfterHint::Delay(delay)) => hint.with_retry_after(Some(delay)),
+            Some(RetryAfterHint::Malformed) => hint.with_malformed(true),
+            _ => hint,
         }
     }
 
@@ -1099,5 +1104,27 @@ mod tests {
         assert!(!exhausted(&[("retry-after", "5")]));
         assert!(!ServerHints::retry_after_only()
             .quota_exhausted(&headers(&[("x-ratelimit-remaining", "0")])));
+    }
+
+    #[test]
+    fn a_header_hint_wins_over_the_body_and_its_malformed_body_is_not_counted() {
+        let hints = ServerHints::new();
+        let header = ServerHint::after(Duration::from_secs(1));
+        let body = Some(RetryInfo::after(Duration::from_secs(9)));
+        let bad = Some(RetryInfo::malformed());
+        assert_eq!(hints.or_retry_info(header, body), header);
+        assert_eq!(hints.or_retry_info(header, bad), header);
+        // A malformed header beside a good body: the body's delay, the header counted.
+        let hint = hints.or_retry_info(ServerHint::malformed(), body);
+        assert_eq!(hint.retry_after(), Some(Duration::from_secs(9)));
+        assert!(hint.is_malformed());
+        assert!(hints.or_retry_info(ServerHint::NONE, bad).is_malformed());
+        assert_eq!(
+            hints.or_retry_info(ServerHint::NONE, None),
+            ServerHint::NONE
+        );
+        // Switched off, the body says nothing.
+        let off = ServerHints::retry_after_only();
+        assert_eq!(off.or_retry_info(ServerHint::NONE, body), ServerHint::NONE);
     }
 }

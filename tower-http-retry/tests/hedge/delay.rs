@@ -4,7 +4,7 @@
 //! and hedging resumes at the healthy delay once the brownout is over; and a first copy beaten by
 //! its hedge still counted in the latencies, so the delay holds.
 
-use super::{answer, get, scripted, Reply, Script};
+use super::{answer, get, scripted, Reply};
 use http::{Request, Response};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +48,7 @@ async fn no_hedge_before_the_window_holds_enough_latencies_then_one_at_the_quant
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_brownout_pauses_hedging_until_the_window_ends_then_the_delay_follows_it() {
+async fn a_brownout_pauses_hedging_until_the_window_ends_and_hedging_resumes_once_it_is_over() {
     let window = Duration::from_secs(30);
     let hedge = HedgeLayer::builder()
         .window(window)
@@ -59,15 +59,19 @@ async fn a_brownout_pauses_hedging_until_the_window_ends_then_the_delay_follows_
         .unwrap();
     let slow = Arc::new(AtomicBool::new(false));
     let brownout = Arc::clone(&slow);
-    let (service, _) = scripted(move |_| {
-        let after = if brownout.load(Ordering::SeqCst) {
-            210
-        } else {
-            10
+    // A first copy of `/stall/..` takes 5 s; every other copy 10 ms, or 210 ms in the brownout.
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let service = service_fn(move |request: Request<String>| {
+        let path = request.uri().path().to_owned();
+        let first = seen.lock().unwrap().insert(path.clone());
+        let after = match (path.starts_with("/stall"), brownout.load(Ordering::SeqCst)) {
+            (true, _) if first => 5_000,
+            (_, true) => 210,
+            _ => 10,
         };
-        Script {
-            status: 200,
-            after: Duration::from_millis(after),
+        async move {
+            tokio::time::sleep(Duration::from_millis(after)).await;
+            Reply::Ok(Response::new(path))
         }
     });
     let client = ServiceBuilder::new().layer(hedge.clone()).service(service);
@@ -108,6 +112,25 @@ async fn a_brownout_pauses_hedging_until_the_window_ends_then_the_delay_follows_
     );
     let slow_requests = (sent + 300) as f64;
     assert!(stats.hedges as f64 <= 0.05 * slow_requests, "{stats:?}");
+
+    // The brownout ends: after two windows of healthy traffic, a stalled request is hedged
+    // at the healthy delay again.
+    slow.store(false, Ordering::SeqCst);
+    for i in 0..70 {
+        send(format!("/healthy/{i}")).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let before = hedge.stats();
+    let started = Instant::now();
+    let response = send("/stall/0".to_owned()).await.unwrap();
+    let elapsed = started.elapsed();
+    let after = hedge.stats();
+    assert_eq!(response.body(), "/stall/0");
+    assert_eq!(after.hedges, before.hedges + 1, "{after:?}");
+    assert_eq!(after.won_by_hedge, before.won_by_hedge + 1, "{after:?}");
+    assert_eq!(after.pauses, 1, "{after:?}");
+    // The delay is the healthy 10 ms (to the sketch's 1 %), and the hedge takes 10 ms.
+    assert!(elapsed <= Duration::from_millis(25), "{elapsed:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -176,65 +199,4 @@ async fn a_first_copy_beaten_by_its_hedge_still_counts_so_the_delay_does_not_dri
         "{stats:?} of {i}"
     );
     assert!(stats.hedges as f64 <= 0.061 * i as f64, "{stats:?} of {i}");
-}
-
-#[tokio::test(start_paused = true)]
-async fn hedging_resumes_once_a_brownout_is_over() {
-    let window = Duration::from_secs(30);
-    let hedge = HedgeLayer::builder()
-        .window(window)
-        .min_samples(20)
-        .max_extra_load(0.05)
-        .burst(10.0)
-        .build()
-        .unwrap();
-    let slow = Arc::new(AtomicBool::new(false));
-    let brownout = Arc::clone(&slow);
-    // A first copy of `/stall/..` takes 5 s; every other copy 10 ms, or 210 ms in the brownout.
-    let seen = Arc::new(Mutex::new(HashSet::new()));
-    let service = service_fn(move |request: Request<String>| {
-        let path = request.uri().path().to_owned();
-        let first = seen.lock().unwrap().insert(path.clone());
-        let after = match (path.starts_with("/stall"), brownout.load(Ordering::SeqCst)) {
-            (true, _) if first => 5_000,
-            (_, true) => 210,
-            _ => 10,
-        };
-        async move {
-            tokio::time::sleep(Duration::from_millis(after)).await;
-            Reply::Ok(Response::new(path))
-        }
-    });
-    let client = ServiceBuilder::new().layer(hedge.clone()).service(service);
-    let send = |path: String| client.clone().oneshot(get(&path));
-    for i in 0..40 {
-        send(format!("/warm/{i}")).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    slow.store(true, Ordering::SeqCst);
-    let mut sent = 0;
-    while hedge.stats().pauses == 0 {
-        assert!(sent < 100, "no pause after {sent} slow requests");
-        send(format!("/slow/{sent}")).await.unwrap();
-        sent += 1;
-    }
-
-    // The brownout ends: after two windows of healthy traffic, a stalled request is hedged
-    // at the healthy delay again.
-    slow.store(false, Ordering::SeqCst);
-    for i in 0..70 {
-        send(format!("/healthy/{i}")).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let before = hedge.stats();
-    let started = Instant::now();
-    let response = send("/stall/0".to_owned()).await.unwrap();
-    let elapsed = started.elapsed();
-    let after = hedge.stats();
-    assert_eq!(response.body(), "/stall/0");
-    assert_eq!(after.hedges, before.hedges + 1, "{after:?}");
-    assert_eq!(after.won_by_hedge, before.won_by_hedge + 1, "{after:?}");
-    assert_eq!(after.pauses, 1, "{after:?}");
-    // The delay is the healthy 10 ms (to the sketch's 1 %), and the hedge takes 10 ms.
-    assert!(elapsed <= Duration::from_millis(25), "{elapsed:?}");
 }
