@@ -2,6 +2,7 @@
 //! through ([`Pass`]): what the endpoint's state machine answers, the fleet side consumes and
 //! the queue hands a request.
 
+use super::clock::Nanos;
 use super::store::Lease;
 use tokio::time::Instant;
 
@@ -11,8 +12,9 @@ pub(crate) enum Pass {
     /// One of the few requests in flight while the endpoint is down, on this lease of its probe
     /// stream.
     Probe(Lease),
-    /// Released by the rate (or the endpoint is open).
-    Paced,
+    /// Released by the rate (or the endpoint is open), at `released` in the endpoint's shared
+    /// time: an outcome of a release made before the rate's last cut answers the rate before it.
+    Paced { released: Nanos },
 }
 
 /// Whether the request at the head of the queue may go now.

@@ -46,7 +46,7 @@ impl EndpointState {
         self.shared.advance(&rules, self.queue.len() > 1, at);
         self.settle();
         match self.shared.mode {
-            Mode::Open => return Release::Now(Pass::Paced),
+            Mode::Open => return Release::Now(Pass::Paced { released: at }),
             Mode::Paused { until, .. } => return Release::At(self.clock.to_local(until)),
             _ => {}
         }
@@ -56,7 +56,7 @@ impl EndpointState {
             return Release::Now(Pass::Probe(lease));
         }
         match link.take_slot(now) {
-            Some(Ok(())) => return Release::Now(Pass::Paced),
+            Some(Ok(())) => return Release::Now(Pass::Paced { released: at }),
             Some(Err(at)) => return Release::At(at),
             None => {}
         }

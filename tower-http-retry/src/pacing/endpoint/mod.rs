@@ -11,7 +11,7 @@ mod link;
 
 pub(crate) use link::{Link, StoreNext};
 
-use super::clock::Clock;
+use super::clock::{Clock, Nanos};
 use super::mode::{trace, PacingMode};
 use super::pass::{Pass, Release};
 use super::rules::PacingRules;
@@ -50,6 +50,10 @@ pub(crate) struct EndpointState {
     /// of them is spread over the predicted releases; the places before it drain as the
     /// schedule moves on (or as those requests come back and join the queue).
     horizon: Instant,
+    /// The smoothed round trip of the paced requests' outcomes (TCP's SRTT, RFC 6298), in
+    /// nanoseconds: the releases made within one round trip after a cut met the load released
+    /// before it at the endpoint.
+    round_trip: Nanos,
     /// With a store: what the process holds of the fleet's state beyond its replica.
     pub(crate) link: Option<Link>,
     /// The mode the paced endpoints' gauge counts this endpoint in (as its last settled
@@ -80,6 +84,7 @@ impl EndpointState {
             deferred: 0,
             run: 0,
             horizon: now,
+            round_trip: 0,
             link,
             gauged: PacingMode::Open,
             labels,
@@ -278,7 +283,7 @@ impl EndpointState {
             .release(&rules, 0, Batch::One, at, || rng.random());
         self.settle();
         match grant {
-            Grant::Unpaced | Grant::Slots { .. } => Release::Now(Pass::Paced),
+            Grant::Unpaced | Grant::Slots { .. } => Release::Now(Pass::Paced { released: at }),
             Grant::At(t) => Release::At(self.clock.to_local(t)),
             Grant::Blocked { .. } => Release::Blocked,
             Grant::Probe { lease, .. } => {
@@ -310,7 +315,22 @@ impl EndpointState {
             Some(Pass::Probe(lease)) => Some(lease),
             _ => None,
         };
-        let mut changed = self.shared.outcome(&rules, signal, lease.map(|l| l.id), at);
+        if let Some(Pass::Paced { released }) = pass {
+            // RFC 6298's gain of 1/8.
+            let sample = at.saturating_sub(released);
+            self.round_trip = if self.round_trip == 0 {
+                sample
+            } else {
+                (self.round_trip * 7 + sample) / 8
+            };
+        }
+        let counted = match signal {
+            Signal::Congestion if self.answers_before_cut(pass) => Signal::Neutral,
+            _ => signal,
+        };
+        let mut changed = self
+            .shared
+            .outcome(&rules, counted, lease.map(|l| l.id), at);
         let mut down = None;
         // A new mode (a probe's success starts a ramp): the outcome was the old mode's, and the
         // new mode's run starts at nothing.
@@ -338,6 +358,24 @@ impl EndpointState {
             link.recorded(config, lease, signal, paced, down, now);
         }
         changed
+    }
+
+    /// Whether an outcome of a request let through by `pass` answers the rate before the
+    /// ramp's last cut: it went before the cut, or within a round trip after it, when the
+    /// endpoint still had the releases made before it to answer. A loss of it is no news of
+    /// the rate now (one cut per round trip, as TCP cuts once per window). Only a
+    /// process alone knows when each request went; a fleet's store hears outcomes in reports,
+    /// and waits for the cut to settle instead.
+    fn answers_before_cut(&self, pass: Option<Pass>) -> bool {
+        match pass {
+            Some(Pass::Paced { released }) => {
+                self.link.is_none()
+                    && self
+                        .shared
+                        .released_before_cut(released.saturating_sub(self.round_trip))
+            }
+            _ => false,
+        }
     }
 
     /// A hint (`Retry-After`) on one response, asking that request to wait until `until`: see

@@ -20,6 +20,13 @@ fn probe() -> Pass {
     })
 }
 
+/// A paced pass released at `now`, as an outcome at `now` answers it (no round trip).
+fn paced(s: &EndpointState, now: Instant) -> Pass {
+    Pass::Paced {
+        released: s.at(now),
+    }
+}
+
 fn state(now: Instant) -> EndpointState {
     EndpointState::new(now, SmallRng::seed_from_u64(1), None, Default::default())
 }
@@ -109,7 +116,7 @@ fn a_successful_probe_starts_a_ramp_that_doubles_per_interval() {
     // succeed doubles every interval (rate.rs checks the doubling itself).
     let floor = s.rate(&config);
     for n in 1..=3 {
-        s.record(&config, Some(Pass::Paced), Signal::Success, now);
+        s.record(&config, Some(paced(&s, now)), Signal::Success, now);
         let expected = floor + f64::from(n) / config.ramp_interval.as_secs_f64();
         assert!(
             (s.rate(&config) - expected).abs() < 1e-9,
@@ -127,10 +134,10 @@ fn losses_above_the_threshold_cut_the_rate_to_a_fraction_of_what_was_accepted() 
     s.record(&config, Some(probe()), Signal::Success, now);
     s.queue.push_back(Waiter { id: 0, waker: None });
     for _ in 0..10 {
-        s.record(&config, Some(Pass::Paced), Signal::Success, now);
+        s.record(&config, Some(paced(&s, now)), Signal::Success, now);
     }
     for _ in 0..10 {
-        s.record(&config, Some(Pass::Paced), Signal::Congestion, now);
+        s.record(&config, Some(paced(&s, now)), Signal::Congestion, now);
     }
     s.tick(&config, now + config.ramp_interval);
     let accepted = 10.0 / config.ramp_interval.as_secs_f64();
@@ -151,7 +158,10 @@ fn a_pause_holds_every_release_then_ramps_from_the_probe_rate() {
     s.pause_until(&config, until, now);
     assert_eq!(s.try_release(&config, now), Release::At(until));
     s.queue.push_back(Waiter { id: 0, waker: None });
-    assert_eq!(s.try_release(&config, until), Release::Now(Pass::Paced));
+    assert_eq!(
+        s.try_release(&config, until),
+        Release::Now(paced(&s, until))
+    );
     assert_eq!(s.mode(), PacingMode::Ramping);
     assert_eq!(s.rate(&config), config.rate.floor);
 }
@@ -196,26 +206,43 @@ fn a_full_queue_refuses_to_enqueue() {
 }
 
 #[test]
-fn one_loss_event_cuts_the_rate_once() {
+fn one_loss_event_cuts_the_rate_once_and_the_next_cuts_again_a_round_trip_later() {
     let config = config();
     let now = Instant::now();
     let mut s = down(&config, now);
     s.record(&config, Some(probe()), Signal::Success, now);
     s.queue.push_back(Waiter { id: 0, waker: None });
-    let mut at = now;
+    let interval = config.ramp_interval;
     let mut rates = Vec::new();
-    // Two intervals in a row with half their requests lost: the second answers requests
-    // released before the first cut.
-    for _ in 0..2 {
+    // Half of three batches of requests lost. The first ends the slow start as it is answered,
+    // at 41 ms; the second went before that cut, and is answered in the interval that begins
+    // at it; the third went well after it.
+    let cut_at = 41 * MS;
+    for (went, answered, looked) in [
+        (40 * MS, cut_at, cut_at),
+        (40 * MS, 60 * MS, cut_at + interval),
+        (
+            cut_at + interval + 40 * MS,
+            cut_at + interval + 41 * MS,
+            cut_at + interval * 2,
+        ),
+    ] {
+        let pass = paced(&s, now + went);
         for _ in 0..10 {
-            s.record(&config, Some(Pass::Paced), Signal::Success, at);
-            s.record(&config, Some(Pass::Paced), Signal::Congestion, at);
+            s.record(&config, Some(pass), Signal::Success, now + answered);
+            s.record(&config, Some(pass), Signal::Congestion, now + answered);
         }
-        at += config.ramp_interval;
-        s.tick(&config, at);
+        s.tick(&config, now + looked);
         rates.push(s.rate(&config));
     }
-    assert!(rates[1] >= rates[0], "cut twice: {rates:?}");
+    assert!(
+        rates[1] >= rates[0],
+        "cut twice for one loss event: {rates:?}"
+    );
+    assert!(
+        rates[2] < rates[1] * 0.8,
+        "releases made after the cut lost half: {rates:?}"
+    );
 }
 
 #[test]
@@ -226,14 +253,17 @@ fn a_pause_during_a_ramp_resumes_from_the_ramp_cut_not_from_the_probe_rate() {
     s.record(&config, Some(probe()), Signal::Success, now);
     s.queue.push_back(Waiter { id: 0, waker: None });
     for _ in 0..100 {
-        s.record(&config, Some(Pass::Paced), Signal::Success, now);
+        s.record(&config, Some(paced(&s, now)), Signal::Success, now);
     }
     let at = now + config.ramp_interval;
     s.tick(&config, at); // 100 successes in the interval: 1,000/s accepted
     let until = at + 1000 * MS;
     s.pause_until(&config, until, at);
     assert_eq!(s.mode(), PacingMode::Paused);
-    assert_eq!(s.try_release(&config, until), Release::Now(Pass::Paced));
+    assert_eq!(
+        s.try_release(&config, until),
+        Release::Now(paced(&s, until))
+    );
     let expected = 1000.0 * config.rate.decrease;
     assert!(
         (s.rate(&config) - expected).abs() < 1e-6,
@@ -251,13 +281,13 @@ fn a_rate_that_grows_brings_the_next_release_forward() {
     s.queue.push_back(Waiter { id: 0, waker: None });
     assert_eq!(
         s.try_release(&config, now),
-        Release::Now(Pass::Paced),
+        Release::Now(paced(&s, now)),
         "at once"
     );
     let Release::At(slow) = s.try_release(&config, now) else {
         panic!("the floor rate's gap")
     };
-    s.record(&config, Some(Pass::Paced), Signal::Success, now);
+    s.record(&config, Some(paced(&s, now)), Signal::Success, now);
     let Release::At(fast) = s.try_release(&config, now) else {
         panic!("a gap at the grown rate")
     };
@@ -271,10 +301,10 @@ fn ramping_at_1000(config: &PacingRules, now: Instant) -> (EndpointState, Instan
     s.record(config, Some(probe()), Signal::Success, now);
     s.queue.push_back(Waiter { id: 0, waker: None });
     for _ in 0..100 {
-        s.record(config, Some(Pass::Paced), Signal::Success, now);
+        s.record(config, Some(paced(&s, now)), Signal::Success, now);
     }
     let at = now + config.ramp_interval;
-    s.record(config, Some(Pass::Paced), Signal::Success, at);
+    s.record(config, Some(paced(&s, at)), Signal::Success, at);
     assert_eq!(s.mode(), PacingMode::Ramping);
     (s, at)
 }
@@ -293,7 +323,12 @@ fn a_hint_while_the_endpoint_takes_requests_cuts_the_ramp_once_and_pauses_nothin
         assert!(!s.hinted(&config, at + 1000 * MS, at + MS));
     }
     for _ in 0..150 {
-        s.record(&config, Some(Pass::Paced), Signal::Success, at + 2 * MS);
+        s.record(
+            &config,
+            Some(paced(&s, at + 2 * MS)),
+            Signal::Success,
+            at + 2 * MS,
+        );
     }
     let before = s.rate(&config);
     // One cut, when the interval closes, from what the endpoint took in it.
@@ -349,10 +384,10 @@ fn congestion_in_a_row_while_ramping_with_nothing_taken_for_an_interval_is_an_ou
     let (mut s, at) = ramping_at_1000(&config, Instant::now());
     let after = at + config.ramp_interval;
     for i in 1..config.outage_after {
-        s.record(&config, Some(Pass::Paced), Signal::Congestion, after);
+        s.record(&config, Some(paced(&s, after)), Signal::Congestion, after);
         assert_eq!(s.mode(), PacingMode::Ramping, "{i} in a row");
     }
-    s.record(&config, Some(Pass::Paced), Signal::Congestion, after);
+    s.record(&config, Some(paced(&s, after)), Signal::Congestion, after);
     assert_eq!(
         s.mode(),
         PacingMode::Probing,
@@ -373,9 +408,9 @@ fn runs_of_congestion_between_successes_while_ramping_are_a_rate_to_find_not_an_
     // A limit that admits in steps: 20 rejections in a row, then successes, every 10 ms.
     for _ in 0..50 {
         for _ in 0..20 {
-            s.record(&config, Some(Pass::Paced), Signal::Congestion, at);
+            s.record(&config, Some(paced(&s, at)), Signal::Congestion, at);
         }
-        s.record(&config, Some(Pass::Paced), Signal::Success, at);
+        s.record(&config, Some(paced(&s, at)), Signal::Success, at);
         at += 10 * MS;
     }
     assert_eq!(s.mode(), PacingMode::Ramping);

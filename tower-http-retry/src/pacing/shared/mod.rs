@@ -103,7 +103,9 @@ pub(crate) enum Mode {
         /// Since when there has been no demand and no loss, if so.
         idle_since: Option<Nanos>,
         /// Losses before this do not cut the rate again: they answer requests released
-        /// before the last cut, and one loss event deserves one cut.
+        /// before the last cut, and one loss event deserves one cut. For a process alone, the
+        /// cut itself: it tells the losses of releases made before it (or within a round trip
+        /// after it) from the others, and counts only the others.
         cut_settles_at: Nanos,
         /// Successes per second in the last interval that closed.
         last_accepted: f64,
@@ -287,8 +289,19 @@ impl SharedState {
             }
             *last_accepted = f64::from(*successes) / secs;
             // A hint is the endpoint's own word that it takes less.
-            if is_loss_event(rules, *successes, *losses) || *hinted {
-                if *interval_start >= *cut_settles_at {
+            let loss_event = is_loss_event(rules, *successes, *losses);
+            if loss_event || *hinted {
+                // A hint cuts without a loss share: one is enough. So, where a process alone
+                // may cut again as soon as the losses of its releases after a cut say so, a hint
+                // waits an interval more: in a fleet of independent senders, each one's hints
+                // answer the others' load too, and cutting on each of them took the fleet's
+                // rate below the endpoint's.
+                let settled = if loss_event || rules.report_lag > 0 {
+                    *cut_settles_at
+                } else {
+                    cut_settles_at.saturating_add(interval)
+                };
+                if *interval_start >= settled {
                     cut(rules, ramp, *successes, *losses, secs, reported);
                     *cut_settles_at = settles(rules, closes, self.demand_until);
                     if let Some(max) = ramp.last_max() {
@@ -364,20 +377,30 @@ impl SharedState {
             ) => {
                 *losses += 1;
                 *idle_since = None;
-                changed |= self.end_slow_start(rules, now);
+                changed |= self.cut_at_loss_event(rules, now);
             }
             _ => {}
         }
         changed
     }
 
-    /// Slow start ends at its first loss event, without waiting for the interval to close: it
-    /// doubles the rate every interval, so by the close it would have sent up to twice what
-    /// the endpoint took. The cut counts the successes of the part of the interval measured so
-    /// far, and a new interval begins. Returns whether the rate was cut.
-    fn end_slow_start(&mut self, rules: &Rules<'_>, now: Nanos) -> bool {
+    /// Whether a request released at `released` went before the ramp's last cut settled (for
+    /// a process alone, before the cut): its loss answers the rate before the cut.
+    pub(crate) fn released_before_cut(&self, released: Nanos) -> bool {
+        matches!(self.mode, Mode::Ramping { cut_settles_at, .. } if released < cut_settles_at)
+    }
+
+    /// A loss event cuts the rate at once, without waiting for the interval to close: slow
+    /// start doubles the rate every interval, so by the close it would have sent up to twice
+    /// what the endpoint took; and after a cut, the releases that go on at a rate still too
+    /// high are lost for the rest of the interval. The cut counts the successes of the part of
+    /// the interval measured so far (in slow start, whose rate grew; after a cut, whose rate
+    /// changed), else of the last interval's length, and a new interval begins. A fleet's
+    /// store waits for the interval to close after slow start: its outcomes come in reports.
+    /// Returns whether the rate was cut.
+    fn cut_at_loss_event(&mut self, rules: &Rules<'_>, now: Nanos) -> bool {
         let Mode::Ramping {
-            ramp: Ramp::SlowStart { .. },
+            ramp,
             interval_start,
             successes,
             losses,
@@ -387,7 +410,8 @@ impl SharedState {
         else {
             return false;
         };
-        if interval_start < cut_settles_at
+        if (matches!(ramp, Ramp::Cubic { .. }) && rules.report_lag > 0)
+            || interval_start < cut_settles_at
             || now <= interval_start
             || !is_loss_event(rules, successes, losses)
         {
@@ -412,9 +436,20 @@ impl SharedState {
         else {
             return false;
         };
-        let measured = (now - *interval_start) as f64 / 1e9;
-        *last_accepted = f64::from(*successes) / measured;
-        cut(rules, ramp, *successes, *losses, measured, reported);
+        let mut measured = (now - *interval_start) as f64 / 1e9;
+        let mut counted = *successes;
+        if matches!(ramp, Ramp::Cubic { .. }) && *interval_start != *cut_settles_at {
+            // The rate was steady (the interval before this one was not cut): a whole interval
+            // back, the last one's successes make up the rest (a few milliseconds' count alone
+            // is too coarse for a rate).
+            let secs = rules.pacing.ramp_interval.as_secs_f64();
+            if measured < secs {
+                counted += (*last_accepted * (secs - measured)).round() as u32;
+                measured = secs;
+            }
+        }
+        *last_accepted = f64::from(counted) / measured;
+        cut(rules, ramp, counted, *losses, measured, reported);
         *cut_settles_at = settles(rules, now, self.demand_until);
         if let Some(max) = ramp.last_max() {
             self.capacity = Some(max);
@@ -606,19 +641,23 @@ fn cut(
     ramp.lose(&rules.pacing.rate, accepted);
 }
 
-/// When the losses that follow a cut made as the interval ending at `closes` ends stop
-/// answering releases made before it: once the slots a fleet was granted ahead at the old rate
-/// are used, an interval after, and heard of with the process's next ask, made as its slots
-/// run out: an interval later again (neither for a process alone). Not the whole report lag:
-/// a fleet that waited that long after each cut overshot the endpoint's limit at a loss share
+/// When the losses that follow a cut made at `closes` stop answering releases made before it.
+/// A process alone: at once, since it does not count the losses of releases made before the
+/// cut ([`released_before_cut`](SharedState::released_before_cut)). A fleet's store, which
+/// hears outcomes in reports without their release times: once the slots the fleet was
+/// granted ahead at the old rate are used, an interval after, and heard of with the process's
+/// next ask, made as its slots run out: an interval later again. Not the whole report lag: a
+/// fleet that waited that long after each cut overshot the endpoint's limit at a loss share
 /// above the threshold for a second at a time.
 fn settles(rules: &Rules<'_>, closes: Nanos, demand_until: Nanos) -> Nanos {
+    if rules.report_lag == 0 {
+        return closes;
+    }
     let interval = rules.interval();
-    let heard = if rules.report_lag > 0 { interval } else { 0 };
     closes
         .saturating_add(interval)
         .max(demand_until.saturating_add(interval))
-        .saturating_add(heard)
+        .saturating_add(interval)
 }
 
 /// What an outcome says about the endpoint.

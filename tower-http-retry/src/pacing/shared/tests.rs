@@ -521,11 +521,89 @@ fn slow_start_ends_at_its_first_loss_event_without_waiting_for_the_interval_to_c
     let counted: f64 = 100.0 / 0.06;
     let cut = config.rate.decrease * counted.min(sent);
     assert!((s.rate(&rules) - cut).abs() < 1e-6, "{}", s.rate(&rules));
-    // The losses still in flight answer releases made before the cut: the interval that
-    // began at the cut does not cut again when it closes.
-    for _ in 0..50 {
-        s.outcome(&rules, Signal::Congestion, None, 100 * MS);
+    // The losses still in flight answer releases made before the cut: a process alone counts
+    // none of them (it knows when each went), so the cut is settled at once.
+    assert!(s.released_before_cut(60 * MS - 1));
+    assert!(!s.released_before_cut(60 * MS));
+}
+
+#[test]
+fn after_a_cut_a_loss_event_alone_cuts_at_once_from_what_the_part_since_the_cut_took() {
+    let config = config();
+    let rules = Rules::alone(&config);
+    let (mut s, cut_at) = cut_alone(&rules, 100, 0);
+    let beta = config.rate.decrease;
+    assert!((s.rate(&rules) - 1000.0 * beta).abs() < 1e-6);
+    // Half an interval after the cut: 10 successes (200/s), then losses. The third is a loss
+    // event, and the rate is cut then, from the 200/s, not at the interval's close.
+    for _ in 0..10 {
+        s.outcome(&rules, Signal::Success, None, cut_at + 40 * MS);
     }
-    s.advance(&rules, true, 160 * MS);
-    assert!(s.rate(&rules) >= cut - 1e-6, "{}", s.rate(&rules));
+    for _ in 0..2 {
+        s.outcome(&rules, Signal::Congestion, None, cut_at + 50 * MS);
+    }
+    assert!(
+        (s.rate(&rules) - 1000.0 * beta).abs() < 1e-6,
+        "no loss event yet"
+    );
+    assert!(s.outcome(&rules, Signal::Congestion, None, cut_at + 50 * MS));
+    let expected = 200.0 * beta;
+    assert!(
+        (s.rate(&rules) - expected).abs() < 1e-6,
+        "{}",
+        s.rate(&rules)
+    );
+}
+
+#[test]
+fn a_loss_event_alone_at_a_steady_rate_counts_the_successes_of_a_whole_interval_back() {
+    let config = config();
+    let rules = Rules::alone(&config);
+    let (mut s, cut_at) = cut_alone(&rules, 100, 0);
+    let interval = rules.interval();
+    // An interval without a loss that took 300/s, then 20 ms that took 20 (1,000/s, a count
+    // too short for a rate) and lost 3.
+    for _ in 0..30 {
+        s.outcome(&rules, Signal::Success, None, cut_at + 50 * MS);
+    }
+    s.advance(&rules, true, cut_at + interval);
+    let steady = cut_at + interval;
+    for _ in 0..20 {
+        s.outcome(&rules, Signal::Success, None, steady + 20 * MS);
+    }
+    let sent = s.rate(&rules);
+    for _ in 0..3 {
+        s.outcome(&rules, Signal::Congestion, None, steady + 20 * MS);
+    }
+    // A whole interval back: the 20, and 80 ms of the last interval's 300/s.
+    let accepted: f64 = (20.0 + 300.0 * 0.08) / 0.1;
+    assert!(accepted < sent, "{accepted} {sent}");
+    let expected = accepted * config.rate.decrease;
+    assert!(
+        (s.rate(&rules) - expected).abs() < 1e-6,
+        "{} against {expected}",
+        s.rate(&rules)
+    );
+}
+
+#[test]
+fn a_fleet_after_its_slow_start_cuts_when_the_interval_closes() {
+    let config = config();
+    let rules = rules(&config);
+    let (mut s, cut_at) = cut_alone(&rules, 100, 0);
+    let before = s.rate(&rules);
+    // Past the cut's settling, a loss event heard of mid-interval: the fleet's reports lag,
+    // so the interval's close decides.
+    let Mode::Ramping { cut_settles_at, .. } = s.mode else {
+        panic!("ramping")
+    };
+    s.advance(&rules, true, cut_settles_at);
+    for _ in 0..10 {
+        s.outcome(&rules, Signal::Success, None, cut_settles_at + 50 * MS);
+        s.outcome(&rules, Signal::Congestion, None, cut_settles_at + 50 * MS);
+    }
+    assert!(s.rate(&rules) >= before, "cut before the close");
+    s.advance(&rules, true, cut_settles_at + rules.interval());
+    assert!(s.rate(&rules) < before * 0.8, "{} {before}", s.rate(&rules));
+    assert!(cut_at < cut_settles_at);
 }
