@@ -57,9 +57,10 @@ holds that request for its second and cuts the ramp once, while the endpoint kee
 others (RFC 9110's reading of `Retry-After`); it no longer pauses the whole endpoint.
 - **The pacer in B, against the tighter overload target (1 % of N)**: slow start doubles every \
 100 ms and ends at its first loss event, without waiting for the interval to close, but with a \
-50 ms latency that event answers releases made 50 ms earlier, already past capacity: about 60 \
-rejections go there. The rest are the cubic curve's probes past the limit (about 35 each, twice \
-in the run): an interval must lose more than the 5 % threshold before it cuts.
+50 ms latency that event answers releases made 50 ms earlier, already past capacity: 51-59 \
+rejections go there. The rest are the cubic curve's probes past the limit (about 20 each, three \
+or four times in the run): a loss event cuts as soon as it is seen, but a probe past the limit \
+loses under the 5 % threshold for a while before its losses are one.
 - **The pacer fleet**: ten pacers that share nothing. In B the totals meet the targets, but \
 whichever processes' probes succeed first ramp up first and take more of the capacity in the \
 first N/C seconds, so the shares stray further from fair than ±25 %; in B+RA each process cuts \
@@ -67,7 +68,7 @@ its own ramp on the hints it gets, and the ten do not share what they learn.
 - **1 s up / 1 s down, failed retries**: each of the 30 down seconds begins while the pacer is \
 releasing at up to the endpoint's rate; it calls the endpoint down only after a whole 100-ms \
 interval with no success (a limit that rejects in runs, as model B's token bucket does, is not \
-an outage), and about 140 releases fail in that window each time: 4,000 failed retries, a \
+an outage), and about 130 releases fail in that window each time: 4,000 failed retries, a \
 seventh of full jitter's, not a tenth.
 - **Redelivery, the spread of the first round's resend times**: the endpoint has never been seen \
 taking requests when the first round is deferred, so the pacer predicts a slow start with no \
@@ -76,7 +77,7 @@ known limit, and 10,000 places fit in about 1.5 s of it (the target asks for N /
 reaches the endpoint while it is down, as the hits-while-down target shows.
 - **First-attempt gating** changes nothing in these tables: every delivery's first attempt is \
 sent at t = 0, before the endpoint is known to be down, so the gated and ungated pacer rows are \
-the same run. (It is what keeps the second burst of the flapping row off the endpoint: 238 hits \
+the same run. (It is what keeps the second burst of the flapping row off the endpoint: 166 hits \
 during the second outage, against 10,039 during the first.)
 - **Fleets**: full jitter is fair across processes but misses model B's targets as the single \
 row does; with a budget each process has its own, and the few deliveries each makes in the \
