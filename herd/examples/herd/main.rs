@@ -77,7 +77,7 @@ known limit, and 10,000 places fit in about 1.5 s of it (the target asks for N /
 reaches the endpoint while it is down, as the hits-while-down target shows.
 - **First-attempt gating** changes nothing in these tables: every delivery's first attempt is \
 sent at t = 0, before the endpoint is known to be down, so the gated and ungated pacer rows are \
-the same run. (It is what keeps the second burst of the flapping row off the endpoint: 166 hits \
+the same run. (It is what keeps the second burst of the flapping row off the endpoint: 147 hits \
 during the second outage, against 10,039 during the first.)
 - **Fleets**: full jitter is fair across processes but misses model B's targets as the single \
 row does; with a budget each process has its own, and the few deliveries each makes in the \

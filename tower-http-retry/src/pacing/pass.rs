@@ -13,7 +13,9 @@ pub(crate) enum Pass {
     /// stream.
     Probe(Lease),
     /// Released by the rate (or the endpoint is open), at `released` in the endpoint's shared
-    /// time: an outcome of a release made before the rate's last cut answers the rate before it.
+    /// time (a process alone's own clock; a fleet's changes with its store's answers, and its
+    /// passes' times are not used): a loss of a release made before the rate's last cut
+    /// answers the rate before it.
     Paced { released: Nanos },
 }
 

@@ -50,10 +50,10 @@ pub(crate) struct EndpointState {
     /// of them is spread over the predicted releases; the places before it drain as the
     /// schedule moves on (or as those requests come back and join the queue).
     horizon: Instant,
-    /// The smoothed round trip of the paced requests' outcomes (TCP's SRTT, RFC 6298), in
-    /// nanoseconds: the releases made within one round trip after a cut met the load released
-    /// before it at the endpoint.
-    round_trip: Nanos,
+    /// Alone: the smoothed round trip of the paced requests the endpoint took (TCP's SRTT,
+    /// RFC 6298, timed on answered requests only, as Karn's algorithm does), in nanoseconds:
+    /// the releases made within one round trip after a cut met the load released before it.
+    round_trip: Option<Nanos>,
     /// With a store: what the process holds of the fleet's state beyond its replica.
     pub(crate) link: Option<Link>,
     /// The mode the paced endpoints' gauge counts this endpoint in (as its last settled
@@ -84,7 +84,7 @@ impl EndpointState {
             deferred: 0,
             run: 0,
             horizon: now,
-            round_trip: 0,
+            round_trip: None,
             link,
             gauged: PacingMode::Open,
             labels,
@@ -315,15 +315,22 @@ impl EndpointState {
             Some(Pass::Probe(lease)) => Some(lease),
             _ => None,
         };
-        if let Some(Pass::Paced { released }) = pass {
-            // RFC 6298's gain of 1/8.
-            let sample = at.saturating_sub(released);
-            self.round_trip = if self.round_trip == 0 {
-                sample
-            } else {
-                (self.round_trip * 7 + sample) / 8
-            };
+        match pass {
+            // A success only: a timeout or a cancelled request says nothing of the round trip
+            // (and would hide the losses after the next cut for as long as it took). A fleet's
+            // passes are on clocks its store's answers replace.
+            Some(Pass::Paced { released }) if signal == Signal::Success && self.link.is_none() => {
+                let sample = at.saturating_sub(released);
+                // RFC 6298's gain of 1/8.
+                let smoothed = self.round_trip.map_or(sample, |rtt| {
+                    rtt.saturating_sub(rtt / 8).saturating_add(sample / 8)
+                });
+                self.round_trip = Some(smoothed);
+            }
+            _ => {}
         }
+        // A success counts whenever its request went: the successes are what the endpoint
+        // took in the interval, the rate a cut starts from.
         let counted = match signal {
             Signal::Congestion if self.answers_before_cut(pass) => Signal::Neutral,
             _ => signal,
@@ -372,7 +379,7 @@ impl EndpointState {
                 self.link.is_none()
                     && self
                         .shared
-                        .released_before_cut(released.saturating_sub(self.round_trip))
+                        .released_before_cut(released.saturating_sub(self.round_trip.unwrap_or(0)))
             }
             _ => false,
         }

@@ -291,15 +291,10 @@ impl SharedState {
             // A hint is the endpoint's own word that it takes less.
             let loss_event = is_loss_event(rules, *successes, *losses);
             if loss_event || *hinted {
-                // A hint cuts without a loss share: one is enough. So, where a process alone
-                // may cut again as soon as the losses of its releases after a cut say so, a hint
-                // waits an interval more: in a fleet of independent senders, each one's hints
-                // answer the others' load too, and cutting on each of them took the fleet's
-                // rate below the endpoint's.
-                let settled = if loss_event || rules.report_lag > 0 {
+                let settled = if loss_event {
                     *cut_settles_at
                 } else {
-                    cut_settles_at.saturating_add(interval)
+                    hint_settles(rules, *cut_settles_at)
                 };
                 if *interval_start >= settled {
                     cut(rules, ramp, *successes, *losses, secs, reported);
@@ -438,15 +433,20 @@ impl SharedState {
         };
         let mut measured = (now - *interval_start) as f64 / 1e9;
         let mut counted = *successes;
-        if matches!(ramp, Ramp::Cubic { .. }) && *interval_start != *cut_settles_at {
-            // The rate was steady (the interval before this one was not cut): a whole interval
-            // back, the last one's successes make up the rest (a few milliseconds' count alone
-            // is too coarse for a rate).
-            let secs = rules.pacing.ramp_interval.as_secs_f64();
-            if measured < secs {
-                counted += (*last_accepted * (secs - measured)).round() as u32;
-                measured = secs;
-            }
+        let secs = rules.pacing.ramp_interval.as_secs_f64();
+        let rate = ramp.rate(&rules.pacing.rate);
+        // After slow start, at a rate that was steady and busy (this interval did not begin at
+        // a cut, and the last one took at least β of the rate): a whole interval back, the last
+        // one's successes make up the rest, since a few milliseconds' count alone is too coarse
+        // for a rate. Right after a cut, or after a spell of little demand, the last interval
+        // says nothing of what the endpoint takes now.
+        let steady = matches!(ramp, Ramp::Cubic { .. })
+            && *interval_start != *cut_settles_at
+            && *last_accepted >= rules.pacing.rate.decrease * rate;
+        if steady && measured < secs {
+            let rest = (*last_accepted * (secs - measured)).round() as u32;
+            counted = counted.saturating_add(rest);
+            measured = secs;
         }
         *last_accepted = f64::from(counted) / measured;
         cut(rules, ramp, counted, *losses, measured, reported);
@@ -607,8 +607,9 @@ fn is_loss_event(rules: &Rules<'_>, successes: u32, losses: u32) -> bool {
     losses >= MIN_LOSSES_TO_CUT && f64::from(losses) > rules.pacing.loss_threshold * total
 }
 
-/// Cuts `ramp` for a loss event seen in `measured_secs` of outcomes (an interval, or in slow
-/// start the part of one before its first losses above the threshold).
+/// Cuts `ramp` for a loss event seen in `measured_secs` of outcomes (an interval, or the part
+/// of one before its losses made the event, made up to a whole interval at a steady rate: see
+/// [`SharedState::cut_at_loss_event`]).
 fn cut(
     rules: &Rules<'_>,
     ramp: &mut Ramp,
@@ -658,6 +659,19 @@ fn settles(rules: &Rules<'_>, closes: Nanos, demand_until: Nanos) -> Nanos {
         .saturating_add(interval)
         .max(demand_until.saturating_add(interval))
         .saturating_add(interval)
+}
+
+/// When a hint may cut again after a cut whose losses settle at `cut_settles_at`. A hint cuts
+/// without a loss share: one is enough. So where a process alone cuts again as soon as the
+/// losses of its releases after a cut say so, a hint waits an interval more: in a fleet of
+/// independent senders each one's hints answer the others' load too, and cutting on each of
+/// them took the fleet's rate below the endpoint's. A fleet's store waits as for losses.
+fn hint_settles(rules: &Rules<'_>, cut_settles_at: Nanos) -> Nanos {
+    if rules.report_lag > 0 {
+        cut_settles_at
+    } else {
+        cut_settles_at.saturating_add(rules.interval())
+    }
 }
 
 /// What an outcome says about the endpoint.

@@ -559,30 +559,44 @@ fn after_a_cut_a_loss_event_alone_cuts_at_once_from_what_the_part_since_the_cut_
 fn a_loss_event_alone_at_a_steady_rate_counts_the_successes_of_a_whole_interval_back() {
     let config = config();
     let rules = Rules::alone(&config);
-    let (mut s, cut_at) = cut_alone(&rules, 100, 0);
-    let interval = rules.interval();
-    // An interval without a loss that took 300/s, then 20 ms that took 20 (1,000/s, a count
-    // too short for a rate) and lost 3.
-    for _ in 0..30 {
-        s.outcome(&rules, Signal::Success, None, cut_at + 50 * MS);
-    }
-    s.advance(&rules, true, cut_at + interval);
-    let steady = cut_at + interval;
-    for _ in 0..20 {
-        s.outcome(&rules, Signal::Success, None, steady + 20 * MS);
-    }
-    let sent = s.rate(&rules);
-    for _ in 0..3 {
-        s.outcome(&rules, Signal::Congestion, None, steady + 20 * MS);
-    }
-    // A whole interval back: the 20, and 80 ms of the last interval's 300/s.
-    let accepted: f64 = (20.0 + 300.0 * 0.08) / 0.1;
+    let beta = config.rate.decrease;
+    // An interval without a loss that took `last` per second, then 20 ms that took 20
+    // (1,000/s, a count too short for a rate) and lost 3; the rate cut then.
+    let cut_after = |last: u32| {
+        let (mut s, cut_at) = cut_alone(&rules, 100, 0);
+        let interval = rules.interval();
+        for _ in 0..last / 10 {
+            s.outcome(&rules, Signal::Success, None, cut_at + 50 * MS);
+        }
+        s.advance(&rules, true, cut_at + interval);
+        let steady = cut_at + interval;
+        for _ in 0..20 {
+            s.outcome(&rules, Signal::Success, None, steady + 20 * MS);
+        }
+        let sent = s.rate(&rules);
+        for _ in 0..3 {
+            s.outcome(&rules, Signal::Congestion, None, steady + 20 * MS);
+        }
+        (sent, s.rate(&rules))
+    };
+    // Busy (600/s, more than β of the rate): a whole interval back, the 20 and 80 ms of
+    // 600/s.
+    let (sent, cut) = cut_after(600);
+    let accepted: f64 = (20.0 + 600.0 * 0.08) / 0.1;
     assert!(accepted < sent, "{accepted} {sent}");
-    let expected = accepted * config.rate.decrease;
     assert!(
-        (s.rate(&rules) - expected).abs() < 1e-6,
-        "{} against {expected}",
-        s.rate(&rules)
+        (cut - accepted * beta).abs() < 1e-6,
+        "{cut} against {}",
+        accepted * beta
+    );
+    // Little demand (100/s): that interval says nothing of what the endpoint takes, and the
+    // 20 ms's 1,000/s is more than was sent.
+    let (sent, cut) = cut_after(100);
+    assert!(sent < 1000.0, "{sent}");
+    assert!(
+        (cut - sent * beta).abs() < 1e-6,
+        "{cut} against {}",
+        sent * beta
     );
 }
 
