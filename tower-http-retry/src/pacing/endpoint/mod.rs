@@ -332,12 +332,17 @@ impl EndpointState {
         // A success counts whenever its request went: the successes are what the endpoint
         // took in the interval, the rate a cut starts from.
         let counted = match signal {
-            Signal::Congestion if self.answers_before_cut(pass) => Signal::Neutral,
+            Signal::Congestion if self.answers_before_cut(&rules, pass) => Signal::Neutral,
             _ => signal,
         };
-        let mut changed = self
-            .shared
-            .outcome(&rules, counted, lease.map(|l| l.id), at);
+        let mut changed = match pass {
+            Some(Pass::Paced { .. }) if self.link.is_none() => {
+                self.shared.timed_outcome(&rules, counted, at)
+            }
+            _ => self
+                .shared
+                .outcome(&rules, counted, lease.map(|l| l.id), at),
+        };
         let mut down = None;
         // A new mode (a probe's success starts a ramp): the outcome was the old mode's, and the
         // new mode's run starts at nothing.
@@ -373,16 +378,15 @@ impl EndpointState {
     /// the rate now (one cut per round trip, as TCP cuts once per window). Only a
     /// process alone knows when each request went; a fleet's store hears outcomes in reports,
     /// and waits for the cut to settle instead.
-    fn answers_before_cut(&self, pass: Option<Pass>) -> bool {
-        match pass {
-            Some(Pass::Paced { released }) => {
-                self.link.is_none()
-                    && self
-                        .shared
-                        .released_before_cut(released.saturating_sub(self.round_trip.unwrap_or(0)))
-            }
-            _ => false,
-        }
+    fn answers_before_cut(&self, rules: &Rules<'_>, pass: Option<Pass>) -> bool {
+        let Some(Pass::Paced { released }) = pass else {
+            return false;
+        };
+        let round_trip = self.round_trip.unwrap_or(0);
+        self.link.is_none()
+            && self
+                .shared
+                .released_before_cut(rules, released.saturating_sub(round_trip))
     }
 
     /// A hint (`Retry-After`) on one response, asking that request to wait until `until`: see

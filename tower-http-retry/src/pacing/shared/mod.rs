@@ -103,9 +103,10 @@ pub(crate) enum Mode {
         /// Since when there has been no demand and no loss, if so.
         idle_since: Option<Nanos>,
         /// Losses before this do not cut the rate again: they answer requests released
-        /// before the last cut, and one loss event deserves one cut. For a process alone, the
-        /// cut itself: it tells the losses of releases made before it (or within a round trip
-        /// after it) from the others, and counts only the others.
+        /// before the last cut, and one loss event deserves one cut. A process alone, granted
+        /// nothing ahead, cut an interval before (`last_cut`); it also knows when each of its
+        /// requests went, and counts the losses of those released after the cut (and a round
+        /// trip after it) at once.
         cut_settles_at: Nanos,
         /// Successes per second in the last interval that closed.
         last_accepted: f64,
@@ -289,14 +290,8 @@ impl SharedState {
             }
             *last_accepted = f64::from(*successes) / secs;
             // A hint is the endpoint's own word that it takes less.
-            let loss_event = is_loss_event(rules, *successes, *losses);
-            if loss_event || *hinted {
-                let settled = if loss_event {
-                    *cut_settles_at
-                } else {
-                    hint_settles(rules, *cut_settles_at)
-                };
-                if *interval_start >= settled {
+            if is_loss_event(rules, *successes, *losses) || *hinted {
+                if *interval_start >= *cut_settles_at {
                     cut(rules, ramp, *successes, *losses, secs, reported);
                     *cut_settles_at = settles(rules, closes, self.demand_until);
                     if let Some(max) = ramp.last_max() {
@@ -339,6 +334,27 @@ impl SharedState {
         lease: Option<u64>,
         now: Nanos,
     ) -> bool {
+        self.record_outcome(rules, signal, lease, now, false)
+    }
+
+    /// [`outcome`](Self::outcome) of a request a process alone released at the rate after its
+    /// last cut settled (see [`released_before_cut`](Self::released_before_cut)): its loss is
+    /// news of the rate now, and may cut it before the interval closes. The losses of requests
+    /// the rate did not release (first attempts sent while the endpoint was taken to be open,
+    /// or sent whatever the pacer says) come when their callers send them, in bursts that say
+    /// nothing of the rate: they count when the interval closes.
+    pub(crate) fn timed_outcome(&mut self, rules: &Rules<'_>, signal: Signal, now: Nanos) -> bool {
+        self.record_outcome(rules, signal, None, now, true)
+    }
+
+    fn record_outcome(
+        &mut self,
+        rules: &Rules<'_>,
+        signal: Signal,
+        lease: Option<u64>,
+        now: Nanos,
+        timed: bool,
+    ) -> bool {
         let mut changed = false;
         if signal == Signal::Success {
             self.last_success = Some(now);
@@ -372,17 +388,18 @@ impl SharedState {
             ) => {
                 *losses += 1;
                 *idle_since = None;
-                changed |= self.cut_at_loss_event(rules, now);
+                changed |= self.cut_at_loss_event(rules, now, timed);
             }
             _ => {}
         }
         changed
     }
 
-    /// Whether a request released at `released` went before the ramp's last cut settled (for
-    /// a process alone, before the cut): its loss answers the rate before the cut.
-    pub(crate) fn released_before_cut(&self, released: Nanos) -> bool {
-        matches!(self.mode, Mode::Ramping { cut_settles_at, .. } if released < cut_settles_at)
+    /// For a process alone: whether a request released at `released` went before the ramp's
+    /// last cut. Its loss answers the rate before the cut.
+    pub(crate) fn released_before_cut(&self, rules: &Rules<'_>, released: Nanos) -> bool {
+        matches!(self.mode, Mode::Ramping { cut_settles_at, .. }
+            if released < last_cut(rules, cut_settles_at))
     }
 
     /// A loss event cuts the rate at once, without waiting for the interval to close: slow
@@ -391,9 +408,10 @@ impl SharedState {
     /// high are lost for the rest of the interval. The cut counts the successes of the part of
     /// the interval measured so far (in slow start, whose rate grew; after a cut, whose rate
     /// changed), else of the last interval's length, and a new interval begins. A fleet's
-    /// store waits for the interval to close after slow start: its outcomes come in reports.
-    /// Returns whether the rate was cut.
-    fn cut_at_loss_event(&mut self, rules: &Rules<'_>, now: Nanos) -> bool {
+    /// store waits for the interval to close after slow start: its outcomes come in reports;
+    /// so does a process alone for a loss of a request the rate did not release (`timed`:
+    /// see [`timed_outcome`](Self::timed_outcome)). Returns whether the rate was cut.
+    fn cut_at_loss_event(&mut self, rules: &Rules<'_>, now: Nanos, timed: bool) -> bool {
         let Mode::Ramping {
             ramp,
             interval_start,
@@ -405,8 +423,15 @@ impl SharedState {
         else {
             return false;
         };
-        if (matches!(ramp, Ramp::Cubic { .. }) && rules.report_lag > 0)
-            || interval_start < cut_settles_at
+        // A process alone does not count the losses of what it released before the cut, or
+        // within a round trip after it: a loss of what the rate released since is news at once.
+        let settled = if timed && rules.report_lag == 0 {
+            last_cut(rules, cut_settles_at)
+        } else {
+            cut_settles_at
+        };
+        if (matches!(ramp, Ramp::Cubic { .. }) && (rules.report_lag > 0 || !timed))
+            || interval_start < settled
             || now <= interval_start
             || !is_loss_event(rules, successes, losses)
         {
@@ -441,7 +466,7 @@ impl SharedState {
         // for a rate. Right after a cut, or after a spell of little demand, the last interval
         // says nothing of what the endpoint takes now.
         let steady = matches!(ramp, Ramp::Cubic { .. })
-            && *interval_start != *cut_settles_at
+            && *interval_start != last_cut(rules, *cut_settles_at)
             && *last_accepted >= rules.pacing.rate.decrease * rate;
         if steady && measured < secs {
             let rest = (*last_accepted * (secs - measured)).round() as u32;
@@ -642,36 +667,26 @@ fn cut(
     ramp.lose(&rules.pacing.rate, accepted);
 }
 
-/// When the losses that follow a cut made at `closes` stop answering releases made before it.
-/// A process alone: at once, since it does not count the losses of releases made before the
-/// cut ([`released_before_cut`](SharedState::released_before_cut)). A fleet's store, which
-/// hears outcomes in reports without their release times: once the slots the fleet was
-/// granted ahead at the old rate are used, an interval after, and heard of with the process's
-/// next ask, made as its slots run out: an interval later again. Not the whole report lag: a
-/// fleet that waited that long after each cut overshot the endpoint's limit at a loss share
-/// above the threshold for a second at a time.
+/// When the losses that follow a cut made at `closes` stop answering releases made before it:
+/// once the slots a fleet was granted ahead at the old rate are used, an interval after, and
+/// for a fleet's store, heard of with the process's next ask, made as its slots run out: an
+/// interval later again. Not the whole report lag: a fleet that waited that long after each cut
+/// overshot the endpoint's limit at a loss share above the threshold for a second at a time.
+/// (A process alone also knows when each of its requests went, and a loss of what it released
+/// after the cut cuts again before that: see [`SharedState::cut_at_loss_event`].)
 fn settles(rules: &Rules<'_>, closes: Nanos, demand_until: Nanos) -> Nanos {
-    if rules.report_lag == 0 {
-        return closes;
-    }
     let interval = rules.interval();
+    let heard = if rules.report_lag > 0 { interval } else { 0 };
     closes
         .saturating_add(interval)
         .max(demand_until.saturating_add(interval))
-        .saturating_add(interval)
+        .saturating_add(heard)
 }
 
-/// When a hint may cut again after a cut whose losses settle at `cut_settles_at`. A hint cuts
-/// without a loss share: one is enough. So where a process alone cuts again as soon as the
-/// losses of its releases after a cut say so, a hint waits an interval more: in a fleet of
-/// independent senders each one's hints answer the others' load too, and cutting on each of
-/// them took the fleet's rate below the endpoint's. A fleet's store waits as for losses.
-fn hint_settles(rules: &Rules<'_>, cut_settles_at: Nanos) -> Nanos {
-    if rules.report_lag > 0 {
-        cut_settles_at
-    } else {
-        cut_settles_at.saturating_add(rules.interval())
-    }
+/// For a process alone, the instant of the cut whose losses settle at `cut_settles_at`: it
+/// settles an interval after the cut (`settles`; a process alone is granted nothing ahead).
+fn last_cut(rules: &Rules<'_>, cut_settles_at: Nanos) -> Nanos {
+    cut_settles_at.saturating_sub(rules.interval())
 }
 
 /// What an outcome says about the endpoint.

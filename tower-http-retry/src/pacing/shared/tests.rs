@@ -514,17 +514,17 @@ fn slow_start_ends_at_its_first_loss_event_without_waiting_for_the_interval_to_c
     let sent = s.rate(&rules);
     // Five losses beside 100 successes are under the 5 % threshold; the sixth is over it.
     for _ in 0..5 {
-        s.outcome(&rules, Signal::Congestion, None, 60 * MS);
+        s.timed_outcome(&rules, Signal::Congestion, 60 * MS);
     }
     assert_eq!(s.rate(&rules), sent, "no loss event yet");
-    assert!(s.outcome(&rules, Signal::Congestion, None, 60 * MS));
+    assert!(s.timed_outcome(&rules, Signal::Congestion, 60 * MS));
     let counted: f64 = 100.0 / 0.06;
     let cut = config.rate.decrease * counted.min(sent);
     assert!((s.rate(&rules) - cut).abs() < 1e-6, "{}", s.rate(&rules));
     // The losses still in flight answer releases made before the cut: a process alone counts
-    // none of them (it knows when each went), so the cut is settled at once.
-    assert!(s.released_before_cut(60 * MS - 1));
-    assert!(!s.released_before_cut(60 * MS));
+    // none of them (it knows when each went), and those of later releases at once.
+    assert!(s.released_before_cut(&rules, 60 * MS - 1));
+    assert!(!s.released_before_cut(&rules, 60 * MS));
 }
 
 #[test]
@@ -533,20 +533,19 @@ fn after_a_cut_a_loss_event_alone_cuts_at_once_from_what_the_part_since_the_cut_
     let rules = Rules::alone(&config);
     let (mut s, cut_at) = cut_alone(&rules, 100, 0);
     let beta = config.rate.decrease;
-    assert!((s.rate(&rules) - 1000.0 * beta).abs() < 1e-6);
-    // Half an interval after the cut: 10 successes (200/s), then losses. The third is a loss
-    // event, and the rate is cut then, from the 200/s, not at the interval's close.
+    let before = s.rate(&rules);
+    // Half an interval after the cut: 10 successes (200/s), then losses of requests the rate
+    // released after it. The third is a loss event, and the rate is cut then, from the 200/s,
+    // not when the interval closes (nor an interval later).
+    let settled = cut_at;
     for _ in 0..10 {
-        s.outcome(&rules, Signal::Success, None, cut_at + 40 * MS);
+        s.timed_outcome(&rules, Signal::Success, settled + 40 * MS);
     }
     for _ in 0..2 {
-        s.outcome(&rules, Signal::Congestion, None, cut_at + 50 * MS);
+        s.timed_outcome(&rules, Signal::Congestion, settled + 50 * MS);
     }
-    assert!(
-        (s.rate(&rules) - 1000.0 * beta).abs() < 1e-6,
-        "no loss event yet"
-    );
-    assert!(s.outcome(&rules, Signal::Congestion, None, cut_at + 50 * MS));
+    assert_eq!(s.rate(&rules), before, "no loss event yet");
+    assert!(s.timed_outcome(&rules, Signal::Congestion, settled + 50 * MS));
     let expected = 200.0 * beta;
     assert!(
         (s.rate(&rules) - expected).abs() < 1e-6,
@@ -565,17 +564,20 @@ fn a_loss_event_alone_at_a_steady_rate_counts_the_successes_of_a_whole_interval_
     let cut_after = |last: u32| {
         let (mut s, cut_at) = cut_alone(&rules, 100, 0);
         let interval = rules.interval();
-        for _ in 0..last / 10 {
-            s.outcome(&rules, Signal::Success, None, cut_at + 50 * MS);
+        // The cut settles an interval after it; then an interval at `last`.
+        for at in [cut_at, cut_at + interval] {
+            for _ in 0..last / 10 {
+                s.timed_outcome(&rules, Signal::Success, at + 50 * MS);
+            }
+            s.advance(&rules, true, at + interval);
         }
-        s.advance(&rules, true, cut_at + interval);
-        let steady = cut_at + interval;
+        let steady = cut_at + 2 * interval;
         for _ in 0..20 {
-            s.outcome(&rules, Signal::Success, None, steady + 20 * MS);
+            s.timed_outcome(&rules, Signal::Success, steady + 20 * MS);
         }
         let sent = s.rate(&rules);
         for _ in 0..3 {
-            s.outcome(&rules, Signal::Congestion, None, steady + 20 * MS);
+            s.timed_outcome(&rules, Signal::Congestion, steady + 20 * MS);
         }
         (sent, s.rate(&rules))
     };
