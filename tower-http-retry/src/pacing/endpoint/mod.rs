@@ -315,33 +315,13 @@ impl EndpointState {
             Some(Pass::Probe(lease)) => Some(lease),
             _ => None,
         };
-        match pass {
-            // A success only: a timeout or a cancelled request says nothing of the round trip
-            // (and would hide the losses after the next cut for as long as it took). A fleet's
-            // passes are on clocks its store's answers replace.
-            Some(Pass::Paced { released }) if signal == Signal::Success && self.link.is_none() => {
-                let sample = at.saturating_sub(released);
-                // RFC 6298's gain of 1/8.
-                let smoothed = self.round_trip.map_or(sample, |rtt| {
-                    rtt.saturating_sub(rtt / 8).saturating_add(sample / 8)
-                });
-                self.round_trip = Some(smoothed);
-            }
-            _ => {}
-        }
-        // A success counts whenever its request went: the successes are what the endpoint
-        // took in the interval, the rate a cut starts from.
-        let counted = match signal {
-            Signal::Congestion if self.answers_before_cut(&rules, pass) => Signal::Neutral,
-            _ => signal,
-        };
         let mut changed = match pass {
-            Some(Pass::Paced { .. }) if self.link.is_none() => {
-                self.shared.timed_outcome(&rules, counted, at)
+            // Only a process alone knows when each of its requests went: a fleet's passes are
+            // on clocks its store's answers replace, and its store hears outcomes in reports.
+            Some(Pass::Paced { released }) if self.link.is_none() => {
+                self.record_timed(&rules, signal, released, at)
             }
-            _ => self
-                .shared
-                .outcome(&rules, counted, lease.map(|l| l.id), at),
+            _ => self.shared.outcome(&rules, signal, lease.map(|l| l.id), at),
         };
         let mut down = None;
         // A new mode (a probe's success starts a ramp): the outcome was the old mode's, and the
@@ -372,21 +352,34 @@ impl EndpointState {
         changed
     }
 
-    /// Whether an outcome of a request let through by `pass` answers the rate before the
-    /// ramp's last cut: it went before the cut, or within a round trip after it, when the
-    /// endpoint still had the releases made before it to answer. A loss of it is no news of
-    /// the rate now (one cut per round trip, as TCP cuts once per window). Only a
-    /// process alone knows when each request went; a fleet's store hears outcomes in reports,
-    /// and waits for the cut to settle instead.
-    fn answers_before_cut(&self, rules: &Rules<'_>, pass: Option<Pass>) -> bool {
-        let Some(Pass::Paced { released }) = pass else {
-            return false;
+    /// Records the outcome of a request this process, pacing alone, released at `released`.
+    /// A success times the round trip (a timeout or a cancelled request says nothing of it,
+    /// and would hide the losses after the next cut for as long as it took). A loss of a
+    /// request that went before the ramp's last cut, or within a round trip after it, when the
+    /// endpoint still had the releases made before the cut to answer, is no news of the rate
+    /// now: one cut per round trip, as TCP cuts once per window. A success counts whenever its
+    /// request went: the successes are what the endpoint took, the rate a cut starts from.
+    fn record_timed(
+        &mut self,
+        rules: &Rules<'_>,
+        signal: Signal,
+        released: Nanos,
+        at: Nanos,
+    ) -> bool {
+        if signal == Signal::Success {
+            let sample = at.saturating_sub(released);
+            // RFC 6298's gain of 1/8.
+            let smoothed = self.round_trip.map_or(sample, |rtt| {
+                rtt.saturating_sub(rtt / 8).saturating_add(sample / 8)
+            });
+            self.round_trip = Some(smoothed);
+        }
+        let went = released.saturating_sub(self.round_trip.unwrap_or(0));
+        let counted = match signal {
+            Signal::Congestion if self.shared.released_before_cut(rules, went) => Signal::Neutral,
+            _ => signal,
         };
-        let round_trip = self.round_trip.unwrap_or(0);
-        self.link.is_none()
-            && self
-                .shared
-                .released_before_cut(rules, released.saturating_sub(round_trip))
+        self.shared.timed_outcome(rules, counted, at)
     }
 
     /// A hint (`Retry-After`) on one response, asking that request to wait until `until`: see
