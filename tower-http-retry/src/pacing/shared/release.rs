@@ -192,11 +192,14 @@ impl SharedState {
             let peer = &mut self.peers[index];
             (peer.phase, peer.placed, peer.idle) = (phase, true, false);
         }
-        let phase = f64::from(self.peers[index].phase) / 4_294_967_296.0 * peers;
+        let phase = f64::from(self.rank(index, now).min(self.active_peers(now) - 1));
+        // A process asks only once it holds no slot: those it was granted beyond now, it
+        // dropped (the fleet cut its rate, or a burst of losses), and its stream goes on from
+        // now, not after them.
         let lower = if fresh {
             floor
         } else {
-            floor.max(peer.last + peers / 2.0)
+            floor.max(peer.last.min(self.slots) + peers / 2.0)
         };
         let first_slot = ((lower - phase) / peers).ceil() * peers + phase;
         let Some(first_offset) = self.slot_offset(rules, first_slot, reach) else {
@@ -271,6 +274,27 @@ impl SharedState {
             }
         }
         ((best + widest / 2) % (1 << 32)) as u32
+    }
+
+    /// Where peer `index`'s slots fall in each cycle of the fleet's slots: its place among the
+    /// peers with a stream, in the order of their phases. Each of `n` peers has one slot of
+    /// every `n` in turn, however many joined or left (phases alone, each new one in the middle
+    /// of the widest gap, are dense where the last halving left off: with 100 peers, twice as
+    /// many fall in the first 56 % of a cycle as in the rest).
+    fn rank(&self, index: usize, now: Nanos) -> u32 {
+        let own = &self.peers[index];
+        let before = self
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|&(i, peer)| {
+                i != index
+                    && peer.placed
+                    && peer.is_active(now)
+                    && (peer.phase, peer.holder) < (own.phase, own.holder)
+            })
+            .count();
+        u32::try_from(before).unwrap_or(u32::MAX)
     }
 
     /// `holder` asked at `now`: it counts among the peers for [`PEER_TTL`].

@@ -449,3 +449,120 @@ fn a_fleet_cuts_from_the_share_its_interval_took_not_from_the_few_successes_hear
         s.rate(&rules)
     );
 }
+
+/// A fleet at a held 2,000/s cubic rate, each of `processes` asking for 1,000 whenever its
+/// last slot has passed, from `start` for `millis`: every slot granted, in order.
+fn fleet_slots(
+    rules: &Rules<'_>,
+    s: &mut SharedState,
+    processes: usize,
+    start: Nanos,
+    millis: u64,
+) -> Vec<Nanos> {
+    let mut slots = Vec::new();
+    let mut next_ask = vec![start; processes];
+    for step in 0..millis {
+        let now = start + step * MS;
+        for (holder, next_ask) in next_ask.iter_mut().enumerate() {
+            if now < *next_ask {
+                continue;
+            }
+            let op = Op::Release {
+                want: 1000,
+                jitter: 0.5,
+            };
+            match s.apply(rules, holder as u64, op, now) {
+                Some(Grant::Slots { first, gap, count }) => {
+                    slots.extend((0..u64::from(count)).map(|n| first + gap * n));
+                    *next_ask = first + gap * u64::from(count - 1) + MS;
+                }
+                Some(Grant::At(at)) => *next_ask = at,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    slots.sort_unstable();
+    slots
+}
+
+fn held_at(config: &mut PacingRules, rate: f64) {
+    config.rate.ceiling = rate;
+}
+
+fn cubic_at(s: &mut SharedState, config: &PacingRules, rate: f64) {
+    if let Mode::Ramping { ramp, .. } = &mut s.mode {
+        *ramp = Ramp::Cubic {
+            last_max: rate,
+            since_loss_secs: config.rate.regain_secs,
+        };
+    }
+}
+
+#[test]
+fn the_slots_of_100_peers_interleave_evenly_through_each_cycle() {
+    let mut config = config();
+    held_at(&mut config, 2000.0);
+    let rules = rules(&config);
+    let (mut s, start) = ramping(&rules, 0);
+    cubic_at(&mut s, &config, 2000.0);
+    let slots = fleet_slots(&rules, &mut s, 100, start, 3_000);
+    // 20 slots in each 10 ms at 2,000/s, once every stream is placed: a limit of 20 per 10 ms
+    // (a token bucket refilled every 10 ms) takes them all. Phases placed each in the middle
+    // of the widest gap put two peers where one belongs in the first 56 % of each cycle of
+    // 100 (after the 64th, the rest halve the gaps from the start): 26 and 13 in turn.
+    let mut windows = [0u32; 200];
+    for &at in slots
+        .iter()
+        .filter(|&&at| at >= start + 1_000 * MS && at < start + 3_000 * MS)
+    {
+        windows[((at - start - 1_000 * MS) / (10 * MS)) as usize] += 1;
+    }
+    let (least, most) = (windows.iter().min().unwrap(), windows.iter().max().unwrap());
+    assert!(
+        *least >= 17 && *most <= 23,
+        "slots per 10 ms from {least} to {most}"
+    );
+}
+
+#[test]
+fn a_peer_that_dropped_its_slots_goes_on_from_now_not_after_them() {
+    let mut config = config();
+    held_at(&mut config, 1000.0);
+    let rules = rules(&config);
+    let (mut s, start) = ramping(&rules, 0);
+    cubic_at(&mut s, &config, 1000.0);
+    // Two peers, each with a stream placed.
+    let _ = fleet_slots(&rules, &mut s, 2, start, 200);
+    let now = start + 200 * MS;
+    let Some(Grant::Slots { first, gap, count }) = s.apply(
+        &rules,
+        0,
+        Op::Release {
+            want: 1000,
+            jitter: 0.5,
+        },
+        now,
+    ) else {
+        panic!("a batch is due")
+    };
+    assert!(count > 4, "a batch of {count}");
+    // It held them for 3 slots, then dropped the rest (the fleet cut its rate) and asks again.
+    let asks = first + 3 * gap;
+    let Some(Grant::Slots { first: again, .. }) = s.apply(
+        &rules,
+        0,
+        Op::Release {
+            want: 1000,
+            jitter: 0.5,
+        },
+        asks,
+    ) else {
+        panic!("slots from now")
+    };
+    let old_end = first + gap * u64::from(count - 1);
+    assert!(
+        again < asks + 2 * gap && again < old_end,
+        "next slot at {again}, asked at {asks}, old batch ended {old_end}"
+    );
+    assert!(again >= asks, "not before it asked: {again} < {asks}");
+}
