@@ -13,8 +13,9 @@ pub(crate) struct Peer {
     /// While ramping: the last slot granted it, on the fleet's slot clock, and its time.
     pub(crate) last: f64,
     pub(crate) last_at: Nanos,
-    /// Where its slots fall in each cycle of the fleet's slots, as a fraction in 32 bits, once
-    /// `placed`.
+    /// Its place in the order of the peers with a stream, as a fraction of a cycle in 32 bits,
+    /// once `placed` (the middle of the widest gap between the others'): its rank in that order
+    /// is where its slots fall in each cycle of the fleet's slots.
     pub(crate) phase: u32,
     pub(crate) placed: bool,
     /// It said it has nothing waiting (its last ask wanted nothing).

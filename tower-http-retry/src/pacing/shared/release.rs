@@ -143,10 +143,10 @@ impl SharedState {
     /// Slots of `holder`'s share of the rate, for about [`SLOTS_PER_CALL`] releases. The
     /// fleet's rate is split between the peers that have requests waiting: on the fleet's slot
     /// clock (`slots.rs`), cut into cycles of as many slots as there are such peers, each peer
-    /// has one slot per cycle, at its phase in the cycle. Phases are spread (a new one takes
-    /// the middle of the widest gap between the others'), so that the slots of the fleet
+    /// has one slot per cycle, at its rank among them (`rank`), so that the slots of the fleet
     /// interleave as one process's would and every process with work gets the same rate. A
-    /// peer's slots follow on from its last batch's; a new stream starts with one slot (its
+    /// peer's slots follow on from its last batch's (from now, if it dropped those it held
+    /// beyond now); a new stream starts with one slot (its
     /// share is set once the processes asking with it are known). A batch covers an interval
     /// in slow start (the rate doubles every interval: slots granted further ahead would hold
     /// it back), else up to [`MAX_AHEAD`], and is cut where the predicted rate moves by more

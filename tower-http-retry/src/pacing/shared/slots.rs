@@ -1,6 +1,6 @@
 //! A fleet's slot clock: how many release slots at the ramp's rate have passed since the ramp
 //! began, moved on with time at the rate of each interval (by `advance`, as intervals close). The processes of a fleet take their
-//! slots at their phases on this clock (`release.rs`), so that slots granted to different
+//! slots at their ranks on this clock (`release.rs`), so that slots granted to different
 //! processes at different times interleave as one process's releases would, whatever the rate
 //! did in between; and a slot granted ahead is placed where the clock is predicted to reach
 //! it: at the rate now for the rest of the interval, then interval by interval as the ramp will
