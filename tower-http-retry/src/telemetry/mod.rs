@@ -7,11 +7,11 @@
 //! * `metrics`: counters, histograms and a gauge through the `metrics` facade (attempts,
 //!   retries by delay source, requests by stop reason, budget withdrawals and refunds, pacing
 //!   mode changes, the delays, the pacer's queues and paced endpoints, circuit breakers by
-//!   state, their transitions and rejections, hedging's events); [`describe_metrics`] gives an installed
-//!   recorder their units and help texts.
+//!   state, their transitions and rejections, hedging's events); `describe_metrics` (with the feature) gives an
+//!   installed recorder their units and help texts.
 //!
 //! The names, units and labels are tabled in docs/telemetry.md and on
-//! [`describe_metrics`]. Without its feature, each of them compiles to nothing.
+//! `describe_metrics`. Without its feature, each of them compiles to nothing.
 
 // The retry core calls the functions of this module at the points where it already records
 // (the shared counters of `retry/stats.rs`, the pacer's mode changes and queue, the one place

@@ -12,9 +12,6 @@ use crate::pacing::store::{self, Applied, Event};
 use rand::RngExt;
 use tokio::time::Instant;
 
-#[cfg(test)]
-mod tests;
-
 impl EndpointState {
     /// Whether `view` (what the store's cache says) is news to this process: heard after the
     /// replica was.
@@ -190,7 +187,6 @@ impl EndpointState {
             return;
         };
         link.heard_at = Some(applied.view.heard_at);
-        let cut_mark = applied.state.cut_mark();
         let before = self.shared.mode_kind();
         self.shared = applied.state.clone();
         self.clock = applied.clock;
@@ -226,7 +222,7 @@ impl EndpointState {
                         next: first.max(due),
                         gap,
                         left: count,
-                        cut_mark,
+                        rate,
                     });
                 }
                 store::Release::At(at) => {
@@ -250,9 +246,11 @@ impl EndpointState {
                 }
                 store::Release::Unpaced => {}
             }
-        } else if link.slots.is_some_and(|slots| slots.cut_mark != cut_mark) {
-            // The fleet cut its rate: slots granted at the old one go back unused (the store
-            // voided them: the next batch starts now).
+        } else if link
+            .slots
+            .is_some_and(|slots| rate * STALE_GROWTH < slots.rate)
+        {
+            // The fleet cut its rate: slots granted at the old one go back unused.
             link.slots = None;
         }
         self.wake_head();

@@ -19,7 +19,6 @@
 //! A local burst of losses (enough of them to cut a rate, at more than the loss threshold)
 //! drops the unused slots: they were granted at a rate the endpoint no longer takes.
 
-use crate::pacing::clock::Nanos;
 use crate::pacing::mode::PacingMode;
 use crate::pacing::rules::PacingRules;
 use crate::pacing::shared::Signal;
@@ -62,13 +61,13 @@ pub(crate) struct Link {
 }
 
 /// Slots granted and not used yet: the next at `next`, then one `gap` apart, granted while
-/// the fleet's [cut mark](crate::pacing::shared::SharedState::cut_mark) was `cut_mark`.
+/// the fleet's rate was `rate`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Slots {
     pub(super) next: Instant,
     pub(super) gap: Duration,
     pub(super) left: u32,
-    pub(super) cut_mark: Option<Nanos>,
+    pub(super) rate: f64,
 }
 
 /// What the process has to tell the fleet.

@@ -212,16 +212,6 @@ impl SharedState {
         }
     }
 
-    /// What moves at every cut of the rate and at every new ramp (the time the last cut
-    /// settles), while ramping: slots granted before it moved were granted at a rate the fleet
-    /// no longer releases at.
-    pub(crate) fn cut_mark(&self) -> Option<Nanos> {
-        match self.mode {
-            Mode::Ramping { cut_settles_at, .. } => Some(cut_settles_at),
-            _ => None,
-        }
-    }
-
     /// The modes entered since the last call.
     pub(crate) fn take_entered(&mut self) -> Entered {
         std::mem::take(&mut self.entered)

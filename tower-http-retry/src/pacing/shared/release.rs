@@ -145,8 +145,7 @@ impl SharedState {
     /// clock (`slots.rs`), cut into cycles of as many slots as there are such peers, each peer
     /// has one slot per cycle, at its rank among them (`rank`), so that the slots of the fleet
     /// interleave as one process's would and every process with work gets the same rate. A
-    /// peer's slots follow on from its last batch's (from now, if it dropped those it held
-    /// beyond now); a new stream starts with one slot (its
+    /// peer's slots follow on from its last batch's; a new stream starts with one slot (its
     /// share is set once the processes asking with it are known). A batch covers an interval
     /// in slow start (the rate doubles every interval: slots granted further ahead would hold
     /// it back), else up to [`MAX_AHEAD`], and is cut where the predicted rate moves by more
@@ -192,14 +191,13 @@ impl SharedState {
             let peer = &mut self.peers[index];
             (peer.phase, peer.placed, peer.idle) = (phase, true, false);
         }
-        let phase = f64::from(self.rank(index, now).min(self.active_peers(now) - 1));
-        // A process asks only once it holds no slot: those it was granted beyond now, it
-        // dropped (the fleet cut its rate, or a burst of losses), and its stream goes on from
-        // now, not after them.
+        // `peers` was counted before an idle asker was placed again: a rank past it would fall
+        // on rank 0's slots.
+        let phase = f64::from(self.rank(index, now).min(peers as u32 - 1));
         let lower = if fresh {
             floor
         } else {
-            floor.max(peer.last.min(self.slots) + peers / 2.0)
+            floor.max(peer.last + peers / 2.0)
         };
         let first_slot = ((lower - phase) / peers).ceil() * peers + phase;
         let Some(first_offset) = self.slot_offset(rules, first_slot, reach) else {
