@@ -70,7 +70,7 @@
 //! * `metrics`: counters (attempts, retries by delay source, requests by stop reason, budget
 //!   grants, denials and refunds, pacing mode changes), a histogram of the delays and a gauge of
 //!   the pacer's queues through the `metrics` facade;
-//!   [`describe_metrics`](telemetry::describe_metrics) lists them.
+//!   `telemetry::describe_metrics` lists them.
 //! * `reqwest`: [`RequestHead`](retry::RequestHead), [`RetryRequest`](retry::RetryRequest),
 //!   [`RetryResponse`](retry::RetryResponse) and [`AsStdError`](classify::AsStdError) for
 //!   `reqwest::Request`, `reqwest::Response` and `reqwest::Error`, so the layers wrap reqwest's
