@@ -47,7 +47,7 @@ impl SharedState {
         if (matches!(ramp, Ramp::Cubic { .. }) && (rules.report_lag > 0 || !timed))
             || interval_start < settled
             || now <= interval_start
-            || !is_loss_event(rules, successes, losses)
+            || !rules.is_loss_event(successes, losses)
         {
             return false;
         }
@@ -88,8 +88,8 @@ impl SharedState {
             measured = secs;
         }
         *last_accepted = f64::from(counted) / measured;
-        cut(rules, ramp, counted, *losses, measured, reported);
-        *cut_settles_at = settles(rules, now, self.demand_until);
+        rules.cut(ramp, counted, *losses, measured, reported);
+        *cut_settles_at = rules.settles(now, self.demand_until);
         if let Some(max) = ramp.last_max() {
             self.capacity = Some(max);
         }
@@ -99,62 +99,64 @@ impl SharedState {
     }
 }
 
-/// Whether an interval's outcomes so far are a loss event: more losses than the threshold's
-/// share, and enough of them (a loss or two at a low rate is a stray 503, not a limit).
-pub(super) fn is_loss_event(rules: &Rules<'_>, successes: u32, losses: u32) -> bool {
-    let total = f64::from(successes) + f64::from(losses);
-    losses >= MIN_LOSSES_TO_CUT && f64::from(losses) > rules.pacing.loss_threshold * total
-}
-
-/// Cuts `ramp` for a loss event seen in `measured_secs` of outcomes (an interval, or the part
-/// of one before its losses made the event, made up to a whole interval at a steady rate: see
-/// [`SharedState::cut_at_loss_event`]).
-pub(super) fn cut(
-    rules: &Rules<'_>,
-    ramp: &mut Ramp,
-    successes: u32,
-    losses: u32,
-    measured_secs: f64,
-    reported: Option<f64>,
-) {
-    // A fleet's outcomes come in reports, whose times are not the outcomes': the interval may
-    // hold a burst of losses and few of the successes beside them. What the peers' last
-    // reports took is what the fleet takes, if more.
-    let counted = f64::from(successes) / measured_secs;
-    let mut accepted = reported.map_or(counted, |reported| counted.max(reported));
-    let total = successes + losses;
-    if rules.report_lag > 0 && total > 0 {
-        // Both counts lag, the successes more (a burst of losses is reported at once), but
-        // their ratio does not: the endpoint took that share of what was released at the
-        // interval's rate. In slow start that is the rate the interval began with (each
-        // success added 1 / interval).
-        let loss = f64::from(losses) / f64::from(total);
-        let rate = ramp.rate(&rules.pacing.rate);
-        let began = match ramp {
-            Ramp::SlowStart { .. } => {
-                rate - f64::from(successes) / rules.pacing.ramp_interval.as_secs_f64()
-            }
-            Ramp::Cubic { .. } => rate,
-        };
-        accepted = accepted.max(began * (1.0 - loss));
+impl Rules<'_> {
+    /// Whether an interval's outcomes so far are a loss event: more losses than the threshold's
+    /// share, and enough of them (a loss or two at a low rate is a stray 503, not a limit).
+    pub(super) fn is_loss_event(&self, successes: u32, losses: u32) -> bool {
+        let total = f64::from(successes) + f64::from(losses);
+        losses >= MIN_LOSSES_TO_CUT && f64::from(losses) > self.pacing.loss_threshold * total
     }
-    ramp.lose(&rules.pacing.rate, accepted);
-}
 
-/// When the losses that follow a cut made at `closes` stop answering releases made before it:
-/// once the slots a fleet was granted ahead at the old rate are used, an interval after, and
-/// for a fleet's store, heard of with the process's next ask, made as its slots run out: an
-/// interval later again. Not the whole report lag: a fleet that waited that long after each cut
-/// overshot the endpoint's limit at a loss share above the threshold for a second at a time.
-/// (A process alone also knows when each of its requests went, and a loss of what it released
-/// after the cut cuts again before that: see [`SharedState::cut_at_loss_event`].)
-pub(super) fn settles(rules: &Rules<'_>, closes: Nanos, demand_until: Nanos) -> Nanos {
-    let interval = rules.interval();
-    let heard = if rules.report_lag > 0 { interval } else { 0 };
-    closes
-        .saturating_add(interval)
-        .max(demand_until.saturating_add(interval))
-        .saturating_add(heard)
+    /// Cuts `ramp` for a loss event seen in `measured_secs` of outcomes (an interval, or the part
+    /// of one before its losses made the event, made up to a whole interval at a steady rate: see
+    /// [`SharedState::cut_at_loss_event`]).
+    pub(super) fn cut(
+        &self,
+        ramp: &mut Ramp,
+        successes: u32,
+        losses: u32,
+        measured_secs: f64,
+        reported: Option<f64>,
+    ) {
+        // A fleet's outcomes come in reports, whose times are not the outcomes': the interval may
+        // hold a burst of losses and few of the successes beside them. What the peers' last
+        // reports took is what the fleet takes, if more.
+        let counted = f64::from(successes) / measured_secs;
+        let mut accepted = reported.map_or(counted, |reported| counted.max(reported));
+        let total = successes + losses;
+        if self.report_lag > 0 && total > 0 {
+            // Both counts lag, the successes more (a burst of losses is reported at once), but
+            // their ratio does not: the endpoint took that share of what was released at the
+            // interval's rate. In slow start that is the rate the interval began with (each
+            // success added 1 / interval).
+            let loss = f64::from(losses) / f64::from(total);
+            let rate = ramp.rate(&self.pacing.rate);
+            let began = match ramp {
+                Ramp::SlowStart { .. } => {
+                    rate - f64::from(successes) / self.pacing.ramp_interval.as_secs_f64()
+                }
+                Ramp::Cubic { .. } => rate,
+            };
+            accepted = accepted.max(began * (1.0 - loss));
+        }
+        ramp.lose(&self.pacing.rate, accepted);
+    }
+
+    /// When the losses that follow a cut made at `closes` stop answering releases made before it:
+    /// once the slots a fleet was granted ahead at the old rate are used, an interval after, and
+    /// for a fleet's store, heard of with the process's next ask, made as its slots run out: an
+    /// interval later again. Not the whole report lag: a fleet that waited that long after each cut
+    /// overshot the endpoint's limit at a loss share above the threshold for a second at a time.
+    /// (A process alone also knows when each of its requests went, and a loss of what it released
+    /// after the cut cuts again before that: see [`SharedState::cut_at_loss_event`].)
+    pub(super) fn settles(&self, closes: Nanos, demand_until: Nanos) -> Nanos {
+        let interval = self.interval();
+        let heard = if self.report_lag > 0 { interval } else { 0 };
+        closes
+            .saturating_add(interval)
+            .max(demand_until.saturating_add(interval))
+            .saturating_add(heard)
+    }
 }
 
 /// For a process alone, the instant of the cut whose losses settle at `cut_settles_at`: it

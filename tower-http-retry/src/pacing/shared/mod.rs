@@ -38,7 +38,6 @@ pub(crate) use op::Op;
 pub(crate) use peer::{Peer, MAX_PEERS};
 pub(crate) use release::{Batch, Grant};
 
-use self::cut::{cut, is_loss_event, settles};
 use super::clock::{nanos, Nanos};
 use super::mode::PacingMode;
 use super::rate::Ramp;
@@ -289,10 +288,10 @@ impl SharedState {
             }
             *last_accepted = f64::from(*successes) / secs;
             // A hint is the endpoint's own word that it takes less.
-            if is_loss_event(rules, *successes, *losses) || *hinted {
+            if rules.is_loss_event(*successes, *losses) || *hinted {
                 if *interval_start >= *cut_settles_at {
-                    cut(rules, ramp, *successes, *losses, secs, reported);
-                    *cut_settles_at = settles(rules, closes, self.demand_until);
+                    rules.cut(ramp, *successes, *losses, secs, reported);
+                    *cut_settles_at = rules.settles(closes, self.demand_until);
                     if let Some(max) = ramp.last_max() {
                         self.capacity = Some(max);
                     }
