@@ -69,7 +69,15 @@ its own ramp on the hints it gets, and the ten do not share what they learn.
 releasing at up to the endpoint's rate; it calls the endpoint down only after a whole 100-ms \
 interval with no success (a limit that rejects in runs, as model B's token bucket does, is not \
 an outage), and about 130 releases fail in that window each time: 4,000 failed retries, a \
-seventh of full jitter's, not a tenth.
+seventh of full jitter's, not a tenth. A 503 does not say whether the endpoint is gone or its \
+limit refuses in runs, so a shorter wait must guess from the times of the successes. Two \
+guesses were measured and not kept. Down after twice the longest time between two successes \
+in the last two intervals: 2,619 failed retries (met; model B unchanged), but a limit whose share \
+halves under a steady stream (runs of 5 refusals after successes 1 ms apart) is then called down \
+5 ms after its last success, probed and ramped again from the probe rate. Down after twice the longest run of \
+refusals that ended in a success (the limit's own runs): 3,338, and runs that grew more than \
+twofold were taken for outages in B and B+RA (overload 131 to 152 and 62 to 84; B+RA's \
+accepted/s 1,811 to 1,782, under its target).
 - **Redelivery, the spread of the first round's resend times**: the endpoint has never been seen \
 taking requests when the first round is deferred, so the pacer predicts a slow start with no \
 known limit, and 10,000 places fit in about 1.5 s of it (the target asks for N / capacity, \
@@ -91,9 +99,13 @@ overshoots.
 - **Fleets with a shared store of 100 processes, 99 % and store calls**: the fleet's cuts are \
 made from reports that lag, and each is followed by a stretch below the limit; and a process's \
 batch of slots ends where the cubic curve moves the spacing by 5 %, so each of 100 processes at \
-20/s takes 2-3 slots a call while the rate grows (0.3 calls a request; wider batches halve \
-it but made the shares less fair). In model A the 100 × shared row's calls are those of the \
-ramp to an unlimited rate.
+20/s takes 2-3 slots a call while the rate grows (0.3 calls a request). Batches granted as a \
+schedule that follows the curve (each gap shorter than the one before by a constant step) took \
+16 slots a call and halved the calls (0.14 in B, 0.18 in B+RA), but a process holds such a batch \
+up to 0.8 s ahead and hears of a cut only when it asks again, so the fleet kept the rate before \
+each cut for longer: 19 % and 15 % off fair, 389 and 470 overload 503s, 99 % at 9.3 and 11.3 s \
+(8 slots a call: 0.16 and 0.19 calls, 14 % and 10 % off fair); not kept. In model A the \
+100 × shared row's calls are those of the ramp to an unlimited rate.
 - **Pacers alone, fairness**: each process's probe finds the endpoint back at its own time \
 (probes 250-750 ms apart), and its slow start doubles from there: one that starts half a \
 second later is 32 times behind, and losses cut every process by the same factor, so the gap \

@@ -468,3 +468,56 @@ fn a_resend_time_never_falls_inside_a_known_pause() {
     }
     assert!(now + s.resend_from(&config, 0, now).after >= until);
 }
+
+/// A ramp fed `before` then `after`, one outcome a millisecond, each for a second or until the
+/// endpoint is called down: how long after the last success it was, if it was.
+fn called_down(before: &[Signal], after: &[Signal]) -> Option<Duration> {
+    let config = config();
+    let start = Instant::now();
+    let mut s = down(&config, start);
+    s.record(&config, Some(probe()), Signal::Success, start);
+    // Requests keep waiting: the ramp does not open for want of demand.
+    for id in 0..2 {
+        s.queue.push_back(Waiter { id, waker: None });
+    }
+    let (mut now, mut taken) = (start, start);
+    for pattern in [before, after] {
+        for n in 0..1000 {
+            now += MS;
+            let signal = pattern[n % pattern.len()];
+            s.record(&config, Some(paced(&s, now)), signal, now);
+            if signal == Signal::Success {
+                taken = now;
+            }
+            if s.mode() == PacingMode::Probing {
+                return Some(now - taken);
+            }
+        }
+    }
+    assert_eq!(s.mode(), PacingMode::Ramping);
+    None
+}
+
+/// `taken` successes, then refusals, `of` outcomes in all.
+fn limit(taken: usize, of: usize) -> Vec<Signal> {
+    let mut pattern = vec![Signal::Congestion; of];
+    pattern[..taken].fill(Signal::Success);
+    pattern
+}
+
+#[test]
+fn a_limit_that_refuses_in_runs_is_never_an_outage_but_nothing_taken_for_an_interval_is() {
+    // A limit refilled every 10 ms that takes half what is sent, whether it refused before or
+    // its share of a quota just fell under a steady stream; and one whose runs grow eightfold
+    // (refilled every 50 ms, a fifth taken). Guessing an outage from the successes' spacing
+    // (twice the longest time between two, or twice the longest run of refusals) called these
+    // down.
+    assert_eq!(called_down(&limit(5, 10), &limit(5, 10)), None);
+    assert_eq!(called_down(&[Signal::Success], &limit(5, 10)), None);
+    assert_eq!(called_down(&limit(5, 10), &limit(10, 50)), None);
+    // Nothing taken: down an interval after the last success, whatever came before.
+    let gone = [Signal::Congestion];
+    let interval = config().ramp_interval;
+    assert_eq!(called_down(&limit(5, 10), &gone), Some(interval));
+    assert_eq!(called_down(&[Signal::Success], &gone), Some(interval));
+}
