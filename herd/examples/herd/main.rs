@@ -109,9 +109,9 @@ each cut for longer: 19 % and 15 % off fair, 389 and 470 overload 503s, 99 % at 
 - **Pacers alone, fairness**: each process's probe finds the endpoint back at its own time \
 (probes 250-750 ms apart), and its slow start doubles from there: one that starts half a \
 second later is 32 times behind, and losses cut every process by the same factor, so the gap \
-closes slowly. An additive step in the cubic growth (60/s per second, the same for every \
-process) brought B's worst share to 25 % off fair (mean of the seeds) only with about 50 % more \
-overload 503s (561 against 381); it is not in.
+closes slowly. The additive step in the cubic growth after a loss (about 53/s per second, the \
+same for every process: CUBIC's TCP-friendly region) brought B's worst share from 44 % to 26.5 % \
+off fair (mean of the seeds); the rest is the probes' stagger.
 - **Model A, shares**: every process delivers all its deliveries within N/C of recovery, so the \
 share column says nothing there.
 
