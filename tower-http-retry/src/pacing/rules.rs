@@ -32,4 +32,14 @@ impl PacingRules {
     pub fn max_endpoints(&self) -> usize {
         self.max_endpoints
     }
+
+    /// How long a process of a fleet waits before it asks again while a probe has been out
+    /// for `out` (its success starts the fleet's ramp, which a process hears of only when it
+    /// asks): as long again, up to a probe interval, and at least a ramp interval. A probe
+    /// most likely ends within a round trip; one out for longer hangs (an endpoint that
+    /// swallows requests), and is asked about at the probes' own pace, not ten times a second
+    /// by every process.
+    pub(crate) fn wait_for_probe(&self, out: Duration) -> Duration {
+        out.min(self.probe_interval).max(self.ramp_interval)
+    }
 }

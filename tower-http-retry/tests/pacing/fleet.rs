@@ -73,6 +73,95 @@ async fn an_outage_one_layer_saw_holds_the_first_attempts_of_another() {
     first.abort();
 }
 
+/// An endpoint that refuses the first attempts at once, then swallows requests: from 100 ms
+/// until `up_at`, a request hangs for 8 s before it is refused; from `up_at` on, 200 after
+/// 10 ms.
+fn swallowing(
+    up_at: Duration,
+    log: Log,
+) -> impl tower::Service<super::Req, Response = super::Res, Error = std::io::Error, Future: Send> + Clone
+{
+    let start = tokio::time::Instant::now();
+    tower::service_fn(move |_: super::Req| {
+        let log = log.clone();
+        async move {
+            let arrived = start.elapsed();
+            let hang = if arrived >= 100 * MS && arrived < up_at {
+                8 * SEC
+            } else {
+                10 * MS
+            };
+            tokio::time::sleep(hang).await;
+            let status = if arrived < up_at { 503 } else { 200 };
+            log.0.lock().unwrap().push((arrived, status));
+            let response = http::Response::builder().status(status);
+            Ok(response.body(String::new()).unwrap())
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_whose_probes_hang_asks_the_store_at_the_probes_pace() {
+    let store = InProcessStore::new();
+    let log = Log::default();
+    let layers: Vec<RetryLayer> = (0..10).map(|i| layer(&store, 20 + i)).collect();
+    let mut tasks = JoinSet::new();
+    for layer in &layers {
+        tasks.spawn(burst(layer.layer(swallowing(12 * SEC, log.clone())), 10));
+    }
+    // Both probe leases are held by hanging probes from about 1 s on: every process is told
+    // they are, and asks again. At a ramp interval each, ten processes asked 100 times a
+    // second; at the probes' pace, 20.
+    tokio::time::sleep(2 * SEC).await;
+    let before = store.stats().calls;
+    tokio::time::sleep(6 * SEC).await;
+    let per_second = (store.stats().calls - before) as f64 / 6.0;
+    assert!(
+        per_second <= 25.0,
+        "{per_second:.0} store calls a second while the probes hung"
+    );
+    let results = tokio::time::timeout(60 * SEC, tasks.join_all())
+        .await
+        .expect("every delivery made within a minute");
+    let results: Vec<_> = results.into_iter().flatten().collect();
+    assert_eq!(results.len(), 100);
+    assert!(results.iter().all(|(status, _)| *status == 200));
+    // The fleet hears of the ramp a probe started within a probe interval, and delivers the
+    // rest as it grows: 1.0 s after the first success (0.7 s when every process asked each
+    // ramp interval).
+    let log = log.0.lock().unwrap().clone();
+    let first = log
+        .iter()
+        .filter(|(_, status)| *status == 200)
+        .map(|(at, _)| *at)
+        .min();
+    let last = log.iter().map(|(at, _)| *at).max().unwrap();
+    assert!(
+        last - first.unwrap() < 1500 * MS,
+        "delivered from {first:?} to {last:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_process_whose_hanging_probe_ends_takes_the_next_one_at_once() {
+    let store = InProcessStore::new();
+    let log = Log::default();
+    let layer = layer(&store, 7);
+    let burst = tokio::spawn(burst(layer.layer(swallowing(60 * SEC, log.clone())), 10));
+    tokio::time::sleep(20 * SEC).await;
+    burst.abort();
+    // The probes: two out, both hanging; the next when the first ends 8 s after it went, not
+    // when the process's wait (up to a probe interval) has passed.
+    let probes: Vec<Duration> = log.0.lock().unwrap().iter().map(|(at, _)| *at).collect();
+    let probes: Vec<Duration> = probes.into_iter().filter(|at| *at >= 100 * MS).collect();
+    assert!(probes.len() >= 3, "{probes:?}");
+    let after = probes[2] - (probes[0] + 8 * SEC);
+    assert!(
+        after < 10 * MS,
+        "{after:?} after the first probe ended: {probes:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_open_endpoint_costs_the_fleet_no_store_call() {
     let store = InProcessStore::new();

@@ -3,7 +3,7 @@
 
 use super::link::{Link, NotBefore, Slots, StoreNext, REPORT_EVERY, SLOT_GRACE, STALE_GROWTH};
 use super::EndpointState;
-use crate::pacing::mode::trace;
+use crate::pacing::mode::{trace, PacingMode};
 use crate::pacing::pass::{Pass, Release};
 use crate::pacing::rate::Ramp;
 use crate::pacing::rules::PacingRules;
@@ -91,7 +91,12 @@ impl EndpointState {
         if link.calling {
             return StoreNext::Nothing;
         }
-        let ask = link.wanted && waiting > 0 && !open;
+        // A probe that ended freed a lease while every lease was held: the next probe may be
+        // due, and requests here wait for it (the head, told to ask again later, is not
+        // asking). The others, backed off, are most likely later: the probes stay with the
+        // processes that had them.
+        let freed = link.blocked_since.is_some() && !link.outbox.done.is_empty();
+        let ask = (link.wanted || freed) && waiting > 0 && !open;
         // Nothing waits any more: the fleet hears it (within an interval), and splits its rate
         // between the others.
         let done = link.asked && waiting == 0 && !open;
@@ -203,9 +208,14 @@ impl EndpointState {
         let waiting = !self.queue.is_empty();
         let rate = self.rate(config);
         let link = self.link.as_mut().expect("a store's endpoint");
+        if after != PacingMode::Probing {
+            // Held leases are a probing endpoint's: a later outage starts afresh.
+            link.blocked_since = None;
+        }
         if let Some(release) = applied.release() {
             link.wanted = false;
             link.not_before = None;
+            let blocked_since = link.blocked_since.take();
             match release {
                 store::Release::Probe(lease) if waiting => link.ticket = Some(lease),
                 store::Release::Probe(lease) => {
@@ -233,11 +243,17 @@ impl EndpointState {
                     });
                 }
                 store::Release::Blocked { until } => {
-                    // The probe in flight ends within a round trip to the endpoint, most
-                    // likely: a success starts the fleet's ramp, which this process hears of
-                    // only when it asks (or its cached view is read again), so it asks again
-                    // within a ramp interval, not a probe interval.
-                    let at = until.min(now + config.ramp_interval);
+                    // A probe's success starts the fleet's ramp, which this process hears of
+                    // only when it asks (or its cached view is read again). The longer every
+                    // lease has been held, the less likely a probe ends within a round trip
+                    // (an endpoint that swallows requests): it asks again after as long again,
+                    // up to a probe interval.
+                    let since = blocked_since.unwrap_or(now);
+                    if waiting {
+                        link.blocked_since = Some(since);
+                    }
+                    let wait = config.wait_for_probe(now.saturating_duration_since(since));
+                    let at = until.min(now + wait);
                     link.not_before = Some(NotBefore {
                         at,
                         mode: after,

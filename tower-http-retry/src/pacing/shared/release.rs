@@ -4,8 +4,9 @@
 //! process pacing alone, or in batches for the processes of a fleet, split between its peers.
 
 use super::{gap, probe_gap, LeaseEntry, Mode, Peer, Rules, SharedState, MAX_PEERS};
-use crate::pacing::clock::Nanos;
+use crate::pacing::clock::{nanos, Nanos};
 use crate::pacing::rate::Ramp;
+use std::time::Duration;
 
 /// How far behind its schedule a ramp may release at once: a timer wakes the queue at most once
 /// a millisecond, so a rate above 1,000/s needs a few releases per wake; an idle moment does not
@@ -86,11 +87,15 @@ impl SharedState {
                 }
                 if now < self.next_probe || want == 0 {
                     let mut at = self.next_probe.max(now);
-                    if rules.lease_ttl.is_some() && want > 0 && !self.leases.is_empty() {
-                        // A probe is in flight: its success starts the fleet's ramp, which a
-                        // process hears of only when it asks. It asks again within an interval
-                        // (by then the probe has most likely ended), not at the next probe.
-                        at = at.min(now.saturating_add(rules.interval()));
+                    if want > 0 {
+                        // A probe is out: the process asks again before the next probe if
+                        // the probe may have ended by then.
+                        let newest = self.leases.iter().map(|lease| lease.expires).max();
+                        if let (Some(ttl), Some(expires)) = (rules.lease_ttl, newest) {
+                            let out = now.saturating_sub(expires.saturating_sub(ttl));
+                            let wait = rules.pacing.wait_for_probe(Duration::from_nanos(out));
+                            at = at.min(now.saturating_add(nanos(wait)));
+                        }
                     }
                     return Grant::At(at);
                 }

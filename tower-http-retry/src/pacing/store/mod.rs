@@ -58,7 +58,9 @@
 //! of an endpoint is read again in the background once it is older than a second (the Redis
 //! store's `view_ttl`), and the process's own congestion run reports an outage
 //! as soon as it sees one. While paced, a process calls the store for a probe (about twice a
-//! second for the whole fleet) or for a batch of slots.
+//! second for the whole fleet) or for a batch of slots; while a probe is out, it asks again
+//! after as long as the probe has been out, or every lease has been held (from a ramp
+//! interval to a probe interval), to hear whether the probe started the ramp.
 //!
 //! # When the store fails
 //!

@@ -386,9 +386,10 @@ fn the_state_holds_on_until_its_latest_pause_or_lease() {
 }
 
 #[test]
-fn while_a_probe_is_in_flight_the_others_ask_again_within_an_interval() {
+fn while_a_probe_is_in_flight_the_others_ask_again_after_as_long_as_it_has_been_out() {
     let mut config = config();
     config.probes_in_flight = 2;
+    config.probe_interval = Duration::from_secs(2);
     let rules = rules(&config);
     let mut s = down(&rules, 0);
     let due = s.next_probe;
@@ -417,6 +418,28 @@ fn while_a_probe_is_in_flight_the_others_ask_again_within_an_interval() {
     );
     assert_eq!(other, Some(Grant::At(due + interval)));
     assert!(s.next_probe > due + interval, "not the next probe");
+    // A probe out for longer (one that hangs) is asked about after as long again.
+    let ask = Op::Release {
+        want: 5,
+        jitter: 0.5,
+    };
+    let later = due + 3 * interval;
+    assert_eq!(
+        s.apply(&rules, 2, ask, later),
+        Some(Grant::At(later + 3 * interval))
+    );
+}
+
+#[test]
+fn the_wait_for_a_probe_grows_with_its_time_out_from_a_ramp_interval_to_a_probe_interval() {
+    let mut config = config();
+    let (ramp, probe) = (config.ramp_interval, config.probe_interval);
+    assert_eq!(config.wait_for_probe(Duration::ZERO), ramp);
+    assert_eq!(config.wait_for_probe(ramp * 3), ramp * 3);
+    assert_eq!(config.wait_for_probe(probe * 20), probe);
+    // A ramp interval longer than a probe interval: the ramp interval.
+    config.ramp_interval = probe * 2;
+    assert_eq!(config.wait_for_probe(probe * 20), probe * 2);
 }
 
 #[test]
