@@ -2,14 +2,14 @@
 //! peer of the others) pace an endpoint as one. The same wiring with a Redis store is in
 //! `tower-http-retry-redis/tests/fleet/`.
 
-use super::{burst, endpoint, Log, MS, SEC};
+use super::{answering, burst, endpoint, Log, MS, SEC};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tower::{Layer, ServiceExt};
 use tower_http_retry::pacing::store::{InProcessStore, PacingStore};
 use tower_http_retry::pacing::PacingMode;
 use tower_http_retry::retry::RandomSource;
-use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer};
+use tower_http_retry::{Backoff, Jitter, Pacing, RetryLayer, RetryReport};
 
 fn layer(store: &InProcessStore, seed: u64) -> RetryLayer {
     RetryLayer::builder()
@@ -21,16 +21,34 @@ fn layer(store: &InProcessStore, seed: u64) -> RetryLayer {
         .unwrap()
 }
 
+/// `processes` layers on `store` (seeded from `seed` on), each sending `n` deliveries to an
+/// endpoint of its own from `endpoint`.
+fn fleet_bursts<S>(
+    store: &InProcessStore,
+    processes: u64,
+    seed: u64,
+    endpoint: impl Fn() -> S,
+    n: usize,
+) -> JoinSet<Vec<(u16, RetryReport)>>
+where
+    S: tower::Service<super::Req, Response = super::Res, Error = std::io::Error>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    let mut tasks = JoinSet::new();
+    for i in 0..processes {
+        tasks.spawn(burst(layer(store, seed + i).layer(endpoint()), n));
+    }
+    tasks
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fleet_probes_a_dead_endpoint_as_one_stream_and_delivers_everything() {
     let store = InProcessStore::new();
     let log = Log::default();
-    let layers: Vec<RetryLayer> = (0..4).map(|i| layer(&store, 10 + i)).collect();
-    let mut tasks = JoinSet::new();
-    for layer in &layers {
-        let service = layer.layer(endpoint(5 * SEC, log.clone()));
-        tasks.spawn(burst(service, 100));
-    }
+    let tasks = fleet_bursts(&store, 4, 10, || endpoint(5 * SEC, log.clone()), 100);
     let results: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
     assert!(results.iter().all(|(status, _)| *status == 200));
     let arrivals = log.0.lock().unwrap().clone();
@@ -81,34 +99,19 @@ fn swallowing(
     log: Log,
 ) -> impl tower::Service<super::Req, Response = super::Res, Error = std::io::Error, Future: Send> + Clone
 {
-    let start = tokio::time::Instant::now();
-    tower::service_fn(move |_: super::Req| {
-        let log = log.clone();
-        async move {
-            let arrived = start.elapsed();
-            let hang = if arrived >= 100 * MS && arrived < up_at {
-                8 * SEC
-            } else {
-                10 * MS
-            };
-            tokio::time::sleep(hang).await;
-            let status = if arrived < up_at { 503 } else { 200 };
-            log.0.lock().unwrap().push((arrived, status));
-            let response = http::Response::builder().status(status);
-            Ok(response.body(String::new()).unwrap())
-        }
-    })
+    let hangs = move |arrived: Duration| arrived >= 100 * MS && arrived < up_at;
+    answering(
+        log,
+        move |arrived| if hangs(arrived) { 8 * SEC } else { 10 * MS },
+        move |arrived, _| if arrived < up_at { 503 } else { 200 },
+    )
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_fleet_whose_probes_hang_asks_the_store_at_the_probes_pace() {
     let store = InProcessStore::new();
     let log = Log::default();
-    let layers: Vec<RetryLayer> = (0..10).map(|i| layer(&store, 20 + i)).collect();
-    let mut tasks = JoinSet::new();
-    for layer in &layers {
-        tasks.spawn(burst(layer.layer(swallowing(12 * SEC, log.clone())), 10));
-    }
+    let tasks = fleet_bursts(&store, 10, 20, || swallowing(12 * SEC, log.clone()), 10);
     // Both probe leases are held by hanging probes from about 1 s on: every process is told
     // they are, and asks again. At a ramp interval each, ten processes asked 100 times a
     // second; at the probes' pace, 20.
@@ -150,12 +153,12 @@ async fn a_process_whose_hanging_probe_ends_takes_the_next_one_at_once() {
     let burst = tokio::spawn(burst(layer.layer(swallowing(60 * SEC, log.clone())), 10));
     tokio::time::sleep(20 * SEC).await;
     burst.abort();
-    // The probes: two out, both hanging; the next when the first ends 8 s after it went, not
-    // when the process's wait (up to a probe interval) has passed.
+    // The probes (answered 8 s after they went): two out, both hanging; the next when the
+    // first ends, not when the process's wait (up to a probe interval) has passed.
     let probes: Vec<Duration> = log.0.lock().unwrap().iter().map(|(at, _)| *at).collect();
     let probes: Vec<Duration> = probes.into_iter().filter(|at| *at >= 100 * MS).collect();
     assert!(probes.len() >= 3, "{probes:?}");
-    let after = probes[2] - (probes[0] + 8 * SEC);
+    let after = (probes[2] - 8 * SEC) - probes[0];
     assert!(
         after < 10 * MS,
         "{after:?} after the first probe ended: {probes:?}"

@@ -36,13 +36,28 @@ fn endpoint(
     down_for: Duration,
     log: Log,
 ) -> impl Service<Req, Response = Res, Error = std::io::Error, Future: Send> + Clone {
+    answering(
+        log,
+        |_| 10 * MS,
+        move |_, at| if at < down_for { 503 } else { 200 },
+    )
+}
+
+/// An endpoint that takes `latency(arrived)` to answer a request, with `status(arrived,
+/// answered)` (both times since it was made); it logs when it answered.
+fn answering(
+    log: Log,
+    latency: impl Fn(Duration) -> Duration + Clone + Send + 'static,
+    status: impl Fn(Duration, Duration) -> u16 + Clone + Send + 'static,
+) -> impl Service<Req, Response = Res, Error = std::io::Error, Future: Send> + Clone {
     let start = Instant::now();
     service_fn(move |_: Req| {
-        let log = log.clone();
+        let (log, latency, status) = (log.clone(), latency.clone(), status.clone());
         async move {
-            tokio::time::sleep(10 * MS).await;
+            let arrived = start.elapsed();
+            tokio::time::sleep(latency(arrived)).await;
             let at = start.elapsed();
-            let status = if at < down_for { 503 } else { 200 };
+            let status = status(arrived, at);
             log.0.lock().unwrap().push((at, status));
             let response = http::Response::builder().status(status);
             Ok(response.body(String::new()).unwrap())

@@ -40,7 +40,7 @@ pub(crate) struct Link {
     /// A probe of the fleet's stream granted to this process, for the head of its queue.
     pub(super) ticket: Option<Lease>,
     /// Since when every ask made while requests waited was answered that the fleet's probe
-    /// leases are all held (cleared by any other answer).
+    /// leases are all held (cleared by any other answer, and once the endpoint is not probing).
     pub(super) blocked_since: Option<Instant>,
     /// The store said not to ask again before then, in this mode and at this rate: a new mode
     /// is a new answer (a ramp that starts has its first slot now, not at the next probe), and
