@@ -27,7 +27,8 @@ const SEC: Duration = Duration::from_secs(1);
 type Req = http::Request<String>;
 type Res = http::Response<String>;
 
-/// The arrival time of every attempt, and the endpoint's answer.
+/// When the endpoint answered each attempt (10 ms after it arrived, unless said otherwise), and
+/// with what status.
 #[derive(Clone, Default)]
 struct Log(Arc<Mutex<Vec<(Duration, u16)>>>);
 
