@@ -11,7 +11,7 @@ use std::time::Duration;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_http_retry_redelivery::sqlite::{self, SqliteOptions, SqliteOutbox};
-use tower_http_retry_redelivery::{Delivery, Outbox, Redelivery, Schedule};
+use tower_http_retry_redelivery::{start_run, Delivery, Outbox, Reclaim, Redelivery, Schedule};
 
 /// The client a worker sends through: the schedule's retry layer over hyper-util.
 pub type Client = BoxCloneSyncService<
@@ -64,7 +64,9 @@ pub fn schedule(seconds_per_hour: f64) -> Schedule {
     Schedule::three_days().scaled(seconds_per_hour / 3600.0)
 }
 
-/// The schedule's retry layer over hyper-util's client.
+/// The schedule's retry layer over hyper-util's client, each attempt cut at the schedule's
+/// per-attempt timeout (a receiver that never answers fails its slot, and the delivery moves
+/// on).
 pub fn client(schedule: &Schedule) -> Client {
     let retry = schedule
         .retry_layer()
@@ -75,7 +77,7 @@ pub fn client(schedule: &Schedule) -> Client {
             .build_http::<Full<Bytes>>();
     let stack = ServiceBuilder::new()
         .layer(retry)
-        .map_err(BoxError::from)
+        .timeout(schedule.attempt_timeout_duration())
         .service(transport);
     BoxCloneSyncService::new(stack.map_err(BoxError::from))
 }
@@ -118,9 +120,9 @@ pub async fn open_postgres(url: &str) -> tower_http_retry_redelivery::postgres::
 
 /// An outbox the demo's workers run on. apalis's worker bounds are each backend's own, so the
 /// one worker loop is written once (a macro) and implemented for each engine.
-pub trait WorkerEngine: Outbox {
-    /// Runs an apalis worker named `name` on this outbox's queue, handling each delivery with
-    /// `redelivery`, until `stop` resolves.
+pub trait WorkerEngine: Outbox + Reclaim {
+    /// Runs an apalis worker registered as `name` (a run's name) on this outbox's queue,
+    /// handling each delivery with `redelivery`, until `stop` resolves.
     fn work(
         &self,
         name: &str,
@@ -176,14 +178,7 @@ pub fn run_worker(engine: &Engine, name: &str, seconds_per_hour: f64) {
             #[cfg(not(feature = "redis"))]
             Engine::Redis(_) => panic!("redelivery-worker: built without the `redis` feature"),
             #[cfg(feature = "postgres")]
-            Engine::Postgres(url) => {
-                let outbox = open_postgres(url).await;
-                // A restarted worker keeps its name: take back what its killed run had taken.
-                tower_http_retry_redelivery::postgres::reclaim(&outbox, name)
-                    .await
-                    .expect("the Postgres server answers");
-                serve(outbox, name, seconds_per_hour).await
-            }
+            Engine::Postgres(url) => serve(open_postgres(url).await, name, seconds_per_hour).await,
             #[cfg(not(feature = "postgres"))]
             Engine::Postgres(_) => {
                 panic!("redelivery-worker: built without the `postgres` feature")
@@ -192,10 +187,13 @@ pub fn run_worker(engine: &Engine, name: &str, seconds_per_hour: f64) {
     });
 }
 
+/// One run of the worker `name`, as a supervisor restarts it: its earlier runs' deliveries
+/// taken back at once, the run registered under a name of its own.
 async fn serve<O: WorkerEngine>(outbox: O, name: &str, seconds_per_hour: f64) {
+    let run = start_run(&outbox, name).await.expect("the engine answers");
     let schedule = schedule(seconds_per_hour);
     let redelivery: Worker<O> = Redelivery::new(client(&schedule), outbox.clone(), schedule);
-    outbox.work(name, redelivery, stdin_closed()).await;
+    outbox.work(&run, redelivery, stdin_closed()).await;
 }
 
 /// Resolves when the parent closes our standard input (or dies).

@@ -66,6 +66,66 @@ impl std::error::Error for EngineError {
     }
 }
 
+/// An engine that can hand out again what earlier runs of a worker name had taken: what lets a
+/// worker restart under a fixed name (a supervisor's, a StatefulSet's pod name) at once after a
+/// `kill -9`.
+///
+/// The engines refuse a second worker of a name whose last heartbeat is recent (apalis-sqlite
+/// with `WORKER_ALREADY_EXISTS`, apalis-redis with "worker is still active"), and hand out a dead
+/// worker's deliveries only once its heartbeats are missed. [`start_run`] does both parts for
+/// the user: each run registers under a name of its own, and takes its predecessors' deliveries
+/// back before it starts.
+pub trait Reclaim {
+    /// Hands out again the deliveries that runs of the worker `name` (its earlier runs, named
+    /// as [`start_run`] names them, or a worker registered under `name` itself) had taken and
+    /// not finished; returns how many. Call it only while no run of `name` is alive: a live
+    /// run's deliveries would be sent twice (the receiver deduplicates them, but the load is
+    /// real).
+    fn reclaim(&self, name: &str) -> impl Future<Output = Result<u64, EngineError>> + Send;
+}
+
+/// Starts a run of the worker `name`: takes back what its earlier runs had taken and not
+/// finished ([`Reclaim::reclaim`]), and returns the name this run registers under with the
+/// engine, `name~<run id>`. Give that to apalis's `WorkerBuilder::new`. One process at a time
+/// runs a name, as a supervisor restarting it guarantees.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), tower_http_retry_redelivery::EngineError> {
+/// use tower_http_retry_redelivery::{sqlite, start_run};
+///
+/// let outbox = sqlite::open("deliveries.db", sqlite::SqliteOptions::default()).await?;
+/// let name = start_run(&outbox, "worker-1").await?; // "worker-1~..."
+/// # let _ = name;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn start_run<O: Reclaim>(outbox: &O, name: &str) -> Result<String, EngineError> {
+    outbox.reclaim(name).await?;
+    Ok(run_name(name, SystemTime::now()))
+}
+
+/// The separator between a worker's name and its run id.
+pub(crate) const RUN_SEPARATOR: char = '~';
+
+/// The name of a run of the worker `name` started at `now`: unique to this process and instant.
+fn run_name(name: &str, now: SystemTime) -> String {
+    let nanos = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{name}{RUN_SEPARATOR}{:x}-{nanos:x}", std::process::id())
+}
+
+/// What the names of `name`'s runs start with. The engines match it as a prefix, never with
+/// `LIKE`, whose wildcards a name may hold.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(dead_code)
+)]
+pub(crate) fn runs_prefix(name: &str) -> String {
+    format!("{name}{RUN_SEPARATOR}")
+}
+
 /// `time` in whole seconds since the epoch, rounded up.
 fn ceil_secs(time: SystemTime) -> u64 {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
@@ -108,6 +168,28 @@ pub trait DeadLetterQueue {
 
     /// Every letter, in any order.
     fn all(&self) -> impl Future<Output = Result<Vec<DeadLetter>, EngineError>> + Send;
+
+    /// Whether `letter` was [replayed](replay) already. The engines keep this with the letter,
+    /// so that a later replay of the same span never sends a delivered letter again, even once
+    /// the replayed step's key is gone from the deliveries' queue (a vacuum, a key's TTL). The
+    /// default, for a queue that does not keep it: never.
+    fn was_replayed(
+        &self,
+        letter: &DeadLetter,
+    ) -> impl Future<Output = Result<bool, EngineError>> + Send {
+        let _ = letter;
+        std::future::ready(Ok(false))
+    }
+
+    /// Records that `letter` was replayed (after its replay was stored). The default keeps
+    /// nothing.
+    fn mark_replayed(
+        &self,
+        letter: &DeadLetter,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send {
+        let _ = letter;
+        std::future::ready(Ok(()))
+    }
 }
 
 /// [`DeadLetterQueue::push`] on an apalis queue that no worker takes.
@@ -194,7 +276,9 @@ pub async fn dead_letters<D: DeadLetterQueue>(dead: &D) -> Result<Vec<DeadLetter
 /// slot, due at once; only those of `endpoint` when it is given (after
 /// [`EndpointHealth::enable`](crate::health::EndpointHealth::enable)). Each keeps its id (the
 /// receiver still deduplicates) and its history; a letter replayed twice is stored once.
-/// Returns how many were stored.
+/// A letter replayed before is not stored again ([`DeadLetterQueue::was_replayed`]), and
+/// letters of unreadable records ([`Delivery::stored_form`]) are skipped: they make no request.
+/// Returns how many letters of the span are replayed, now or before.
 pub async fn replay<Q, D>(
     outbox: &ApalisOutbox<Q, D>,
     since: SystemTime,
@@ -207,10 +291,18 @@ where
     let mut stored = 0;
     let now = SystemTime::now();
     for letter in dead_letters(outbox.dead()).await? {
-        if letter.dead_at() < since || endpoint.is_some_and(|e| e != letter.delivery.endpoint()) {
+        if letter.dead_at() < since
+            || endpoint.is_some_and(|e| e != letter.delivery.endpoint())
+            || letter.delivery.stored_form().is_some()
+        {
             continue;
         }
-        outbox.store(letter.delivery.replayed(now)).await?;
+        // Stored, then marked: a replay cut between the two is stored again by the next one,
+        // and kept once while its step's key is held.
+        if !outbox.dead().was_replayed(&letter).await? {
+            outbox.store(letter.delivery.clone().replayed(now)).await?;
+            outbox.dead().mark_replayed(&letter).await?;
+        }
         stored += 1;
     }
     Ok(stored)
@@ -219,6 +311,19 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_name_is_its_worker_name_and_a_run_id() {
+        let at = UNIX_EPOCH + Duration::from_secs(100);
+        let run = run_name("worker-1", at);
+        assert!(run.starts_with(&runs_prefix("worker-1")), "{run}");
+        assert!(
+            !run.starts_with(&runs_prefix("worker-")),
+            "another worker's runs"
+        );
+        assert!(!run_name("worker-10", at).starts_with(&runs_prefix("worker-1")));
+        assert_ne!(run, run_name("worker-1", at + Duration::from_nanos(1)));
+    }
 
     #[test]
     fn due_times_round_up_to_the_engine_second() {

@@ -6,8 +6,16 @@
 //! rule): its due deliveries go to the dead-letter queue with
 //! [`DeadReason::EndpointDisabled`](crate::DeadReason::EndpointDisabled) without being sent,
 //! until [`EndpointHealth::enable`]; then [`replay`](crate::replay) sends its dead letters again.
-//! A success ends the failing run. The state is the process's own (each worker of a fleet learns
-//! the same failures from the same endpoint); share one value between the workers of a process.
+//!
+//! The failures must be **continuous**: a failing run counts day by day from its first failure,
+//! and goes on into a day only when the failures of the day before spanned at least 12 hours
+//! (Svix's rule); a day without a failure, or a day with failures less than 12 hours apart,
+//! starts the run again from the next failure. So two failures five days apart never disable an
+//! endpoint, however quiet it was between them. A success ends the failing run.
+//!
+//! The state is the process's own, in memory: share one value between the workers of a process.
+//! Across a fleet, each process judges by what it sees (a process that missed its peers'
+//! successes still needs five days of continuous failures of its own), and a restart forgets it.
 
 use crate::schedule::unix_ms;
 use serde::{Deserialize, Serialize};
@@ -65,9 +73,55 @@ pub enum DisableReason {
 
 #[derive(Clone, Copy, Debug)]
 enum State {
-    /// Failing since this Unix millisecond, with no success since.
-    Failing(u64),
+    /// Failing continuously, with no success since.
+    Failing(Run),
     Disabled(DisableReason),
+}
+
+/// A day of a failing run, in Unix milliseconds.
+const DAY_MS: u64 = 24 * 3600 * 1000;
+/// How far apart a day's failures must be for the run to go on into the next day.
+const DAY_SPAN_MS: u64 = DAY_MS / 2;
+
+/// A run of failures, counted in days from its first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    /// The run's first failure.
+    since: u64,
+    /// The first and the last failure of the run's current day.
+    day_first: u64,
+    day_last: u64,
+}
+
+impl Run {
+    fn starting(at: u64) -> Self {
+        Run {
+            since: at,
+            day_first: at,
+            day_last: at,
+        }
+    }
+
+    /// The run after a failure at `at`: the same day, the next one when the current day's
+    /// failures spanned half a day, or a new run.
+    fn failed(self, at: u64) -> Self {
+        let day = |t: u64| t.saturating_sub(self.since) / DAY_MS;
+        let (current, next) = (day(self.day_last), day(at));
+        if at < self.day_last || next == current {
+            return Run {
+                day_last: self.day_last.max(at),
+                ..self
+            };
+        }
+        if next == current + 1 && self.day_last - self.day_first >= DAY_SPAN_MS {
+            return Run {
+                day_first: at,
+                day_last: at,
+                ..self
+            };
+        }
+        Run::starting(at)
+    }
 }
 
 /// The health of each endpoint the process delivers to. Cloning shares it.
@@ -143,15 +197,18 @@ impl EndpointHealth {
         let mut endpoints = self.lock();
         let state = endpoints
             .entry(endpoint.to_owned())
-            .or_insert(State::Failing(at));
-        match *state {
-            State::Failing(since) if at.saturating_sub(since) >= self.window_ms() => {
-                let reason = DisableReason::FailingFor(self.rules.disable_after);
-                *state = State::Disabled(reason);
-                Some(reason)
-            }
-            _ => None,
+            .or_insert(State::Failing(Run::starting(at)));
+        let State::Failing(run) = *state else {
+            return None;
+        };
+        let run = run.failed(at);
+        if at.saturating_sub(run.since) >= self.window_ms() {
+            let reason = DisableReason::FailingFor(self.rules.disable_after);
+            *state = State::Disabled(reason);
+            return Some(reason);
         }
+        *state = State::Failing(run);
+        None
     }
 
     /// `endpoint` answered `410 Gone`; returns the reason if this disabled it.
@@ -210,6 +267,35 @@ mod tests {
             health.disabled("e").is_some(),
             "a disabled endpoint stays so until enabled"
         );
+    }
+
+    #[test]
+    fn only_continuous_failure_disables() {
+        const HOUR: Duration = Duration::from_secs(3600);
+        let health = EndpointHealth::default();
+        let start = SystemTime::now();
+        // Failing every 6 hours for 5 days: disabled at the end of the fifth day, not before.
+        for n in 0..20 {
+            assert_eq!(health.failed("e", start + HOUR * 6 * n), None, "{n}");
+        }
+        assert!(health.failed("e", start + HOUR * 120).is_some());
+
+        // Two failures five days apart: a new run.
+        let quiet = EndpointHealth::default();
+        quiet.failed("e", start);
+        assert_eq!(quiet.failed("e", start + HOUR * 120), None);
+        // A day whose failures spanned less than half of it starts the run again, as does a day
+        // without a failure.
+        let sparse = EndpointHealth::default();
+        for n in 0..=5 {
+            // Two failures an hour apart each day.
+            sparse.failed("e", start + HOUR * 24 * n);
+            assert_eq!(sparse.failed("e", start + HOUR * (24 * n + 1)), None, "{n}");
+        }
+        let gap = Run::starting(0).failed(DAY_SPAN_MS).failed(3 * DAY_MS);
+        assert_eq!(gap, Run::starting(3 * DAY_MS), "a day without a failure");
+        let on = Run::starting(0).failed(DAY_SPAN_MS).failed(DAY_MS + 1);
+        assert_eq!(on.since, 0, "a day spanned half a day: the run goes on");
     }
 
     #[test]

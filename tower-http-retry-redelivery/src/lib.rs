@@ -69,7 +69,9 @@ pub mod sqlite;
 mod stats;
 pub mod step;
 
-pub use engine::{dead_letters, replay, ApalisOutbox, DeadLetterQueue, EngineError};
+pub use engine::{
+    dead_letters, replay, start_run, ApalisOutbox, DeadLetterQueue, EngineError, Reclaim,
+};
 pub use outbox::Outbox;
 pub use record::{Delivery, RecordRules};
 pub use redelivery::{HandleFuture, Handled, Redelivery, StoreFailed};

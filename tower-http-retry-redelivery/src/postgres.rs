@@ -9,14 +9,13 @@
 //! (the server unreachable) is returned to the caller ([`StoreFailed`](crate::StoreFailed)),
 //! never dropped.
 //!
-//! **A worker restarted under the same name**: apalis-postgres 1.0 hands a dead worker's tasks
-//! out again only once no worker *of that name* has been seen for two heartbeats, so a process
-//! that comes back under its predecessor's name (a fixed name, a StatefulSet's pod name) keeps
-//! that name alive and strands the tasks its predecessor had taken. (apalis-sqlite takes them
-//! back when the name registers again.) Either give every run its own name (host and process
-//! id), or call [`reclaim`] with the name before the worker starts, as the demo's worker does.
+//! **A worker restarted under the same name** starts through [`start_run`](crate::start_run),
+//! which takes back what the name's earlier runs had taken ([`Reclaim`]) and registers the run
+//! under a name of its own: apalis-postgres 1.0 hands a dead worker's tasks out again only once
+//! no worker *of that name* has been seen for its missed heartbeats, so a process that came
+//! back under its predecessor's very name would keep that name alive and strand its tasks.
 
-use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError};
+use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Reclaim};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_core::backend::codec::Codec;
@@ -37,8 +36,12 @@ pub const DEAD_LETTERS: &str = "tower_http_retry_redelivery::dead_letters";
 #[derive(Clone, Copy, Debug)]
 pub struct PostgresOptions {
     /// How often a worker tells the engine it is alive (apalis's heartbeat, 30 s by default);
-    /// a worker that missed two is dead and its deliveries are handed out again.
+    /// a worker that missed [`missed_heartbeats`](Self::missed_heartbeats) is dead and its
+    /// deliveries are handed out again.
     pub heartbeat: Duration,
+    /// Heartbeats a worker may miss before it is dead (2; apalis-postgres 1.0's own default
+    /// is ten, where its docs say two).
+    pub missed_heartbeats: usize,
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
     /// The process's connections to the server at most (10, sqlx's default): every worker of
@@ -50,6 +53,7 @@ impl Default for PostgresOptions {
     fn default() -> Self {
         Self {
             heartbeat: Duration::from_secs(30),
+            missed_heartbeats: 2,
             batch_size: 10,
             max_connections: 10,
         }
@@ -89,8 +93,7 @@ pub fn outbox(pool: &PgPool, options: PostgresOptions) -> PostgresOutbox {
         Config::default()
             .queue(queue)
             .heartbeat_interval(options.heartbeat)
-            // apalis-postgres 1.0's `Config::default()` waits for ten (its docs say two).
-            .missed_heartbeats(2)
+            .missed_heartbeats(options.missed_heartbeats)
             .batch_size(options.batch_size)
     };
     ApalisOutbox::new(
@@ -99,29 +102,57 @@ pub fn outbox(pool: &PgPool, options: PostgresOptions) -> PostgresOutbox {
     )
 }
 
-/// Hands out again the deliveries a previous run of the worker `name` had taken and not
-/// finished (a `kill -9`, a crash), and returns how many: call it before starting a worker under
-/// a name an earlier process used. Only while no live worker has that name: its deliveries
-/// would be sent twice (the receiver deduplicates them, but the load is real).
-pub async fn reclaim(outbox: &PostgresOutbox, name: &str) -> Result<u64, EngineError> {
-    let queue = outbox.queue();
-    sqlx::query(
-        "UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, \
-         done_at = NULL, attempts = attempts + 1 \
-         WHERE lock_by = $1 AND job_type = $2 AND status IN ('Queued', 'Running')",
-    )
-    .bind(name)
-    .bind(queue.config().queue.to_string())
-    .execute(queue.pool())
-    .await
-    .map(|done| done.rows_affected())
-    .map_err(EngineError::new)
+impl Reclaim for PostgresOutbox {
+    async fn reclaim(&self, name: &str) -> Result<u64, EngineError> {
+        let queue = self.queue();
+        sqlx::query(
+            "UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, \
+             done_at = NULL, attempts = attempts + 1 \
+             WHERE job_type = $1 AND status IN ('Queued', 'Running') \
+             AND (lock_by = $2 OR starts_with(lock_by, $3))",
+        )
+        .bind(queue.config().queue.to_string())
+        .bind(name)
+        .bind(engine::runs_prefix(name))
+        .execute(queue.pool())
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(EngineError::new)
+    }
 }
+
+/// Whether a dead letter was replayed: its row's `attempts`, which nothing else counts in a
+/// queue no worker takes (the row found by its idempotency key, the letter's dead key).
+const REPLAYED: &str =
+    "SELECT attempts > 0 FROM apalis.jobs WHERE job_type = $1 AND idempotency_key = $2";
+/// Marks a dead letter replayed.
+const MARK_REPLAYED: &str =
+    "UPDATE apalis.jobs SET attempts = attempts + 1 WHERE job_type = $1 AND idempotency_key = $2";
 
 /// The dead letters as a queue of the same table that no worker takes.
 impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
         engine::push_to_queue(self, letter).await
+    }
+
+    async fn was_replayed(&self, letter: &DeadLetter) -> Result<bool, EngineError> {
+        sqlx::query_scalar(REPLAYED)
+            .bind(self.config().queue.to_string())
+            .bind(letter.delivery.dead_key())
+            .fetch_optional(self.pool())
+            .await
+            .map(|marked: Option<bool>| marked.unwrap_or(false))
+            .map_err(EngineError::new)
+    }
+
+    async fn mark_replayed(&self, letter: &DeadLetter) -> Result<(), EngineError> {
+        sqlx::query(MARK_REPLAYED)
+            .bind(self.config().queue.to_string())
+            .bind(letter.delivery.dead_key())
+            .execute(self.pool())
+            .await
+            .map(drop)
+            .map_err(EngineError::new)
     }
 
     /// Read by id, page after page, not through apalis's listing: that pages with `OFFSET` over

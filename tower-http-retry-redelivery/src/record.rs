@@ -132,6 +132,7 @@ impl RecordRules {
             replays: 0,
             step: 0,
             history: Vec::new(),
+            stored_form: None,
         })
     }
 }
@@ -168,6 +169,9 @@ pub enum RecordError {
     Version(u16),
     /// A stored method, URI or header no longer parses.
     Corrupt(String),
+    /// The stored form is not this build's record (a renamed or missing field, a value of a
+    /// newer build): the record holds it whole ([`Delivery::stored_form`]).
+    Shape(String),
 }
 
 impl fmt::Display for RecordError {
@@ -187,6 +191,7 @@ impl fmt::Display for RecordError {
                 "record version {version}, this build reads version {RECORD_VERSION}"
             ),
             RecordError::Corrupt(what) => write!(f, "stored record does not parse: {what}"),
+            RecordError::Shape(what) => write!(f, "stored record of another shape: {what}"),
         }
     }
 }
@@ -196,7 +201,14 @@ impl std::error::Error for RecordError {}
 /// The durable record of one delivery. Made by [`RecordRules::record`]; stored by an
 /// [`Outbox`](crate::Outbox); taken by a worker, which sends [`request`](Self::request) through
 /// the retry layer and stores the record again, dead-letters it or is done with it.
+///
+/// Reading a record never fails on well-formed JSON: a stored form of another shape (a renamed
+/// field, a newer build's [`StopReason`]) reads back as an *unreadable* record that keeps the
+/// stored JSON whole ([`stored_form`](Self::stored_form)), whose
+/// [`try_request`](Self::try_request) says why, and which a worker dead-letters as
+/// [`DeadReason::Unreadable`](crate::DeadReason::Unreadable) instead of stopping on it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct Delivery {
     version: u16,
     id: String,
@@ -218,6 +230,27 @@ pub struct Delivery {
     /// Times the record was stored again since it was stored or replayed.
     step: u32,
     history: Vec<SlotOutcome>,
+    /// The stored JSON of a record that did not read back in this shape; `None` for every
+    /// record this build wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stored_form: Option<String>,
+}
+
+impl Serialize for Delivery {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Delivery::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Delivery {
+    /// The record, or an unreadable one holding the stored JSON: a task's bytes are decoded
+    /// before any handler runs, so a failure here would stop the worker (apalis ends its run on
+    /// a task it cannot decode), and the next worker to take the task, in turn.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let stored = serde_json::Value::deserialize(deserializer)?;
+        Ok(Delivery::deserialize(&stored)
+            .unwrap_or_else(|_| Delivery::unreadable(&stored, stored.to_string())))
+    }
 }
 
 /// What one schedule slot's sequence through the retry layer ended with.
@@ -243,6 +276,48 @@ impl SlotOutcome {
 }
 
 impl Delivery {
+    /// The record of a stored `form` that does not read back in this shape: its id and
+    /// endpoint when `fields` (the form, or the record inside it) still names them as text, so
+    /// that its dead letter is keyed and listed by them; the whole form kept.
+    pub(crate) fn unreadable(fields: &serde_json::Value, form: String) -> Self {
+        let text = |field: &str| fields.get(field).and_then(serde_json::Value::as_str);
+        let id = text("id").map_or_else(
+            || {
+                // A form without an id still needs a key of its own: its contents' hash.
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                std::hash::Hash::hash(&form, &mut hasher);
+                format!("unreadable-{:016x}", std::hash::Hasher::finish(&hasher))
+            },
+            str::to_owned,
+        );
+        let at = |field: &str| fields.get(field).and_then(serde_json::Value::as_u64);
+        Delivery {
+            version: RECORD_VERSION,
+            id,
+            id_header: String::new(),
+            endpoint: text("endpoint").unwrap_or_default().to_owned(),
+            method: String::new(),
+            uri: String::new(),
+            headers: Vec::new(),
+            body: Bytes::new(),
+            enqueued_at: at("enqueued_at").unwrap_or(0),
+            due_at: at("due_at").unwrap_or(0),
+            slot: 0,
+            attempts: 0,
+            deferrals: 0,
+            replays: 0,
+            step: 0,
+            history: Vec::new(),
+            stored_form: Some(form),
+        }
+    }
+
+    /// The stored JSON of a record that did not read back in this build's shape (kept for
+    /// inspection, and to be enqueued again by hand once fixed); `None` for a readable record.
+    pub fn stored_form(&self) -> Option<&str> {
+        self.stored_form.as_deref()
+    }
+
     /// The delivery id.
     pub fn id(&self) -> &str {
         &self.id
@@ -289,6 +364,15 @@ impl Delivery {
         self.history.first().map(SlotOutcome::sent_at)
     }
 
+    /// When the first attempt since the delivery was stored (or last replayed) went out.
+    pub(crate) fn first_attempt_since_stored(&self) -> Option<SystemTime> {
+        let stored = self.enqueued_at();
+        self.history
+            .iter()
+            .map(SlotOutcome::sent_at)
+            .find(|at| *at >= stored)
+    }
+
     /// Times the delivery was replayed from the dead-letter queue.
     pub fn replays(&self) -> u32 {
         self.replays
@@ -319,6 +403,14 @@ impl Delivery {
 
     /// The request to send, or why a stored record no longer makes one.
     pub fn try_request(&self) -> Result<Request<Bytes>, RecordError> {
+        if let Some(form) = &self.stored_form {
+            // Read again for the reason, which the record does not keep.
+            let why = serde_json::from_str::<serde_json::Value>(form)
+                .and_then(|stored| Delivery::deserialize(&stored).map(drop))
+                .err()
+                .map_or_else(String::new, |error| error.to_string());
+            return Err(RecordError::Shape(format!("{}: {why}", self.id)));
+        }
         if self.version != RECORD_VERSION {
             return Err(RecordError::Version(self.version));
         }

@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::SystemTime;
 use tower::ServiceExt;
-use tower_http_retry::RetryReport;
+use tower_http_retry::{RetryReport, StopReason};
 use tower_service::Service;
 
 /// Sends due deliveries through a client (the retry layer, its pacer and fleet store, the
@@ -198,13 +198,24 @@ where
         // bounds of its classifier (rustc's "not general enough").
         let call: BoxedCall<S::Response, S::Error> =
             Box::pin(inner.client.clone().oneshot(request.map(B::from)));
-        let (result, report) = RetryReport::capture(call).await;
+        let limit = inner.schedule.slot_limit();
+        let (result, report) = match tokio::time::timeout(limit, RetryReport::capture(call)).await {
+            Ok((result, report)) => (Some(result), report),
+            // A receiver that never answers (or a stack without a per-attempt timeout): the
+            // slot failed at its limit, as a timed-out attempt; the next slot is on schedule.
+            Err(_) => {
+                let mut report = RetryReport::default();
+                report.attempts = 1;
+                report.stop = StopReason::Deadline;
+                (None, report)
+            }
+        };
         if report.attempts > 0 {
             inner.counters.count(Event::Sent);
         }
         let status = result
             .as_ref()
-            .ok()
+            .and_then(|result| result.as_ref().ok())
             .map(|response| response.status().as_u16());
         drop(result);
         let endpoint = delivery.endpoint().to_owned();

@@ -10,7 +10,7 @@
 //! itself; a delivery whose store fails meanwhile is returned to the caller
 //! ([`StoreFailed`](crate::StoreFailed)), never dropped.
 
-use crate::engine::{ApalisOutbox, DeadLetterQueue, EngineError};
+use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Reclaim};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_redis::{Config, RedisStorage};
@@ -31,8 +31,12 @@ pub const DEAD_LETTERS: &str = "tower_http_retry_redelivery::dead_letters";
 #[derive(Clone, Copy, Debug)]
 pub struct RedisOptions {
     /// How often a worker tells the engine it is alive (apalis's heartbeat, 30 s by default);
-    /// a worker that missed two is dead and its deliveries are handed out again.
+    /// a worker that missed [`missed_heartbeats`](Self::missed_heartbeats) is dead and its
+    /// deliveries are handed out again.
     pub heartbeat: Duration,
+    /// Heartbeats a worker may miss before it is dead (2; apalis-redis 1.0's own default is
+    /// ten, where its docs say two).
+    pub missed_heartbeats: usize,
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
     /// How long a stored step's idempotency key is kept (7 days). It only has to outlive the
@@ -45,6 +49,7 @@ impl Default for RedisOptions {
     fn default() -> Self {
         Self {
             heartbeat: Duration::from_secs(30),
+            missed_heartbeats: 2,
             batch_size: 10,
             idempotency_ttl: Duration::from_secs(7 * 24 * 3600),
         }
@@ -73,6 +78,7 @@ pub fn outbox(connection: ConnectionManager, options: RedisOptions) -> RedisOutb
     let config = Config::default()
         .queue(DELIVERIES)
         .heartbeat_interval(options.heartbeat)
+        .missed_heartbeats(options.missed_heartbeats)
         .batch_size(options.batch_size)
         .idempotency_ttl(Some(options.idempotency_ttl));
     ApalisOutbox::new(
@@ -82,6 +88,48 @@ pub fn outbox(connection: ConnectionManager, options: RedisOptions) -> RedisOutb
             key: DEAD_LETTERS.to_owned(),
         },
     )
+}
+
+/// Moves the in-flight deliveries of the worker `ARGV[1]` and of its runs (`ARGV[2]` and a run
+/// id) back to the queue, as apalis-redis does for a worker whose heartbeats are missed.
+///
+/// KEYS: the workers' sorted set, the queue's list, its signal list, the in-flight sets' prefix.
+const RECLAIM: &str = r#"
+local moved = 0
+for _, worker in ipairs(redis.call("zrange", KEYS[1], 0, -1)) do
+    if worker == ARGV[1] or string.sub(worker, 1, #ARGV[2]) == ARGV[2] then
+        local inflight = KEYS[4] .. ":" .. worker
+        local tasks = redis.call("smembers", inflight)
+        if #tasks > 0 then
+            redis.call("rpush", KEYS[2], unpack(tasks))
+            moved = moved + #tasks
+        end
+        redis.call("del", inflight)
+        redis.call("zrem", KEYS[1], worker)
+    end
+end
+if moved > 0 then
+    redis.call("del", KEYS[3])
+    redis.call("lpush", KEYS[3], 1)
+end
+return moved
+"#;
+
+impl Reclaim for RedisOutbox {
+    async fn reclaim(&self, name: &str) -> Result<u64, EngineError> {
+        let mut queue = self.queue().clone();
+        let config = queue.get_config().clone();
+        redis::Script::new(RECLAIM)
+            .key(config.workers_set())
+            .key(config.active_jobs_list())
+            .key(config.signal_list())
+            .key(config.inflight_jobs_set())
+            .arg(name)
+            .arg(engine::runs_prefix(name))
+            .invoke_async(queue.get_connection())
+            .await
+            .map_err(EngineError::new)
+    }
 }
 
 /// The dead letters in a Redis hash.
@@ -99,6 +147,13 @@ impl std::fmt::Debug for RedisDeadLetters {
     }
 }
 
+impl RedisDeadLetters {
+    /// The set of the replayed letters' keys.
+    fn replayed_key(&self) -> String {
+        format!("{}:replayed", self.key)
+    }
+}
+
 impl DeadLetterQueue for RedisDeadLetters {
     async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
         let json = serde_json::to_string(&letter).map_err(EngineError::new)?;
@@ -107,6 +162,22 @@ impl DeadLetterQueue for RedisDeadLetters {
             .hset_nx::<_, _, _, bool>(&self.key, letter.delivery.dead_key(), json)
             .await
             .map(drop)
+            .map_err(EngineError::new)
+    }
+
+    async fn was_replayed(&self, letter: &DeadLetter) -> Result<bool, EngineError> {
+        let mut connection = self.connection.clone();
+        connection
+            .sismember(self.replayed_key(), letter.delivery.dead_key())
+            .await
+            .map_err(EngineError::new)
+    }
+
+    async fn mark_replayed(&self, letter: &DeadLetter) -> Result<(), EngineError> {
+        let mut connection = self.connection.clone();
+        connection
+            .sadd::<_, _, ()>(self.replayed_key(), letter.delivery.dead_key())
+            .await
             .map_err(EngineError::new)
     }
 

@@ -33,6 +33,7 @@ pub struct Schedule {
     delays: Vec<Duration>,
     jitter: f64,
     sequence: SlotSequence,
+    attempt_timeout: Duration,
     seed: u64,
 }
 
@@ -62,6 +63,8 @@ const MINUTE: u64 = 60;
 const HOUR: u64 = 3600;
 
 impl Schedule {
+    const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
     /// The Standard Webhooks schedule, which Svix runs: at once, then 5 s, 5 min, 30 min, 2 h,
     /// 5 h, 10 h and 10 h after the previous attempt (27 h 35 min in all).
     pub fn standard_webhooks() -> Self {
@@ -135,6 +138,7 @@ impl Schedule {
             delays,
             jitter: 0.2,
             sequence: SlotSequence::PRESET,
+            attempt_timeout: Self::ATTEMPT_TIMEOUT,
             seed: 0,
         })
     }
@@ -156,23 +160,52 @@ impl Schedule {
         Ok(self)
     }
 
+    /// How long one attempt may wait for its answer (10 s by default, within the 3–10 s that
+    /// webhook senders give a receiver): a receiver that never answers costs its delivery this
+    /// long, then the slot has failed and the delivery moves on to its next slot.
+    ///
+    /// Put it under the retry layer, as tower's `TimeoutLayer`
+    /// (`.timeout(schedule.attempt_timeout_duration())`), so that each attempt is cut at it. The
+    /// worker bounds each slot too, whatever the stack: a slot's call is cut at its
+    /// [deadline](SlotSequence::deadline) (the pacer's queue included) plus one attempt timeout
+    /// (at most the deadline), and counts as a failed slot.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Result<Self, InvalidConfig> {
+        InvalidConfig::ensure_positive_duration("attempt_timeout", timeout)?;
+        self.attempt_timeout = timeout;
+        Ok(self)
+    }
+
+    /// The per-attempt timeout ([`attempt_timeout`](Self::attempt_timeout)).
+    pub fn attempt_timeout_duration(&self) -> Duration {
+        self.attempt_timeout
+    }
+
+    /// How long the worker lets one slot's call run before it cuts it: the slot's deadline (its
+    /// wait in the pacer's queue) plus one attempt timeout, at most the deadline.
+    pub fn slot_limit(&self) -> Duration {
+        self.sequence.deadline + self.attempt_timeout.min(self.sequence.deadline)
+    }
+
     /// Mixes `seed` into every delivery's stream: tests and simulations that want other draws.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
     }
 
-    /// The same schedule with every delay and the slot deadline multiplied by `factor`: hours
-    /// become seconds for a test or a demo.
+    /// The same schedule with every delay multiplied by `factor`: hours become seconds for a
+    /// test or a demo.
+    ///
+    /// What does not scale is kept as production has it: the per-attempt timeout (a receiver
+    /// answers no faster in a test), and the slot deadline, scaled but never under one second
+    /// (nor over itself). The engines keep due times in whole seconds: a deadline under a second
+    /// would hand a delivery the pacer holds back to the engine, for a due time the engine rounds
+    /// up, again and again (a churn of deferrals).
     pub fn scaled(mut self, factor: f64) -> Self {
         for delay in &mut self.delays {
             *delay = delay.mul_f64(factor);
         }
-        self.sequence.deadline = self
-            .sequence
-            .deadline
-            .mul_f64(factor)
-            .max(Duration::from_millis(1));
+        let floor = self.sequence.deadline.min(Duration::from_secs(1));
+        self.sequence.deadline = self.sequence.deadline.mul_f64(factor).max(floor);
         self
     }
 
@@ -328,5 +361,33 @@ mod tests {
         )
         .is_err());
         assert!(Schedule::standard_webhooks().retry_layer().build().is_ok());
+        assert!(Schedule::standard_webhooks()
+            .attempt_timeout(Duration::ZERO)
+            .is_err());
+    }
+
+    #[test]
+    fn a_scaled_schedule_keeps_what_does_not_scale() {
+        let fast = Schedule::standard_webhooks().scaled(1.0 / 1800.0);
+        assert_eq!(
+            fast.delay(1),
+            Some(Duration::from_secs(5).mul_f64(1.0 / 1800.0))
+        );
+        assert_eq!(fast.slot_sequence().deadline, Duration::from_secs(1));
+        assert_eq!(fast.attempt_timeout_duration(), Duration::from_secs(10));
+        assert_eq!(fast.slot_limit(), Duration::from_secs(2));
+        let half = Schedule::standard_webhooks().scaled(0.5);
+        assert_eq!(half.slot_sequence().deadline, Duration::from_secs(15));
+        assert_eq!(half.slot_limit(), Duration::from_secs(25));
+        let short = SlotSequence {
+            max_attempts: 1,
+            deadline: Duration::from_millis(300),
+        };
+        let short = Schedule::standard_webhooks().sequence(short).unwrap();
+        assert_eq!(
+            short.scaled(0.001).slot_sequence().deadline,
+            Duration::from_millis(300),
+            "never over itself"
+        );
     }
 }

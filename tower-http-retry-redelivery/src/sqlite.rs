@@ -1,8 +1,9 @@
 //! The embedded engine: both queues in one SQLite file through apalis-sqlite, no server.
 
-use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError};
+use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Reclaim};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
+use apalis_core::backend::BackendConfig;
 use apalis_sqlite::{Config, SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteStorage};
 use std::path::Path;
 use std::time::Duration;
@@ -19,9 +20,14 @@ pub const DEAD_LETTERS: &str = "tower_http_retry_redelivery::dead_letters";
 #[derive(Clone, Copy, Debug)]
 pub struct SqliteOptions {
     /// How often a worker tells the engine it is alive (apalis's heartbeat, 30 s by default).
-    /// A worker that missed two is dead, and its deliveries are handed out again: a
-    /// `kill -9` costs its deliveries about two heartbeats' delay.
+    /// A worker that missed [`missed_heartbeats`](Self::missed_heartbeats) is dead, and its
+    /// deliveries are handed out again by the next live worker's heartbeat: a `kill -9` costs
+    /// its deliveries about three heartbeats' delay, or none when it restarts under its name
+    /// ([`start_run`](crate::start_run)). apalis-sqlite keeps the heartbeat in whole seconds:
+    /// give at least one.
     pub heartbeat: Duration,
+    /// Heartbeats a worker may miss before it is dead (2).
+    pub missed_heartbeats: usize,
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
     /// How long a writer waits for another process's write lock (30 s).
@@ -32,6 +38,7 @@ impl Default for SqliteOptions {
     fn default() -> Self {
         Self {
             heartbeat: Duration::from_secs(30),
+            missed_heartbeats: 2,
             batch_size: 10,
             busy_timeout: Duration::from_secs(30),
         }
@@ -75,6 +82,7 @@ pub fn outbox(pool: &SqlitePool, options: SqliteOptions) -> SqliteOutbox {
         Config::default()
             .queue(queue)
             .heartbeat_interval(options.heartbeat)
+            .missed_heartbeats(options.missed_heartbeats)
             .batch_size(options.batch_size)
     };
     ApalisOutbox::new(
@@ -82,6 +90,13 @@ pub fn outbox(pool: &SqlitePool, options: SqliteOptions) -> SqliteOutbox {
         SqliteStorage::new(pool).with_config(config(DEAD_LETTERS)),
     )
 }
+
+/// Whether a dead letter was replayed: its row's `attempts`, which nothing else counts in a
+/// queue no worker takes (the row found by its idempotency key, the letter's dead key).
+const REPLAYED: &str = "SELECT attempts > 0 FROM Jobs WHERE job_type = ?1 AND idempotency_key = ?2";
+/// Marks a dead letter replayed.
+const MARK_REPLAYED: &str =
+    "UPDATE Jobs SET attempts = attempts + 1 WHERE job_type = ?1 AND idempotency_key = ?2";
 
 /// The dead letters as a queue of the same file that no worker takes.
 impl DeadLetterQueue for SqliteStorage<DeadLetter> {
@@ -91,5 +106,44 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
 
     async fn all(&self) -> Result<Vec<DeadLetter>, EngineError> {
         engine::list_queue(self).await
+    }
+
+    async fn was_replayed(&self, letter: &DeadLetter) -> Result<bool, EngineError> {
+        sqlx::query_scalar(REPLAYED)
+            .bind(self.config().queue.to_string())
+            .bind(letter.delivery.dead_key())
+            .fetch_optional(self.pool())
+            .await
+            .map(|marked: Option<bool>| marked.unwrap_or(false))
+            .map_err(EngineError::new)
+    }
+
+    async fn mark_replayed(&self, letter: &DeadLetter) -> Result<(), EngineError> {
+        sqlx::query(MARK_REPLAYED)
+            .bind(self.config().queue.to_string())
+            .bind(letter.delivery.dead_key())
+            .execute(self.pool())
+            .await
+            .map(drop)
+            .map_err(EngineError::new)
+    }
+}
+
+impl Reclaim for SqliteOutbox {
+    async fn reclaim(&self, name: &str) -> Result<u64, EngineError> {
+        let queue = self.queue();
+        sqlx::query(
+            "UPDATE Jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, \
+             done_at = NULL, attempts = attempts + 1 \
+             WHERE job_type = ?1 AND status IN ('Queued', 'Running') \
+             AND (lock_by = ?2 OR substr(lock_by, 1, length(?3)) = ?3)",
+        )
+        .bind(queue.config().queue.to_string())
+        .bind(name)
+        .bind(engine::runs_prefix(name))
+        .execute(queue.pool())
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(EngineError::new)
     }
 }

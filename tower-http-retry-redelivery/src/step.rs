@@ -28,7 +28,12 @@ pub enum DeadReason {
 }
 
 /// A delivery in the dead-letter queue: the record with its whole history, why, and when.
+///
+/// A stored letter of another shape (a reason a newer build added) reads back as a letter of
+/// an unreadable record ([`Delivery::stored_form`] holds the letter's stored JSON), with
+/// [`DeadReason::Unreadable`]: listed, never replayed, and never a failure of the whole queue.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct DeadLetter {
     /// The record, the slot that ended it last in its history.
     pub delivery: Delivery,
@@ -36,6 +41,29 @@ pub struct DeadLetter {
     pub reason: DeadReason,
     /// When it was dead-lettered, Unix milliseconds.
     pub at: u64,
+}
+
+impl Serialize for DeadLetter {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        DeadLetter::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeadLetter {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let stored = serde_json::Value::deserialize(deserializer)?;
+        Ok(DeadLetter::deserialize(&stored).unwrap_or_else(|_| {
+            let record = stored.get("delivery").unwrap_or(&stored);
+            DeadLetter {
+                delivery: Delivery::unreadable(record, stored.to_string()),
+                reason: DeadReason::Unreadable,
+                at: stored
+                    .get("at")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0),
+            }
+        }))
+    }
 }
 
 impl DeadLetter {
@@ -100,9 +128,10 @@ pub fn before_sending(
 /// * A final stop ([`StopReason::is_final`]; not [`StopReason::NotIdempotent`], since the
 ///   delivery id makes every delivery safe to repeat at the receiver): dead-lettered.
 /// * Anything else: the next slot, due at the latest of its jittered time and the report's
-///   resend time; dead-lettered past the last slot, when the next slot would fall after the
-///   schedule's end ([`Schedule::end`]: slots the pacer delayed do not stretch a delivery's
-///   life), or once the failure disabled the endpoint.
+///   resend time; dead-lettered past the last slot, when that time would fall after the
+///   schedule's end ([`Schedule::end`] from the delivery's first attempt since it was stored:
+///   slots the pacer delayed do not stretch a delivery's life, and a delivery that waited for a
+///   worker still has its whole schedule), or once the failure disabled the endpoint.
 pub fn decide(
     delivery: Delivery,
     result: SlotResult,
@@ -168,12 +197,22 @@ pub fn decide(
         return dead(delivery, DeadReason::EndpointDisabled(reason));
     }
     let next = delivery.slot() + 1;
+    // The schedule's span counts from the delivery's first attempt (as Svix's: each delay
+    // follows the attempt before it), so a delivery that waited for a worker keeps its whole
+    // schedule. The end bounds the slot as it will be stored: a server's resend time past it
+    // ends the delivery as surely as a jittered time past it.
+    let end = schedule.end(
+        delivery
+            .first_attempt_since_stored()
+            .unwrap_or(result.started),
+    );
     match schedule
         .due(delivery.id(), next, result.started)
-        .filter(|due| *due <= schedule.end(delivery.enqueued_at()))
+        .map(|due| due.max(resend_at))
+        .filter(|due| *due <= end)
     {
         Some(due) => Step::StoreAgain {
-            delivery: delivery.next_slot(outcome, due.max(resend_at)),
+            delivery: delivery.next_slot(outcome, due),
             sent: true,
         },
         None => dead(delivery, DeadReason::ScheduleExhausted),

@@ -48,7 +48,8 @@ fn spawn_worker(engine: &demo::durable::Engine, name: &str) -> Child {
         .arg(SECONDS_PER_HOUR.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // Shown: a worker that stops says why (the test also checks that none has exited).
+        .stderr(Stdio::inherit())
         .spawn()
         .expect("the worker starts")
 }
@@ -116,13 +117,25 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         .iter()
         .map(|name| spawn_worker(&engine, name))
         .collect();
+    // A worker that exited by itself (a refused start under its name, an engine error) would
+    // leave the test to the others: every worker started must still be running when it is
+    // killed or stopped.
+    let mut exited = Vec::new();
+    let mut check_alive = |workers: &mut [Child], when: &str| {
+        for (n, worker) in workers.iter_mut().enumerate() {
+            if let Ok(Some(status)) = worker.try_wait() {
+                exited.push(format!("{} {status} {when}", names[n]));
+            }
+        }
+    };
     let mut rng = Lcg(0x5eed);
-    for _ in 0..KILLS {
+    for kill in 0..KILLS {
         tokio::time::sleep(Duration::from_millis(200 + rng.below(500))).await;
+        check_alive(&mut workers, &format!("before kill {kill}"));
         let victim = rng.below(WORKERS as u64) as usize;
         workers[victim].kill().unwrap(); // SIGKILL
         workers[victim].wait().unwrap();
-        tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+        // Restarted at once under its name, as a supervisor does.
         workers[victim] = spawn_worker(&engine, &names[victim]);
     }
 
@@ -145,6 +158,11 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let elapsed = start.elapsed();
+    check_alive(&mut workers, "at the end");
+    assert!(
+        exited.is_empty(),
+        "workers that exited by themselves: {exited:?}"
+    );
     for mut worker in workers {
         drop(worker.stdin.take());
         let _ = worker.wait();
