@@ -556,6 +556,46 @@ mod tests {
     }
 
     #[test]
+    fn a_record_of_another_shape_reads_back_unreadable_with_its_stored_form() {
+        let delivery = RecordRules::new().record("m", post("{}")).unwrap();
+        let mut json: serde_json::Value = serde_json::to_value(&delivery).unwrap();
+        json["headers"] = serde_json::json!({"content-type": "application/json"});
+        let back: Delivery = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.id(), "m");
+        assert_eq!(back.endpoint(), "https://hooks.example");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(back.stored_form().unwrap()).unwrap(),
+            json
+        );
+        assert!(matches!(back.try_request(), Err(RecordError::Shape(_))));
+        // Its own form round-trips, still unreadable: a dead letter keeps it.
+        let again: Delivery = serde_json::from_str(&serde_json::to_string(&back).unwrap()).unwrap();
+        assert_eq!(again, back);
+        // A form without an id is keyed by its contents.
+        let anonymous: Delivery = serde_json::from_str("{\"v\": 9}").unwrap();
+        assert!(
+            anonymous.id().starts_with("unreadable-"),
+            "{}",
+            anonymous.id()
+        );
+        assert!(serde_json::from_str::<Delivery>("not json").is_err());
+
+        let letter = crate::DeadLetter {
+            delivery,
+            reason: crate::DeadReason::Permanent,
+            at: 7,
+        };
+        let mut json = serde_json::to_value(&letter).unwrap();
+        json["reason"] = "expired".into();
+        let back: crate::DeadLetter = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            (back.delivery.id(), back.reason, back.at),
+            ("m", crate::DeadReason::Unreadable, 7)
+        );
+        assert!(back.delivery.stored_form().unwrap().contains("expired"));
+    }
+
+    #[test]
     fn a_record_of_another_version_is_refused() {
         let delivery = RecordRules::new().record("m", post("")).unwrap();
         let mut json: serde_json::Value = serde_json::to_value(&delivery).unwrap();
