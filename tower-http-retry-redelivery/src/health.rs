@@ -29,6 +29,7 @@ use tower_http_retry::InvalidConfig;
 pub struct HealthRules {
     disable_after: Duration,
     disable_on_gone: bool,
+    receiver_control: bool,
 }
 
 impl HealthRules {
@@ -37,6 +38,7 @@ impl HealthRules {
         Self {
             disable_after: Duration::from_secs(5 * 24 * 3600),
             disable_on_gone: true,
+            receiver_control: true,
         }
     }
 
@@ -52,6 +54,20 @@ impl HealthRules {
     pub fn disable_on_gone(mut self, disable: bool) -> Self {
         self.disable_on_gone = disable;
         self
+    }
+
+    /// Whether the receiver steers its deliveries with the `webhook-delivery` response header,
+    /// Svix's convention (on by default): `abort-message` dead-letters that delivery at once
+    /// ([`DeadReason::Aborted`](crate::DeadReason::Aborted)), `disable` disables the endpoint as
+    /// a `410 Gone` does ([`DisableReason::ReceiverAsked`]). Off, the header is ignored.
+    pub fn receiver_control(mut self, honour: bool) -> Self {
+        self.receiver_control = honour;
+        self
+    }
+
+    /// Whether the receiver's `webhook-delivery` header is honoured.
+    pub fn honours_receiver_control(&self) -> bool {
+        self.receiver_control
     }
 }
 
@@ -69,6 +85,8 @@ pub enum DisableReason {
     Gone,
     /// It failed every attempt for the rules' window.
     FailingFor(Duration),
+    /// It answered `webhook-delivery: disable` ([`HealthRules::receiver_control`]).
+    ReceiverAsked,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -216,12 +234,23 @@ impl EndpointHealth {
         if !self.rules.disable_on_gone {
             return None;
         }
+        self.disable(endpoint, DisableReason::Gone)
+    }
+
+    /// The rules.
+    pub fn rules(&self) -> &HealthRules {
+        &self.rules
+    }
+
+    /// Disables `endpoint` for `reason`; returns the reason if this disabled it (`None` when it
+    /// was disabled already).
+    pub fn disable(&self, endpoint: &str, reason: DisableReason) -> Option<DisableReason> {
         let mut endpoints = self.lock();
         if let Some(State::Disabled(_)) = endpoints.get(endpoint) {
             return None;
         }
-        endpoints.insert(endpoint.to_owned(), State::Disabled(DisableReason::Gone));
-        Some(DisableReason::Gone)
+        endpoints.insert(endpoint.to_owned(), State::Disabled(reason));
+        Some(reason)
     }
 
     fn window_ms(&self) -> u64 {

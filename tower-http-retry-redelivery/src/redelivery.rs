@@ -6,7 +6,7 @@ use crate::outbox::Outbox;
 use crate::record::Delivery;
 use crate::schedule::{unix_ms, Schedule};
 use crate::stats::{Counters, Event, RedeliveryStats};
-use crate::step::{self, DeadLetter, DeadReason, SlotResult, Step};
+use crate::step::{self, DeadLetter, DeadReason, ReceiverControl, SlotResult, Step};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -213,10 +213,11 @@ where
         if report.attempts > 0 {
             inner.counters.count(Event::Sent);
         }
-        let status = result
-            .as_ref()
-            .and_then(|result| result.as_ref().ok())
-            .map(|response| response.status().as_u16());
+        let response = result.as_ref().and_then(|result| result.as_ref().ok());
+        let status = response.map(|response| response.status().as_u16());
+        let control = response
+            .filter(|_| inner.health.rules().honours_receiver_control())
+            .and_then(|response| ReceiverControl::of(response.headers()));
         drop(result);
         let endpoint = delivery.endpoint().to_owned();
         let was_disabled = inner.health.disabled(&endpoint).is_some();
@@ -225,13 +226,13 @@ where
             status,
             report,
         };
-        let step = step::decide(
-            delivery,
-            result,
-            &inner.schedule,
-            &inner.health,
-            SystemTime::now(),
-        );
+        let now = SystemTime::now();
+        let step = match control {
+            Some(control) => {
+                step::on_receiver_control(delivery, &result, control, &inner.health, now)
+            }
+            None => step::decide(delivery, result, &inner.schedule, &inner.health, now),
+        };
         if !was_disabled && inner.health.disabled(&endpoint).is_some() {
             inner.counters.count(Event::EndpointDisabled);
         }

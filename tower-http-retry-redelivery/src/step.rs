@@ -25,6 +25,9 @@ pub enum DeadReason {
     /// The stored record no longer makes a request (another version of the format, a field that
     /// does not parse): kept, not sent.
     Unreadable,
+    /// The receiver answered `webhook-delivery: abort-message`: stop retrying this delivery
+    /// ([`HealthRules::receiver_control`](crate::health::HealthRules::receiver_control)).
+    Aborted,
 }
 
 /// A delivery in the dead-letter queue: the record with its whole history, why, and when.
@@ -90,6 +93,35 @@ pub enum Step {
     DeadLetter(DeadLetter),
 }
 
+/// The step when the receiver's answer asked for `control`: the delivery dead-lettered at once
+/// with the slot's outcome in its history, as [`DeadReason::Aborted`], or with its endpoint
+/// disabled ([`DisableReason::ReceiverAsked`]). A 2xx that asks to abort is still delivered.
+pub fn on_receiver_control(
+    delivery: Delivery,
+    result: &SlotResult,
+    control: ReceiverControl,
+    health: &EndpointHealth,
+    now: SystemTime,
+) -> Step {
+    if control == ReceiverControl::AbortMessage && result.delivered() {
+        health.succeeded(delivery.endpoint());
+        return Step::Delivered;
+    }
+    let reason = match control {
+        ReceiverControl::AbortMessage => DeadReason::Aborted,
+        ReceiverControl::Disable => {
+            health.disable(delivery.endpoint(), DisableReason::ReceiverAsked);
+            DeadReason::EndpointDisabled(DisableReason::ReceiverAsked)
+        }
+    };
+    let outcome = result.outcome(delivery.slot());
+    Step::DeadLetter(DeadLetter {
+        delivery: delivery.with_last(outcome),
+        reason,
+        at: unix_ms(now),
+    })
+}
+
 /// What one slot's sequence through the retry layer returned.
 #[derive(Clone, Debug)]
 pub struct SlotResult {
@@ -99,6 +131,56 @@ pub struct SlotResult {
     pub status: Option<u16>,
     /// The retry layer's report of the request.
     pub report: RetryReport,
+}
+
+/// What a receiver asked of its delivery in the `webhook-delivery` response header (Svix's
+/// convention; honoured unless
+/// [`HealthRules::receiver_control`](crate::health::HealthRules::receiver_control) is off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceiverControl {
+    /// `abort-message`: stop retrying this delivery.
+    AbortMessage,
+    /// `disable`: disable the endpoint.
+    Disable,
+}
+
+impl ReceiverControl {
+    /// The header that carries it.
+    pub const HEADER: &'static str = "webhook-delivery";
+
+    /// What `headers` ask, if anything: the header's value, trimmed, in any case; another value
+    /// asks nothing.
+    pub fn of(headers: &http::HeaderMap) -> Option<Self> {
+        let value = headers.get(Self::HEADER)?.to_str().ok()?.trim();
+        if value.eq_ignore_ascii_case("abort-message") {
+            Some(ReceiverControl::AbortMessage)
+        } else if value.eq_ignore_ascii_case("disable") {
+            Some(ReceiverControl::Disable)
+        } else {
+            None
+        }
+    }
+}
+
+impl SlotResult {
+    /// The entry of the delivery's history for this slot.
+    fn outcome(&self, slot: u32) -> SlotOutcome {
+        SlotOutcome {
+            slot,
+            at: unix_ms(self.started),
+            attempts: self.report.attempts,
+            stop: self.report.stop,
+            status: self.status,
+        }
+    }
+
+    /// Whether the slot delivered: a classified success with a 2xx.
+    fn delivered(&self) -> bool {
+        self.report.stop == StopReason::Success
+            && self
+                .status
+                .is_some_and(|status| (200..300).contains(&status))
+    }
 }
 
 /// The step for a delivery whose endpoint is disabled, or `None` when it may be sent.
@@ -162,13 +244,7 @@ pub fn decide(
             sent: false,
         };
     }
-    let outcome = SlotOutcome {
-        slot: delivery.slot(),
-        at: unix_ms(result.started),
-        attempts: report.attempts,
-        stop: report.stop,
-        status: result.status,
-    };
+    let outcome = result.outcome(delivery.slot());
     let dead = |delivery: Delivery, reason| {
         Step::DeadLetter(DeadLetter {
             delivery: delivery.with_last(outcome),
@@ -177,11 +253,7 @@ pub fn decide(
         })
     };
     let success = report.stop == StopReason::Success;
-    if success
-        && result
-            .status
-            .is_some_and(|status| (200..300).contains(&status))
-    {
+    if result.delivered() {
         health.succeeded(delivery.endpoint());
         return Step::Delivered;
     }
@@ -438,6 +510,86 @@ mod tests {
                 Step::Delivered => unreachable!(),
             }
         }
+    }
+
+    #[test]
+    fn the_receiver_aborts_a_delivery_or_disables_its_endpoint() {
+        let now = SystemTime::now();
+        let headers = |value: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(ReceiverControl::HEADER, value.parse().unwrap());
+            headers
+        };
+        assert_eq!(
+            ReceiverControl::of(&headers(" Abort-Message ")),
+            Some(ReceiverControl::AbortMessage)
+        );
+        assert_eq!(
+            ReceiverControl::of(&headers("disable")),
+            Some(ReceiverControl::Disable)
+        );
+        assert_eq!(ReceiverControl::of(&headers("later")), None);
+        assert_eq!(ReceiverControl::of(&http::HeaderMap::new()), None);
+
+        let health = EndpointHealth::default();
+        let failed = |stop| SlotResult {
+            started: now,
+            status: Some(503),
+            report: report(1, stop, None),
+        };
+        let step = on_receiver_control(
+            delivery(),
+            &failed(StopReason::AttemptsExhausted),
+            ReceiverControl::AbortMessage,
+            &health,
+            now,
+        );
+        let Step::DeadLetter(letter) = step else {
+            panic!("{step:?}")
+        };
+        assert_eq!(letter.reason, DeadReason::Aborted);
+        assert_eq!(letter.delivery.history()[0].status, Some(503));
+        assert_eq!(health.disabled("http://127.0.0.1:9"), None);
+        // A 2xx that asks to abort was delivered all the same.
+        let delivered = SlotResult {
+            started: now,
+            status: Some(200),
+            report: report(1, StopReason::Success, None),
+        };
+        assert_eq!(
+            on_receiver_control(
+                delivery(),
+                &delivered,
+                ReceiverControl::AbortMessage,
+                &health,
+                now
+            ),
+            Step::Delivered
+        );
+        let step = on_receiver_control(
+            delivery(),
+            &failed(StopReason::Permanent),
+            ReceiverControl::Disable,
+            &health,
+            now,
+        );
+        assert!(
+            matches!(
+                step,
+                Step::DeadLetter(DeadLetter {
+                    reason: DeadReason::EndpointDisabled(DisableReason::ReceiverAsked),
+                    ..
+                })
+            ),
+            "{step:?}"
+        );
+        assert_eq!(
+            health.disabled("http://127.0.0.1:9"),
+            Some(DisableReason::ReceiverAsked)
+        );
+        assert!(!HealthRules::new()
+            .receiver_control(false)
+            .honours_receiver_control());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The durable path on each engine (apalis-sqlite on a file; apalis-redis and apalis-postgres on
 //! a server of the test's own), against a real HTTP receiver on loopback through hyper-util's client and the
 //! retry layer: deliveries outlive an outage on their schedule, a 410 disables its endpoint and
-//! dead-letters, a replay delivers.
+//! dead-letters, a replay delivers, the receiver's `webhook-delivery` header is obeyed.
 
 use bytes::Bytes;
 use http::header::HeaderName;
@@ -238,6 +238,70 @@ async fn a_410_disables_the_endpoint_and_a_replay_after_enabling_delivers<Q, D>(
     drop(worker);
 }
 
+/// Svix's receiver control: `webhook-delivery: abort-message` dead-letters its delivery within
+/// the attempt that read it, `webhook-delivery: disable` disables the endpoint as a 410 does.
+async fn the_receiver_stops_a_delivery_or_disables_its_endpoint<Q, D>(
+    outbox: ApalisOutbox<Q, D>,
+    start_worker: fn(&str, &Handle<ApalisOutbox<Q, D>>) -> RunningWorker,
+) where
+    ApalisOutbox<Q, D>: Outbox<Error = EngineError>,
+    D: DeadLetterQueue,
+{
+    use tower_http_retry_redelivery::health::DisableReason;
+    let aborting =
+        TestServer::start(|_| Reply::status(503).header("webhook-delivery", "abort-message")).await;
+    let disabling =
+        TestServer::start(|_| Reply::status(500).header("webhook-delivery", "Disable")).await;
+    let schedule = Schedule::from_delays([0, 1, 1].map(Duration::from_secs)).unwrap();
+    let redelivery = Redelivery::new(client(&schedule), outbox.clone(), schedule);
+    for (server, name) in [(&aborting, "abort"), (&disabling, "disable")] {
+        for n in 0..3 {
+            let request = http::Request::post(server.uri("/hook"))
+                .body(Bytes::from("{}"))
+                .unwrap();
+            redelivery
+                .enqueue(rules().record(format!("{name}_{n}"), request).unwrap())
+                .await
+                .unwrap();
+        }
+    }
+    let worker = start_worker("control-1", &redelivery);
+    assert!(
+        until(Duration::from_secs(20), || redelivery.stats().dead_lettered
+            == 6)
+        .await,
+        "{:?}",
+        redelivery.stats()
+    );
+    drop(worker);
+    let letters = dead_letters(outbox.dead()).await.unwrap();
+    for letter in &letters {
+        if letter.delivery.id().starts_with("abort") {
+            assert_eq!(letter.reason, DeadReason::Aborted);
+            assert_eq!(letter.delivery.attempts(), 1, "stopped within its attempt");
+        } else {
+            assert_eq!(
+                letter.reason,
+                DeadReason::EndpointDisabled(DisableReason::ReceiverAsked)
+            );
+        }
+    }
+    assert_eq!(aborting.total_hits(), 3, "each aborted delivery sent once");
+    assert!(disabling.total_hits() >= 1);
+    let endpoint = letters
+        .iter()
+        .find(|l| l.delivery.id().starts_with("disable"))
+        .unwrap()
+        .delivery
+        .endpoint()
+        .to_owned();
+    assert_eq!(
+        redelivery.health().disabled(&endpoint),
+        Some(DisableReason::ReceiverAsked)
+    );
+    assert_eq!(redelivery.stats().endpoints_disabled, 1);
+}
+
 /// More dead letters than one page of any engine's listing (500), all written within about a
 /// second: every one read back, once, and one written twice kept once.
 async fn a_long_dead_letter_queue_reads_back_whole<Q, D>(outbox: ApalisOutbox<Q, D>)
@@ -312,6 +376,15 @@ macro_rules! on_engine {
                     return;
                 };
                 super::a_long_dead_letter_queue_reads_back_whole(outbox).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn the_receiver_stops_a_delivery_or_disables_its_endpoint() {
+                let Some((outbox, _engine)) = $open("control").await else {
+                    return;
+                };
+                super::the_receiver_stops_a_delivery_or_disables_its_endpoint(outbox, start_worker)
+                    .await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
