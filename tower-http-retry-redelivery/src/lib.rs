@@ -64,6 +64,7 @@ mod redelivery;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod schedule;
+pub mod signature;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod stats;

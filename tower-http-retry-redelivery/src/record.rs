@@ -143,8 +143,8 @@ impl Default for RecordRules {
     }
 }
 
-/// `scheme://authority`, what pacing and endpoint health key by.
-fn endpoint_of(uri: &Uri) -> Option<String> {
+/// `scheme://authority`, what pacing, endpoint health and per-endpoint secrets key by.
+pub(crate) fn endpoint_of(uri: &Uri) -> Option<String> {
     Some(format!("{}://{}", uri.scheme_str()?, uri.authority()?))
 }
 
