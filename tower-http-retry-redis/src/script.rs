@@ -3,7 +3,7 @@
 //! their replies parsed.
 
 use redis::aio::ConnectionLike;
-use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -74,7 +74,9 @@ impl Failure {
         // Redis answered, with an error for this command: the connection and the server are fine.
         let key_only = matches!(
             error.kind(),
-            ErrorKind::ResponseError | ErrorKind::ExtensionError | ErrorKind::TypeError
+            ErrorKind::Server(ServerErrorKind::ResponseError)
+                | ErrorKind::Extension
+                | ErrorKind::UnexpectedReturnType
         );
         Self {
             error: StoreError::Unavailable(error.to_string()),

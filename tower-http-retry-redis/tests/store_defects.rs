@@ -100,9 +100,9 @@ impl Redis {
 async fn connection_to(port: u16) -> ConnectionManager {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("a valid URL");
     let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Duration::from_millis(500))
+        .set_connection_timeout(Some(Duration::from_millis(500)))
         .set_number_of_retries(1)
-        .set_factor(10);
+        .set_min_delay(Duration::from_millis(10));
     tokio::time::timeout(
         Duration::from_secs(5),
         ConnectionManager::new_with_config(client, config),

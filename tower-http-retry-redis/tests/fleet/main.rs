@@ -53,9 +53,9 @@ impl Redis {
         let client =
             redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).expect("a valid URL");
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_millis(200))
+            .set_connection_timeout(Some(Duration::from_millis(200)))
             .set_number_of_retries(1)
-            .set_factor(10);
+            .set_min_delay(Duration::from_millis(10));
         ConnectionManager::new_with_config(client, config)
             .await
             .expect("connect to the test's redis-server")

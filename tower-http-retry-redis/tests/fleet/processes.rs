@@ -74,9 +74,9 @@ async fn worker() {
             let client = redis::Client::open(url).unwrap();
             // Reconnect quickly once Redis is back (the default waits seconds between tries).
             let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Duration::from_millis(200))
+                .set_connection_timeout(Some(Duration::from_millis(200)))
                 .set_number_of_retries(1)
-                .set_factor(10);
+                .set_min_delay(Duration::from_millis(10));
             let connection = ConnectionManager::new_with_config(client, config)
                 .await
                 .unwrap();
