@@ -1,4 +1,4 @@
-//! Webhooks that outlive their worker: the durable path's demo.
+//! Webhooks that outlive their worker: the durable path's demo, as a webhook sender runs it.
 //!
 //! ```text
 //! cargo run --example durable_webhooks
@@ -6,12 +6,16 @@
 //!
 //! Needs nothing else: the deliveries go into an SQLite file in a temporary directory (apalis's
 //! engine, through tower-http-retry-redelivery), two worker processes (this program, started
-//! again as `durable_webhooks worker ...`) take them, and two receivers on `127.0.0.1` answer:
+//! again as `durable_webhooks worker ...`) take them, and three receivers on `127.0.0.1` answer:
 //! one is down (503) for the first 30 hours of the three-day schedule, an hour lasting 0.2 s
-//! here, the other answers `410 Gone`. Three seconds in, one worker is killed (`kill -9`) and
-//! started again. It prints what was delivered and on which slot of the schedule, what was
-//! applied twice (the receiver deduplicates by the delivery id), what was dead-lettered and
-//! why, and one dead letter's attempt history, read from the store.
+//! here; one answers `410 Gone`; one answers `webhook-delivery: abort-message` (Svix's receiver
+//! control: stop retrying this one). Every attempt is signed as Standard Webhooks receivers
+//! require, with its own timestamp, and the receivers verify each one with the specification's
+//! own library (`standardwebhooks`) before they answer. Three seconds in, one worker is killed
+//! (`kill -9`) and restarted at once under its name. It prints what was delivered and on which
+//! slot of the schedule, the signatures verified, what was applied twice (the receiver
+//! deduplicates by the delivery id), what was dead-lettered and why, and one dead letter's
+//! attempt history, read from the store.
 
 use bytes::Bytes;
 use http::header::HeaderName;
@@ -25,6 +29,38 @@ use tower_http_retry_redelivery::{dead_letters, Outbox, RecordRules};
 const SECONDS_PER_HOUR: f64 = 0.2;
 const WEBHOOKS: usize = 200;
 const TO_GONE: usize = 10;
+const TO_ABORT: usize = 5;
+
+/// A receiver as a Standard Webhooks one checks a request: the signature, against its secret,
+/// within five minutes of its timestamp. Counts the checks that passed and failed.
+#[derive(Clone)]
+struct Verifier {
+    webhook: Arc<standardwebhooks::Webhook>,
+    checks: Arc<Mutex<(u32, u32)>>,
+}
+
+impl Verifier {
+    fn new() -> Self {
+        Self {
+            webhook: Arc::new(
+                standardwebhooks::Webhook::new(demo::durable::SECRET).expect("the demo's secret"),
+            ),
+            checks: Arc::default(),
+        }
+    }
+
+    /// Whether `hit` carries a valid signature; a receiver answers 401 to one that does not.
+    fn verify(&self, hit: &test_support::Hit) -> bool {
+        let verified = self.webhook.verify(&hit.body, &hit.headers).is_ok();
+        let mut checks = self.checks.lock().unwrap();
+        if verified {
+            checks.0 += 1;
+        } else {
+            checks.1 += 1;
+        }
+        verified
+    }
+}
 
 fn spawn_worker(database: &std::path::Path, name: &str) -> Child {
     Command::new(std::env::current_exe().expect("this program's path"))
@@ -56,24 +92,48 @@ async fn demo() {
     let start = Instant::now();
     let seen: Arc<Mutex<Vec<(String, u16)>>> = Arc::default();
     let log = Arc::clone(&seen);
+    let verifier = Verifier::new();
+    let check = verifier.clone();
     let hooks = TestServer::start(move |hit| {
-        let status = if start.elapsed() < down_for { 503 } else { 200 };
-        log.lock().unwrap().push((hit.id.clone(), status));
+        let status = if !check.verify(hit) {
+            401
+        } else if start.elapsed() < down_for {
+            503
+        } else {
+            200
+        };
+        log.lock()
+            .unwrap()
+            .push((demo::durable::delivery_id(&hit.headers), status));
         Reply::status(status)
     })
     .await;
-    let gone = TestServer::start(|_| Reply::status(410)).await;
+    let check = verifier.clone();
+    let gone =
+        TestServer::start(move |hit| Reply::status(if check.verify(hit) { 410 } else { 401 }))
+            .await;
+    let check = verifier.clone();
+    let aborting = TestServer::start(move |hit| {
+        if check.verify(hit) {
+            Reply::status(503).header("webhook-delivery", "abort-message")
+        } else {
+            Reply::status(401)
+        }
+    })
+    .await;
 
     let dir = std::env::temp_dir().join(format!("durable-webhooks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let database = dir.join("deliveries.db");
     let outbox = demo::durable::open(&database).await;
     let rules = RecordRules::new().id_header(HeaderName::from_static(demo::durable::ID_HEADER));
-    for n in 0..WEBHOOKS + TO_GONE {
+    for n in 0..WEBHOOKS + TO_GONE + TO_ABORT {
         let (server, id) = if n < WEBHOOKS {
             (&hooks, format!("evt_{n}"))
-        } else {
+        } else if n < WEBHOOKS + TO_GONE {
             (&gone, format!("old_{n}"))
+        } else {
+            (&aborting, format!("stop_{n}"))
         };
         let request = http::Request::post(server.uri("/webhooks"))
             .header("content-type", "application/json")
@@ -85,8 +145,8 @@ async fn demo() {
             .expect("stored");
     }
     println!(
-        "{} webhooks stored in {}; the receiver is down for {:.1} s (30 hours of the schedule), {TO_GONE} more go to an endpoint that answers 410",
-        WEBHOOKS + TO_GONE,
+        "{} webhooks stored in {}; the receiver is down for {:.1} s (30 hours of the schedule), {TO_GONE} more go to an endpoint that answers 410, {TO_ABORT} to one that answers `webhook-delivery: abort-message`",
+        WEBHOOKS + TO_GONE + TO_ABORT,
         database.display(),
         down_for.as_secs_f64()
     );
@@ -102,10 +162,9 @@ async fn demo() {
         "{:>5.1} s  worker-0 killed (kill -9)",
         start.elapsed().as_secs_f64()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
     workers[0] = spawn_worker(&database, "worker-0");
     println!(
-        "{:>5.1} s  worker-0 started again",
+        "{:>5.1} s  worker-0 started again under its name, taking back what its killed run held",
         start.elapsed().as_secs_f64()
     );
 
@@ -121,7 +180,7 @@ async fn demo() {
             .filter(|(_, s)| *s == 200)
             .map(|(id, _)| id.clone())
             .collect::<std::collections::BTreeSet<_>>();
-        if delivered.len() == WEBHOOKS && letters.len() == TO_GONE {
+        if delivered.len() == WEBHOOKS && letters.len() == TO_GONE + TO_ABORT {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -158,6 +217,10 @@ async fn demo() {
     for (arrival, count) in &by_arrival {
         println!("{arrival:>20}   {count:>8}");
     }
+    let (verified, refused) = *verifier.checks.lock().unwrap();
+    println!(
+        "\nsignatures: {verified} attempts verified by the receivers (standardwebhooks), {refused} refused"
+    );
     println!(
         "\n{} attempts reached the receiver while it was down, for {WEBHOOKS} webhooks: the pacer probed it, the rest waited in the store, not in a worker",
         seen.iter().filter(|(_, s)| *s == 503).count()

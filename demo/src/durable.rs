@@ -10,18 +10,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_http_retry_redelivery::signature::{SignLayer, Signer};
 use tower_http_retry_redelivery::sqlite::{self, SqliteOptions, SqliteOutbox};
 use tower_http_retry_redelivery::{start_run, Delivery, Outbox, Reclaim, Redelivery, Schedule};
 
-/// The client a worker sends through: the schedule's retry layer over hyper-util.
-pub type Client = BoxCloneSyncService<
-    http::Request<Full<Bytes>>,
-    http::Response<hyper::body::Incoming>,
-    BoxError,
->;
+/// The client a worker sends through: the schedule's retry layer, the Standard Webhooks signer
+/// and a per-attempt timeout over hyper-util.
+pub type Client =
+    BoxCloneSyncService<http::Request<Bytes>, http::Response<hyper::body::Incoming>, BoxError>;
 
 /// A worker's redelivery on `O`.
-pub type Worker<O = SqliteOutbox> = Redelivery<Client, O, Full<Bytes>>;
+pub type Worker<O = SqliteOutbox> = Redelivery<Client, O>;
 
 /// Where a worker's deliveries are: a SQLite file, a Redis server or a Postgres database.
 #[derive(Clone, Debug)]
@@ -56,28 +55,45 @@ impl Engine {
     }
 }
 
-/// The header that carries the delivery id in the demo (the receivers count by it).
-pub const ID_HEADER: &str = "x-request-id";
+/// The header that carries the delivery id (the Standard Webhooks one, which the signature
+/// covers; the receivers count by it).
+pub const ID_HEADER: &str = "webhook-id";
+
+/// The demo's signing secret, shared with its receivers. A made-up one: a sender keeps each
+/// endpoint's secret in its secret store, never in a record or a log.
+pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// The delivery id a receiver got.
+pub fn delivery_id(headers: &http::HeaderMap) -> String {
+    headers
+        .get(ID_HEADER)
+        .and_then(|id| id.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
 
 /// The three-day schedule with an hour lasting `seconds_per_hour`.
 pub fn schedule(seconds_per_hour: f64) -> Schedule {
     Schedule::three_days().scaled(seconds_per_hour / 3600.0)
 }
 
-/// The schedule's retry layer over hyper-util's client, each attempt cut at the schedule's
-/// per-attempt timeout (a receiver that never answers fails its slot, and the delivery moves
-/// on).
+/// The schedule's retry layer over hyper-util's client: each attempt signed with its own
+/// timestamp ([`SECRET`]), and cut at the schedule's per-attempt timeout (a receiver that never
+/// answers fails its slot, and the delivery moves on).
 pub fn client(schedule: &Schedule) -> Client {
     let retry = schedule
         .retry_layer()
         .build()
         .expect("the preset's layer builds");
+    let signer = Signer::new(SECRET.parse().expect("the demo's secret parses"));
     let transport =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http::<Full<Bytes>>();
     let stack = ServiceBuilder::new()
         .layer(retry)
+        .layer(SignLayer::new(signer))
         .timeout(schedule.attempt_timeout_duration())
+        .map_request(|request: http::Request<Bytes>| request.map(Full::new))
         .service(transport);
     BoxCloneSyncService::new(stack.map_err(BoxError::from))
 }

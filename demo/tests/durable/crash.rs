@@ -33,10 +33,11 @@ fn receiver(
     let arrivals = Arc::clone(arrivals);
     move |hit| {
         let status = answer();
-        arrivals
-            .lock()
-            .unwrap()
-            .push((hit.id.clone(), SystemTime::now(), status));
+        arrivals.lock().unwrap().push((
+            demo::durable::delivery_id(&hit.headers),
+            SystemTime::now(),
+            status,
+        ));
         Reply::status(status)
     }
 }
