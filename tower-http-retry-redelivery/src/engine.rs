@@ -3,7 +3,8 @@
 //! builds and tests), and its [`DeadLetterQueue`], read and replayed.
 //!
 //! A delivery is a task due at its [`due_at`](Delivery::due_at) rounded **up** to the engine's
-//! whole second (apalis stores `run_at` in seconds), so no engine hands one out early; its
+//! whole second (apalis stores `run_at` in seconds), so no engine hands one out early (one due
+//! already is due in the current second); its
 //! idempotency key is its [`step_key`](Delivery::step_key), so a step stored twice (a worker
 //! killed between storing the next step and its task's acknowledgement) is kept once. The dead
 //! letters wait, in a queue no worker takes, to be read and replayed.
@@ -12,6 +13,7 @@ use crate::outbox::Outbox;
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_core::backend::codec::Codec;
+use apalis_core::backend::ext::poll_strategy::{IntervalStrategy, PollWith};
 use apalis_core::backend::finalize::Durable;
 use apalis_core::backend::{Filter, ListTasks, TaskSink, WireFormatBackend};
 use apalis_core::task::builder::TaskBuilder;
@@ -19,6 +21,31 @@ use apalis_core::task::status::Status;
 use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// An engine's queue as workers take from it: woken every `poll_interval` while idle.
+///
+/// apalis 1.0's SQLite, Redis and Postgres workers look for due tasks again, after a fetch that
+/// found none, only at their next heartbeat (30 s by default). Deliveries are due at whole
+/// seconds, so a fetch a moment early found nothing and a due delivery then waited for the
+/// heartbeat: on Redis, 5,000 deliveries went at 164 a second, one heartbeat's worth, whatever
+/// the workers. Woken every 100 ms, the same run delivered 4,800 to 9,200 a second.
+pub type Polled<Q> = PollWith<Q, IntervalStrategy>;
+
+/// `queue`, its idle workers woken every `interval`.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(dead_code)
+)]
+pub(crate) fn polled<Q>(queue: Q, interval: Duration) -> Polled<Q> {
+    PollWith::new(queue, IntervalStrategy::new(interval))
+}
+
+/// How often an idle worker looks for due deliveries, by default (every engine's options).
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(dead_code)
+)]
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The outbox on an apalis backend: `queue` for deliveries, `dead` for dead letters.
 #[derive(Clone, Debug)]
@@ -126,9 +153,16 @@ pub(crate) fn runs_prefix(name: &str) -> String {
     format!("{name}{RUN_SEPARATOR}")
 }
 
-/// `time` in whole seconds since the epoch, rounded up.
-fn ceil_secs(time: SystemTime) -> u64 {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+/// The engine's due second for `due` at `now`: rounded **up**, so that no engine hands a
+/// delivery out early; a delivery due already is due in the current second (rounded down), so
+/// that it is not held back up to a second for nothing, and a burst stored within a second does
+/// not all fall due at the next one.
+fn due_second(due: SystemTime, now: SystemTime) -> u64 {
+    let since = |time: SystemTime| time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    if due <= now {
+        return since(due).as_secs();
+    }
+    let since = since(due);
     since.as_secs() + u64::from(since.subsec_nanos() > 0)
 }
 
@@ -142,7 +176,7 @@ where
 
     async fn store(&self, delivery: Delivery) -> Result<(), EngineError> {
         let task = TaskBuilder::new(delivery.clone())
-            .run_at_timestamp(ceil_secs(delivery.due_at()))
+            .run_at_timestamp(due_second(delivery.due_at(), SystemTime::now()))
             // The engine's own retries re-run a step only when storing its outcome failed (or
             // a worker died): a step must never run out of them and stay undone.
             .max_attempts(i32::MAX as usize)
@@ -326,10 +360,15 @@ mod tests {
     }
 
     #[test]
-    fn due_times_round_up_to_the_engine_second() {
+    fn due_times_round_up_to_the_engine_second_unless_due_already() {
         let second = UNIX_EPOCH + Duration::from_secs(100);
-        assert_eq!(ceil_secs(second), 100);
-        assert_eq!(ceil_secs(second + Duration::from_millis(1)), 101);
-        assert_eq!(ceil_secs(second + Duration::from_nanos(1)), 101);
+        let before = second - Duration::from_millis(500);
+        assert_eq!(due_second(second, before), 100);
+        assert_eq!(due_second(second + Duration::from_millis(1), before), 101);
+        assert_eq!(due_second(second + Duration::from_nanos(1), before), 101);
+        // Due already: the current second, not the next.
+        let late = second + Duration::from_millis(300);
+        assert_eq!(due_second(late, late), 100);
+        assert_eq!(due_second(second + Duration::from_millis(1), late), 100);
     }
 }

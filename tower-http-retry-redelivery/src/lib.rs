@@ -71,7 +71,7 @@ mod stats;
 pub mod step;
 
 pub use engine::{
-    dead_letters, replay, start_run, ApalisOutbox, DeadLetterQueue, EngineError, Reclaim,
+    dead_letters, replay, start_run, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim,
 };
 pub use outbox::Outbox;
 pub use record::{Delivery, RecordRules};

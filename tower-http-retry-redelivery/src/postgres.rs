@@ -15,7 +15,7 @@
 //! no worker *of that name* has been seen for its missed heartbeats, so a process that came
 //! back under its predecessor's very name would keep that name alive and strand its tasks.
 
-use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Reclaim};
+use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_core::backend::codec::Codec;
@@ -25,7 +25,8 @@ use sqlx::postgres::PgPoolOptions;
 use std::time::Duration;
 
 /// The outbox on Postgres.
-pub type PostgresOutbox = ApalisOutbox<PostgresStorage<Delivery>, PostgresStorage<DeadLetter>>;
+pub type PostgresOutbox =
+    ApalisOutbox<Polled<PostgresStorage<Delivery>>, PostgresStorage<DeadLetter>>;
 
 /// The deliveries' queue name (the `job_type` of their rows).
 pub const DELIVERIES: &str = "tower_http_retry_redelivery::deliveries";
@@ -44,6 +45,9 @@ pub struct PostgresOptions {
     pub missed_heartbeats: usize,
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
+    /// How often an idle worker looks for due deliveries (100 ms; see
+    /// [`Polled`](crate::Polled)).
+    pub poll_interval: Duration,
     /// The process's connections to the server at most (10, sqlx's default): every worker of
     /// the process and every sender share them.
     pub max_connections: u32,
@@ -55,6 +59,7 @@ impl Default for PostgresOptions {
             heartbeat: Duration::from_secs(30),
             missed_heartbeats: 2,
             batch_size: 10,
+            poll_interval: engine::POLL_INTERVAL,
             max_connections: 10,
         }
     }
@@ -97,7 +102,10 @@ pub fn outbox(pool: &PgPool, options: PostgresOptions) -> PostgresOutbox {
             .batch_size(options.batch_size)
     };
     ApalisOutbox::new(
-        PostgresStorage::new(pool).with_config(config(DELIVERIES)),
+        engine::polled(
+            PostgresStorage::new(pool).with_config(config(DELIVERIES)),
+            options.poll_interval,
+        ),
         PostgresStorage::new(pool).with_config(config(DEAD_LETTERS)),
     )
 }

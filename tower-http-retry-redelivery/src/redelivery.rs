@@ -175,6 +175,7 @@ where
 
     async fn run(&self, delivery: Delivery) -> Result<Handled, StoreFailed<O::Error>> {
         let inner = &*self.inner;
+        let _handling = inner.counters.handling();
         inner.counters.count(Event::Due);
         let step = match step::before_sending(&delivery, &inner.health, SystemTime::now()) {
             Some(step) => step,

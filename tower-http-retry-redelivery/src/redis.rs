@@ -10,16 +10,17 @@
 //! itself; a delivery whose store fails meanwhile is returned to the caller
 //! ([`StoreFailed`](crate::StoreFailed)), never dropped.
 
-use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Reclaim};
+use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_redis::{Config, RedisStorage};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The outbox on Redis.
-pub type RedisOutbox = ApalisOutbox<RedisStorage<Delivery>, RedisDeadLetters>;
+pub type RedisOutbox = ApalisOutbox<Polled<RedisStorage<Delivery>>, RedisDeadLetters>;
 
 /// The deliveries' queue name (apalis-redis's keys start with it).
 pub const DELIVERIES: &str = "tower_http_retry_redelivery::deliveries";
@@ -39,6 +40,9 @@ pub struct RedisOptions {
     pub missed_heartbeats: usize,
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
+    /// How often an idle worker looks for due deliveries (100 ms; see
+    /// [`Polled`](crate::Polled)).
+    pub poll_interval: Duration,
     /// How long a stored step's idempotency key is kept (7 days). It only has to outlive the
     /// window in which a crash can make a worker store the same step again (two heartbeats and
     /// a handling), so a week is ample; apalis-redis would otherwise keep every key forever.
@@ -51,6 +55,7 @@ impl Default for RedisOptions {
             heartbeat: Duration::from_secs(30),
             missed_heartbeats: 2,
             batch_size: 10,
+            poll_interval: engine::POLL_INTERVAL,
             idempotency_ttl: Duration::from_secs(7 * 24 * 3600),
         }
     }
@@ -70,10 +75,16 @@ impl Default for RedisOptions {
 /// ```
 pub async fn open(url: &str, options: RedisOptions) -> Result<RedisOutbox, EngineError> {
     let connection = apalis_redis::connect(url).await.map_err(EngineError::new)?;
-    Ok(outbox(connection, options))
+    let outbox = outbox(connection, options);
+    // Whatever fell due while no process ran goes to the queue before a worker fetches.
+    let due = Due::of(outbox.queue());
+    while due.promote(&mut outbox.dead().connection.clone()).await? == Due::AT_ONCE {}
+    Ok(outbox)
 }
 
-/// Both queues on an open connection.
+/// Both queues on an open connection. Call it within a tokio runtime: the outbox moves due
+/// deliveries to the queue from a task of its own ([`open`] also moves those already due before
+/// it returns).
 pub fn outbox(connection: ConnectionManager, options: RedisOptions) -> RedisOutbox {
     let config = Config::default()
         .queue(DELIVERIES)
@@ -81,13 +92,104 @@ pub fn outbox(connection: ConnectionManager, options: RedisOptions) -> RedisOutb
         .missed_heartbeats(options.missed_heartbeats)
         .batch_size(options.batch_size)
         .idempotency_ttl(Some(options.idempotency_ttl));
+    let queue = RedisStorage::new(connection.clone()).with_config(config);
+    let promoter = Due::of(&queue).spawn(connection.clone(), options.poll_interval);
     ApalisOutbox::new(
-        RedisStorage::new(connection.clone()).with_config(config),
+        engine::polled(queue, options.poll_interval),
         RedisDeadLetters {
             connection,
             key: DEAD_LETTERS.to_owned(),
+            _promoter: promoter,
         },
     )
+}
+
+/// Moves due deliveries from apalis-redis's scheduled set to its queue, at most
+/// [`Due::AT_ONCE`] a call.
+///
+/// apalis-redis 1.0 schedules every task, and a worker's fetch moves *every* due one to the
+/// queue in one Lua call, `unpack`ing their ids: past about 8,000 (Lua's stack) the call fails,
+/// and every worker of the fleet stops on it, again after each restart. 10,000 deliveries due at
+/// once (a burst, or a backlog while no worker ran) did that. Moved here in slices every poll
+/// interval, a fetch finds few due ones left.
+///
+/// KEYS: the scheduled set, the queue's list, its signal list. ARGV: now (Unix seconds, as
+/// apalis-redis scores them), the most to move.
+const PROMOTE: &str = r#"
+local due = redis.call("zrangebyscore", KEYS[1], 0, ARGV[1], "LIMIT", 0, tonumber(ARGV[2]))
+if #due > 0 then
+    redis.call("rpush", KEYS[2], unpack(due))
+    redis.call("zrem", KEYS[1], unpack(due))
+    redis.call("del", KEYS[3])
+    redis.call("lpush", KEYS[3], 1)
+end
+return #due
+"#;
+
+/// The keys [`PROMOTE`] works on.
+#[derive(Clone)]
+struct Due {
+    keys: [String; 3],
+}
+
+impl Due {
+    /// The most deliveries one call moves (well under Lua's stack).
+    const AT_ONCE: usize = 1_000;
+
+    fn of<C>(queue: &RedisStorage<Delivery, C>) -> Self
+    where
+        C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        let config = queue.get_config();
+        Due {
+            keys: [
+                config.scheduled_jobs_set(),
+                config.active_jobs_list(),
+                config.signal_list(),
+            ],
+        }
+    }
+
+    /// Moves up to [`AT_ONCE`](Self::AT_ONCE) due deliveries; returns how many.
+    async fn promote(&self, connection: &mut ConnectionManager) -> Result<usize, EngineError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        redis::Script::new(PROMOTE)
+            .key(&self.keys[0])
+            .key(&self.keys[1])
+            .key(&self.keys[2])
+            .arg(now)
+            .arg(Self::AT_ONCE)
+            .invoke_async(connection)
+            .await
+            .map_err(EngineError::new)
+    }
+
+    /// Promotes every `interval`, from a task that ends when the returned handle's last clone
+    /// is dropped; none outside a tokio runtime.
+    fn spawn(self, mut connection: ConnectionManager, interval: Duration) -> Option<Arc<Promoter>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let task = runtime.spawn(async move {
+            loop {
+                // A failed call (Redis away) is tried again at the next tick: a worker's own
+                // fetch promotes meanwhile, as apalis-redis does without this task.
+                while matches!(self.promote(&mut connection).await, Ok(n) if n == Due::AT_ONCE) {}
+                tokio::time::sleep(interval).await;
+            }
+        });
+        Some(Arc::new(Promoter(task.abort_handle())))
+    }
+}
+
+/// Stops the promoting task when dropped.
+struct Promoter(tokio::task::AbortHandle);
+
+impl Drop for Promoter {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Moves the in-flight deliveries of the worker `ARGV[1]` and of its runs (`ARGV[2]` and a run
@@ -137,6 +239,8 @@ impl Reclaim for RedisOutbox {
 pub struct RedisDeadLetters {
     connection: ConnectionManager,
     key: String,
+    /// The outbox's task that moves due deliveries to the queue, alive as long as the outbox.
+    _promoter: Option<Arc<Promoter>>,
 }
 
 impl std::fmt::Debug for RedisDeadLetters {

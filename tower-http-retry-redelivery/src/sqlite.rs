@@ -1,6 +1,6 @@
 //! The embedded engine: both queues in one SQLite file through apalis-sqlite, no server.
 
-use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Reclaim};
+use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_core::backend::BackendConfig;
@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The outbox on SQLite.
-pub type SqliteOutbox = ApalisOutbox<SqliteStorage<Delivery>, SqliteStorage<DeadLetter>>;
+pub type SqliteOutbox = ApalisOutbox<Polled<SqliteStorage<Delivery>>, SqliteStorage<DeadLetter>>;
 
 /// The deliveries' queue name in the `Jobs` table.
 pub const DELIVERIES: &str = "tower_http_retry_redelivery::deliveries";
@@ -30,6 +30,9 @@ pub struct SqliteOptions {
     pub missed_heartbeats: usize,
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
+    /// How often an idle worker looks for due deliveries (100 ms; see
+    /// [`Polled`](crate::Polled)).
+    pub poll_interval: Duration,
     /// How long a writer waits for another process's write lock (30 s).
     pub busy_timeout: Duration,
 }
@@ -40,6 +43,7 @@ impl Default for SqliteOptions {
             heartbeat: Duration::from_secs(30),
             missed_heartbeats: 2,
             batch_size: 10,
+            poll_interval: engine::POLL_INTERVAL,
             busy_timeout: Duration::from_secs(30),
         }
     }
@@ -86,7 +90,10 @@ pub fn outbox(pool: &SqlitePool, options: SqliteOptions) -> SqliteOutbox {
             .batch_size(options.batch_size)
     };
     ApalisOutbox::new(
-        SqliteStorage::new(pool).with_config(config(DELIVERIES)),
+        engine::polled(
+            SqliteStorage::new(pool).with_config(config(DELIVERIES)),
+            options.poll_interval,
+        ),
         SqliteStorage::new(pool).with_config(config(DEAD_LETTERS)),
     )
 }

@@ -14,6 +14,8 @@ pub(crate) struct Counters {
     deferred: AtomicU64,
     dead_lettered: AtomicU64,
     endpoints_disabled: AtomicU64,
+    handling: AtomicU64,
+    handling_peak: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -36,6 +38,11 @@ pub struct RedeliveryStats {
     pub dead_lettered: u64,
     /// Endpoints this process disabled.
     pub endpoints_disabled: u64,
+    /// Deliveries being handled now: taken from the queue and not yet delivered, stored again
+    /// or dead-lettered (what a `kill -9` would leave to the engine).
+    pub handling: u64,
+    /// The most deliveries handled at once so far.
+    pub handling_peak: u64,
 }
 
 /// One counted event.
@@ -84,6 +91,13 @@ impl Counters {
         metrics::counter!(event.name()).increment(1);
     }
 
+    /// One more delivery in hand, until the guard is dropped.
+    pub(crate) fn handling(&self) -> Handling<'_> {
+        let now = self.handling.fetch_add(1, Relaxed) + 1;
+        self.handling_peak.fetch_max(now, Relaxed);
+        Handling(&self.handling)
+    }
+
     pub(crate) fn snapshot(&self) -> RedeliveryStats {
         RedeliveryStats {
             stored: self.stored.load(Relaxed),
@@ -94,7 +108,18 @@ impl Counters {
             deferred: self.deferred.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
             endpoints_disabled: self.endpoints_disabled.load(Relaxed),
+            handling: self.handling.load(Relaxed),
+            handling_peak: self.handling_peak.load(Relaxed),
         }
+    }
+}
+
+/// A delivery in hand: counted in [`RedeliveryStats::handling`] while it lives.
+pub(crate) struct Handling<'a>(&'a AtomicU64);
+
+impl Drop for Handling<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
     }
 }
 
@@ -153,5 +178,34 @@ mod tests {
             stats.endpoints_disabled,
         ];
         assert_eq!(by_field, [1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+}
+
+#[cfg(test)]
+mod handling_tests {
+    use super::*;
+
+    #[test]
+    fn deliveries_in_hand_are_counted_while_handled_with_their_peak() {
+        let counters = Counters::default();
+        let first = counters.handling();
+        let second = counters.handling();
+        assert_eq!(
+            (
+                counters.snapshot().handling,
+                counters.snapshot().handling_peak
+            ),
+            (2, 2)
+        );
+        drop(first);
+        drop(second);
+        let _third = counters.handling();
+        assert_eq!(
+            (
+                counters.snapshot().handling,
+                counters.snapshot().handling_peak
+            ),
+            (1, 2)
+        );
     }
 }

@@ -341,7 +341,7 @@ macro_rules! on_engine {
         mod $engine {
             use super::*;
 
-            fn start_worker(name: &str, redelivery: &Handle<$outbox>) -> RunningWorker {
+            pub(super) fn start_worker(name: &str, redelivery: &Handle<$outbox>) -> RunningWorker {
                 let redelivery = redelivery.clone();
                 let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
                     .backend(redelivery.outbox().queue().clone())
@@ -493,3 +493,53 @@ on_engine!(
     tower_http_retry_redelivery::postgres::PostgresOutbox,
     open_postgres
 );
+
+/// apalis-redis 1.0 moves every due task to its queue in one Lua call that `unpack`s their ids,
+/// and past about 8,000 that call fails and stops every worker: a backlog that fell due while no
+/// worker ran must not. 9,000 deliveries stored and left to fall due, then a worker process's
+/// outbox opened and a worker started: all delivered.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_backlog_past_luas_stack_is_delivered() {
+    use test_support::servers::{self, Server};
+    use tower_http_retry_redelivery::redis::{self, RedisOptions, RedisOutbox};
+    const N: usize = 9_000;
+    let Some(binary) = servers::require(servers::REDIS, "redis::backlog") else {
+        return;
+    };
+    let port = servers::free_port();
+    let _server = Server::redis(&binary, port);
+    let url = format!("redis://127.0.0.1:{port}/");
+    let options = RedisOptions {
+        heartbeat: HEARTBEAT,
+        batch_size: 100,
+        ..RedisOptions::default()
+    };
+    let server = TestServer::start(|_| Reply::status(200)).await;
+    {
+        // A sender's process: it stores, and it is gone before the deliveries fall due.
+        let sender = redis::open(&url, options).await.unwrap();
+        for n in 0..N {
+            let request = http::Request::post(server.uri("/hook"))
+                .body(Bytes::from("{}"))
+                .unwrap();
+            sender
+                .store(rules().record(format!("msg_{n}"), request).unwrap())
+                .await
+                .unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let outbox: RedisOutbox = redis::open(&url, options).await.unwrap();
+    let schedule = Schedule::from_delays([0, 1].map(Duration::from_secs)).unwrap();
+    let redelivery: Handle<RedisOutbox> =
+        Redelivery::new(client(&schedule), outbox.clone(), schedule);
+    let worker = self::redis::start_worker("backlog-1", &redelivery);
+    let delivered = until(Duration::from_secs(60), || {
+        redelivery.stats().delivered == N as u64
+    })
+    .await;
+    drop(worker);
+    assert!(delivered, "{:?}", redelivery.stats());
+    assert_eq!(server.total_hits(), N as u32);
+}
