@@ -24,7 +24,7 @@
 //! use apalis_core::worker::builder::WorkerBuilder;
 //! use bytes::Bytes;
 //! use tower::Layer;
-//! use tower_http_retry_redelivery::{sqlite, RecordRules, Redelivery, Schedule};
+//! use tower_http_retry_redelivery::{sqlite, start_run, RecordRules, Redelivery, Schedule};
 //!
 //! let outbox = sqlite::open("deliveries.db", sqlite::SqliteOptions::default()).await?;
 //! let schedule = Schedule::standard_webhooks();
@@ -37,8 +37,10 @@
 //! let request = http::Request::post("https://hooks.example/in").body(Bytes::from("{}"))?;
 //! redelivery.enqueue(RecordRules::new().record("msg_1", request)?).await?;
 //!
-//! let worker = WorkerBuilder::new("worker-1")
+//! let worker = WorkerBuilder::new(start_run(&outbox, "worker-1").await?)
 //!     .backend(outbox.queue().clone())
+//!     // At most 10 deliveries in hand: what a kill re-sends, and what the pacer holds.
+//!     .layer(tower::limit::ConcurrencyLimitLayer::new(10))
 //!     .build(move |delivery| {
 //!         let redelivery = redelivery.clone();
 //!         async move { redelivery.handle(delivery).await }
