@@ -1,7 +1,8 @@
 //! Deliveries outlive their processes: 1,000 deliveries on an engine, 4 worker processes
 //! (`redelivery-worker`), 20 `kill -9` of random workers at random times, a receiver down for
 //! the first "30 hours" of a three-day schedule scaled to a quarter second an hour, one that
-//! answers `410 Gone` and one that never comes back. Nothing is lost, a receipt applied twice
+//! answers `410 Gone` and one that never comes back, and one record of another shape. Nothing is
+//! lost, no worker stops, a receipt applied twice
 //! needs a kill (each kill can re-send at most the batch its worker had taken and not yet
 //! acknowledged), no attempt goes before its slot but such a re-sent one, and the dead-letter
 //! queue holds exactly the deliveries that got a 410 or ran out of schedule.
@@ -14,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use test_support::{Reply, TestServer};
 use tower_http_retry_redelivery::{
-    dead_letters, ApalisOutbox, DeadLetterQueue, DeadReason, EngineError, Outbox, RecordRules,
+    dead_letters, ApalisOutbox, DeadLetterQueue, DeadReason, Delivery, EngineError, Outbox,
+    RecordRules,
 };
 
 const SECONDS_PER_HOUR: f64 = 0.25;
@@ -23,6 +25,8 @@ const GONE: usize = 50;
 const NEVER: usize = 50;
 const WORKERS: usize = 4;
 const KILLS: usize = 20;
+/// The id of the record of another shape.
+const POISON: &str = "poison_0";
 
 type Arrivals = Arc<Mutex<Vec<(String, SystemTime, u16)>>>;
 
@@ -113,6 +117,24 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         }
     }
 
+    // One poison record: a stored form of another shape (a field a newer build changed). It
+    // reads back as an unreadable record; the worker that takes it dead-letters it, keeping the
+    // stored form, and goes on (the liveness check below sees every worker).
+    let template = rules
+        .record(
+            POISON,
+            http::Request::post(up.uri("/hook"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .unwrap();
+    let mut form = serde_json::to_value(&template).unwrap();
+    form["headers"] = serde_json::json!({ "renamed": true });
+    let poison: Delivery = serde_json::from_value(form).unwrap();
+    assert!(poison.stored_form().is_some());
+    outbox.store(poison).await.unwrap();
+    expected_dead.insert(POISON.to_owned());
+
     let names: Vec<String> = (0..WORKERS).map(|n| format!("worker-{n}")).collect();
     let mut workers: Vec<Child> = names
         .iter()
@@ -150,10 +172,10 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         counts
     };
     let mut letters = Vec::new();
-    for _ in 0..600 {
+    for _ in 0..900 {
         letters = dead_letters(outbox.dead()).await.unwrap();
         let dead: BTreeSet<&str> = letters.iter().map(|l| l.delivery.id()).collect();
-        if delivered(&arrivals.lock().unwrap()).len() == UP && dead.len() == GONE + NEVER {
+        if delivered(&arrivals.lock().unwrap()).len() == UP && dead.len() == expected_dead.len() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -190,7 +212,13 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
     assert_eq!(letters.len(), dead.len(), "a delivery dead-lettered twice");
     for letter in &letters {
         let id = letter.delivery.id();
-        if id.starts_with("gone") {
+        if id == POISON {
+            assert_eq!(letter.reason, DeadReason::Unreadable);
+            assert!(
+                letter.delivery.stored_form().is_some(),
+                "the stored form kept"
+            );
+        } else if id.starts_with("gone") {
             assert!(
                 matches!(
                     letter.reason,
