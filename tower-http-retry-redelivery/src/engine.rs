@@ -4,7 +4,7 @@
 //!
 //! A delivery is a task due at its [`due_at`](Delivery::due_at) rounded **up** to the engine's
 //! whole second (apalis stores `run_at` in seconds), so no engine hands one out early (one due
-//! already is due in the current second); its
+//! already is stored due at once); its
 //! idempotency key is its [`step_key`](Delivery::step_key), so a step stored twice (a worker
 //! killed between storing the next step and its task's acknowledgement) is kept once. The dead
 //! letters wait, in a queue no worker takes, to be read and replayed.
@@ -28,7 +28,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// found none, only at their next heartbeat (30 s by default). Deliveries are due at whole
 /// seconds, so a fetch a moment early found nothing and a due delivery then waited for the
 /// heartbeat: on Redis, 5,000 deliveries went at 164 a second, one heartbeat's worth, whatever
-/// the workers. Woken every 100 ms, the same run delivered 4,800 to 9,200 a second.
+/// the workers. Woken every 100 ms (and, on Redis, due deliveries moved to the queue by the
+/// outbox), the same runs delivered 10,629 to 14,909 a second.
 pub type Polled<Q> = PollWith<Q, IntervalStrategy>;
 
 /// `queue`, its idle workers woken every `interval`.
@@ -114,7 +115,7 @@ pub trait Reclaim {
 /// Starts a run of the worker `name`: takes back what its earlier runs had taken and not
 /// finished ([`Reclaim::reclaim`]), and returns the name this run registers under with the
 /// engine, `name~<run id>`. Give that to apalis's `WorkerBuilder::new`. One process at a time
-/// runs a name, as a supervisor restarting it guarantees.
+/// runs a name, as a supervisor restarting it guarantees; a name is not empty and holds no `~`.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), tower_http_retry_redelivery::EngineError> {
@@ -127,6 +128,12 @@ pub trait Reclaim {
 /// # }
 /// ```
 pub async fn start_run<O: Reclaim>(outbox: &O, name: &str) -> Result<String, EngineError> {
+    // A name holding the separator would take the runs of another name as its own.
+    if name.is_empty() || name.contains(RUN_SEPARATOR) {
+        return Err(EngineError::new(format!(
+            "worker name {name:?} is empty or holds {RUN_SEPARATOR:?}"
+        )));
+    }
     outbox.reclaim(name).await?;
     Ok(run_name(name, SystemTime::now()))
 }
@@ -154,9 +161,9 @@ pub(crate) fn runs_prefix(name: &str) -> String {
 }
 
 /// The engine's due second for `due` at `now`: rounded **up**, so that no engine hands a
-/// delivery out early; a delivery due already is due in the current second (rounded down), so
-/// that it is not held back up to a second for nothing, and a burst stored within a second does
-/// not all fall due at the next one.
+/// delivery out early; a delivery due already is due at its own second rounded down (due at
+/// once), so that it is not held back up to a second for nothing, and a burst stored within a
+/// second does not all fall due together at the next one.
 fn due_second(due: SystemTime, now: SystemTime) -> u64 {
     let since = |time: SystemTime| time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     if due <= now {

@@ -143,9 +143,15 @@ impl Default for RecordRules {
     }
 }
 
-/// `scheme://authority`, what pacing, endpoint health and per-endpoint secrets key by.
+/// `scheme://host[:port]`, what pacing, endpoint health and per-endpoint secrets key by: the
+/// authority without its userinfo, so that credentials in a URI never reach a key, a log line or
+/// an error.
 pub(crate) fn endpoint_of(uri: &Uri) -> Option<String> {
-    Some(format!("{}://{}", uri.scheme_str()?, uri.authority()?))
+    let (scheme, host) = (uri.scheme_str()?, uri.host()?);
+    Some(match uri.port_u16() {
+        Some(port) => format!("{scheme}://{host}:{port}"),
+        None => format!("{scheme}://{host}"),
+    })
 }
 
 /// Why a request could not become a record, or a stored record could not be read back.
@@ -283,14 +289,16 @@ impl Delivery {
         let text = |field: &str| fields.get(field).and_then(serde_json::Value::as_str);
         let id = text("id").map_or_else(
             || {
-                // A form without an id still needs a key of its own: its contents' hash.
-                let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                std::hash::Hash::hash(&form, &mut hasher);
-                format!("unreadable-{:016x}", std::hash::Hasher::finish(&hasher))
+                // A form without an id still needs a key of its own: its contents' hash, the
+                // same in every build.
+                let digest = <sha2::Sha256 as sha2::Digest>::digest(form.as_bytes());
+                let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+                format!("unreadable-{hex}")
             },
             str::to_owned,
         );
         let at = |field: &str| fields.get(field).and_then(serde_json::Value::as_u64);
+        let count = |field: &str| at(field).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
         Delivery {
             version: RECORD_VERSION,
             id,
@@ -305,8 +313,8 @@ impl Delivery {
             slot: 0,
             attempts: 0,
             deferrals: 0,
-            replays: 0,
-            step: 0,
+            replays: count("replays"),
+            step: count("step"),
             history: Vec::new(),
             stored_form: Some(form),
         }
@@ -387,9 +395,14 @@ impl Delivery {
         format!("{}/{}/{}", self.id, self.replays, self.step)
     }
 
-    /// The key of the delivery's dead letter: one per replay.
+    /// The key of the delivery's dead letter: one per replay, and one of its own for an
+    /// unreadable record (whose id and replays may be a guess), so that it never falls on the
+    /// key of a letter already stored and is dropped as a duplicate.
     pub fn dead_key(&self) -> String {
-        format!("{}/{}/dead", self.id, self.replays)
+        match self.stored_form {
+            None => format!("{}/{}/dead", self.id, self.replays),
+            Some(_) => format!("{}/{}/unreadable", self.id, self.replays),
+        }
     }
 
     /// The request to send: the stored one, with the delivery id in its header.
@@ -579,6 +592,17 @@ mod tests {
             anonymous.id()
         );
         assert!(serde_json::from_str::<Delivery>("not json").is_err());
+        // A replayed record keeps its replays, and its letter a key of its own.
+        let mut replayed = serde_json::to_value(&delivery).unwrap();
+        replayed["replays"] = 1.into();
+        replayed["headers"] = serde_json::json!({});
+        let replayed: Delivery = serde_json::from_value(replayed).unwrap();
+        assert_eq!(replayed.replays(), 1);
+        assert_eq!(replayed.dead_key(), "m/1/unreadable");
+        assert_ne!(
+            replayed.dead_key(),
+            delivery.clone().replayed(SystemTime::now()).dead_key()
+        );
 
         let letter = crate::DeadLetter {
             delivery,

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use tower::ServiceExt;
 use tower_http_retry::{RetryReport, StopReason};
 use tower_service::Service;
@@ -222,8 +222,16 @@ where
         drop(result);
         let endpoint = delivery.endpoint().to_owned();
         let was_disabled = inner.health.disabled(&endpoint).is_some();
+        // The slot's first attempt went out after its waits before it (the pacer's queue, a
+        // first-attempt jitter): the next slot's delay counts from there, not from the call.
+        let waited: Duration = report
+            .delays
+            .iter()
+            .filter(|delay| delay.after_attempt == 0)
+            .map(|delay| delay.duration)
+            .sum();
         let result = SlotResult {
-            started,
+            started: started + waited,
             status,
             report,
         };

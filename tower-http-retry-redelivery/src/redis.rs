@@ -16,7 +16,7 @@ use crate::step::DeadLetter;
 use apalis_redis::{Config, RedisStorage};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 /// The outbox on Redis.
@@ -126,6 +126,12 @@ end
 return #due
 "#;
 
+/// [`PROMOTE`], hashed once.
+static PROMOTE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROMOTE));
+
+/// [`RECLAIM`], hashed once.
+static RECLAIM_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RECLAIM));
+
 /// The keys [`PROMOTE`] works on.
 #[derive(Clone)]
 struct Due {
@@ -156,7 +162,7 @@ impl Due {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        redis::Script::new(PROMOTE)
+        PROMOTE_SCRIPT
             .key(&self.keys[0])
             .key(&self.keys[1])
             .key(&self.keys[2])
@@ -202,10 +208,11 @@ for _, worker in ipairs(redis.call("zrange", KEYS[1], 0, -1)) do
     if worker == ARGV[1] or string.sub(worker, 1, #ARGV[2]) == ARGV[2] then
         local inflight = KEYS[4] .. ":" .. worker
         local tasks = redis.call("smembers", inflight)
-        if #tasks > 0 then
-            redis.call("rpush", KEYS[2], unpack(tasks))
-            moved = moved + #tasks
+        -- In slices: `unpack` of more than about 8,000 ids fails.
+        for first = 1, #tasks, 1000 do
+            redis.call("rpush", KEYS[2], unpack(tasks, first, math.min(first + 999, #tasks)))
         end
+        moved = moved + #tasks
         redis.call("del", inflight)
         redis.call("zrem", KEYS[1], worker)
     end
@@ -221,7 +228,7 @@ impl Reclaim for RedisOutbox {
     async fn reclaim(&self, name: &str) -> Result<u64, EngineError> {
         let mut queue = self.queue().clone();
         let config = queue.get_config().clone();
-        redis::Script::new(RECLAIM)
+        RECLAIM_SCRIPT
             .key(config.workers_set())
             .key(config.active_jobs_list())
             .key(config.signal_list())

@@ -183,7 +183,9 @@ impl Schedule {
     /// How long the worker lets one slot's call run before it cuts it: the slot's deadline (its
     /// wait in the pacer's queue) plus one attempt timeout, at most the deadline.
     pub fn slot_limit(&self) -> Duration {
-        self.sequence.deadline + self.attempt_timeout.min(self.sequence.deadline)
+        self.sequence
+            .deadline
+            .saturating_add(self.attempt_timeout.min(self.sequence.deadline))
     }
 
     /// Mixes `seed` into every delivery's stream: tests and simulations that want other draws.

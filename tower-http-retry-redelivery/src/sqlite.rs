@@ -69,15 +69,40 @@ pub async fn open(
         .connect_with(connect.clone())
         .await
         .map_err(EngineError::new)?;
-    SqliteStorage::setup(&migrate)
-        .await
-        .map_err(EngineError::new)?;
+    // The setup writes (pragmas, migrations) while other processes' workers write to the same
+    // file: SQLite may refuse at once with SQLITE_BUSY, its busy handler not asked (a read
+    // transaction that must become a write). The setup is idempotent: tried again, bounded.
+    let mut tries = 0;
+    while let Err(error) = SqliteStorage::setup(&migrate).await {
+        tries += 1;
+        if tries == SETUP_TRIES || !is_busy(&error) {
+            return Err(EngineError::new(error));
+        }
+        tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+    }
     migrate.close().await;
     let pool = SqlitePoolOptions::new()
         .connect_with(connect)
         .await
         .map_err(EngineError::new)?;
     Ok(outbox(&pool, options))
+}
+
+/// How many times [`open`] tries the schema's setup while another process holds the lock.
+const SETUP_TRIES: u64 = 20;
+
+/// Whether `error` is SQLite's `SQLITE_BUSY` or one of its extended codes (the file locked by
+/// another writer): the primary code is the low byte.
+fn is_busy(error: &apalis_sqlite::Error) -> bool {
+    const SQLITE_BUSY: i32 = 5;
+    matches!(
+        error,
+        apalis_sqlite::Error::Database(sqlx::Error::Database(database))
+            if database
+                .code()
+                .and_then(|code| code.parse::<i32>().ok())
+                .is_some_and(|code| code & 0xff == SQLITE_BUSY)
+    )
 }
 
 /// The two queues on an open pool (its schema already set up).

@@ -95,7 +95,8 @@ pub enum Step {
 
 /// The step when the receiver's answer asked for `control`: the delivery dead-lettered at once
 /// with the slot's outcome in its history, as [`DeadReason::Aborted`], or with its endpoint
-/// disabled ([`DisableReason::ReceiverAsked`]). A 2xx that asks to abort is still delivered.
+/// disabled ([`DisableReason::ReceiverAsked`]). A 2xx that carries either is delivered all the
+/// same (its `disable` still disables the endpoint).
 pub fn on_receiver_control(
     delivery: Delivery,
     result: &SlotResult,
@@ -103,16 +104,16 @@ pub fn on_receiver_control(
     health: &EndpointHealth,
     now: SystemTime,
 ) -> Step {
-    if control == ReceiverControl::AbortMessage && result.delivered() {
-        health.succeeded(delivery.endpoint());
+    if control == ReceiverControl::Disable {
+        health.disable(delivery.endpoint(), DisableReason::ReceiverAsked);
+    }
+    if result.delivered() {
+        // Delivered all the same: a receiver that took it and asks for no more.
         return Step::Delivered;
     }
     let reason = match control {
         ReceiverControl::AbortMessage => DeadReason::Aborted,
-        ReceiverControl::Disable => {
-            health.disable(delivery.endpoint(), DisableReason::ReceiverAsked);
-            DeadReason::EndpointDisabled(DisableReason::ReceiverAsked)
-        }
+        ReceiverControl::Disable => DeadReason::EndpointDisabled(DisableReason::ReceiverAsked),
     };
     let outcome = result.outcome(delivery.slot());
     Step::DeadLetter(DeadLetter {
@@ -225,8 +226,13 @@ pub fn decide(
     let resend_at = report.resend_at.map_or(now, |at| at.max(now));
     if report.attempts == 0 && !report.stop.is_final() {
         // The schedule runs on while the pacer holds a delivery back: one held past the time
-        // its last slot would have had is dead-lettered as if that slot had failed.
-        let end = schedule.end(delivery.enqueued_at());
+        // its last slot would have had is dead-lettered as if that slot had failed. Its span
+        // starts where the sent path's does: the first attempt, or the store.
+        let end = schedule.end(
+            delivery
+                .first_attempt_since_stored()
+                .unwrap_or(delivery.enqueued_at()),
+        );
         if now >= end {
             return Step::DeadLetter(DeadLetter {
                 delivery,
@@ -590,6 +596,22 @@ mod tests {
         assert!(!HealthRules::new()
             .receiver_control(false)
             .honours_receiver_control());
+        // A 2xx that asks to disable: delivered, and the endpoint disabled.
+        let fresh = EndpointHealth::default();
+        assert_eq!(
+            on_receiver_control(
+                delivery(),
+                &delivered,
+                ReceiverControl::Disable,
+                &fresh,
+                now
+            ),
+            Step::Delivered
+        );
+        assert_eq!(
+            fresh.disabled("http://127.0.0.1:9"),
+            Some(DisableReason::ReceiverAsked)
+        );
     }
 
     #[test]
