@@ -46,7 +46,7 @@ pub struct PostgresOptions {
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
     /// How often an idle worker looks for due deliveries (100 ms; see
-    /// [`Polled`](crate::Polled)).
+    /// [`Polled`]).
     pub poll_interval: Duration,
     /// The process's connections to the server at most (10, sqlx's default): every worker of
     /// the process and every sender share them.

@@ -41,7 +41,7 @@ pub struct RedisOptions {
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
     /// How often an idle worker looks for due deliveries (100 ms; see
-    /// [`Polled`](crate::Polled)).
+    /// [`Polled`]).
     pub poll_interval: Duration,
     /// How long a stored step's idempotency key is kept (7 days). It only has to outlive the
     /// window in which a crash can make a worker store the same step again (two heartbeats and

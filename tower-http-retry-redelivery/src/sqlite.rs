@@ -31,7 +31,7 @@ pub struct SqliteOptions {
     /// Tasks a worker takes at once (10).
     pub batch_size: usize,
     /// How often an idle worker looks for due deliveries (100 ms; see
-    /// [`Polled`](crate::Polled)).
+    /// [`Polled`]).
     pub poll_interval: Duration,
     /// How long a writer waits for another process's write lock (30 s).
     pub busy_timeout: Duration,
