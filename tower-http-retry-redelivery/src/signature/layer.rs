@@ -18,7 +18,7 @@ use super::{sign, SignError, Signer, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIME
 type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// A tower layer that signs each request it passes on, with a fresh `webhook-timestamp`: put
-/// it **under** the retry layer (see [the module](self)).
+/// it **under** the retry layer (see [the module](crate::signature)).
 ///
 /// On every call, [`SignService`] reads the delivery id (`webhook-id`), reads the clock, and
 /// sets `webhook-timestamp` and `webhook-signature`, replacing any value the request already
@@ -113,7 +113,7 @@ impl Config {
 /// The service of [`SignLayer`]: signs each request, then calls the inner service with it.
 ///
 /// It takes `http::Request<B>` for any body `B: AsRef<[u8]>` (the signature covers the body's
-/// bytes, read without consuming it): [`Bytes`], `Vec<u8>`, `String`. A request it cannot
+/// bytes, read without consuming it): [`Bytes`](bytes::Bytes), `Vec<u8>`, `String`. A request it cannot
 /// sign fails with a [`SignError`] (boxed, as the inner service's errors are) and is not sent.
 #[derive(Clone)]
 pub struct SignService<S> {
