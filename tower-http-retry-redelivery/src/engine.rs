@@ -9,6 +9,7 @@
 //! killed between storing the next step and its task's acknowledgement) is kept once. The dead
 //! letters wait, in a queue no worker takes, to be read and replayed.
 
+use crate::health::HealthStore;
 use crate::outbox::Outbox;
 use crate::record::Delivery;
 use crate::step::DeadLetter;
@@ -20,6 +21,7 @@ use apalis_core::task::builder::TaskBuilder;
 use apalis_core::task::status::Status;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// An engine's queue as workers take from it: woken every `poll_interval` while idle.
@@ -195,6 +197,10 @@ where
     async fn dead_letter(&self, letter: DeadLetter) -> Result<(), EngineError> {
         self.dead.push(letter).await
     }
+
+    fn health_store(&self) -> Option<Arc<dyn HealthStore>> {
+        self.dead.health_store()
+    }
 }
 
 /// Where an [`ApalisOutbox`] keeps its dead letters: each written once (under its delivery's
@@ -230,6 +236,12 @@ pub trait DeadLetterQueue {
     ) -> impl Future<Output = Result<(), EngineError>> + Send {
         let _ = letter;
         std::future::ready(Ok(()))
+    }
+
+    /// Where the engine keeps the endpoints' health beside the dead letters, if it does (the
+    /// SQLite, Redis and Postgres queues do; the default: nowhere, each process judges alone).
+    fn health_store(&self) -> Option<Arc<dyn HealthStore>> {
+        None
     }
 }
 
@@ -348,6 +360,80 @@ where
     }
     Ok(stored)
 }
+
+/// Creates the SQL engines' table of the endpoints' shared health, one row per endpoint.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const CREATE_ENDPOINT_HEALTH: &str = concat!(
+    "CREATE TABLE IF NOT EXISTS tower_http_retry_endpoint_health ",
+    "(endpoint TEXT PRIMARY KEY NOT NULL, state TEXT NOT NULL)"
+);
+
+/// [`HealthStore`] on an SQL engine's dead-letter queue (`$dead`, with a `pool()`), in the table
+/// [`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE); `$p` is the engine's
+/// placeholder prefix (`?` or `$`). Each compare-and-swap is one statement: an insert that does
+/// nothing on a conflict, or an update or a delete where the row still holds what was read.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! sql_health_store {
+    ($dead:ty, $p:literal) => {
+        impl crate::health::HealthStore for $dead {
+            fn get<'a>(
+                &'a self,
+                endpoint: &'a str,
+            ) -> crate::health::StoreFuture<'a, Option<String>> {
+                Box::pin(async move {
+                    sqlx::query_scalar(concat!(
+                        "SELECT state FROM tower_http_retry_endpoint_health WHERE endpoint = ",
+                        $p,
+                        "1"
+                    ))
+                    .bind(endpoint)
+                    .fetch_optional(self.pool())
+                    .await
+                    .map_err(crate::EngineError::new)
+                })
+            }
+
+            fn swap<'a>(
+                &'a self,
+                endpoint: &'a str,
+                expected: Option<&'a str>,
+                new: Option<&'a str>,
+            ) -> crate::health::StoreFuture<'a, bool> {
+                Box::pin(async move {
+                    let query = match (expected, new) {
+                        (None, None) => return Ok(self.get(endpoint).await?.is_none()),
+                        (None, Some(new)) => sqlx::query(concat!(
+                            "INSERT INTO tower_http_retry_endpoint_health (endpoint, state) ",
+                            "VALUES (", $p, "1, ", $p, "2) ON CONFLICT (endpoint) DO NOTHING"
+                        ))
+                        .bind(endpoint)
+                        .bind(new),
+                        (Some(expected), Some(new)) => sqlx::query(concat!(
+                            "UPDATE tower_http_retry_endpoint_health SET state = ", $p, "3 ",
+                            "WHERE endpoint = ", $p, "1 AND state = ", $p, "2"
+                        ))
+                        .bind(endpoint)
+                        .bind(expected)
+                        .bind(new),
+                        (Some(expected), None) => sqlx::query(concat!(
+                            "DELETE FROM tower_http_retry_endpoint_health ",
+                            "WHERE endpoint = ", $p, "1 AND state = ", $p, "2"
+                        ))
+                        .bind(endpoint)
+                        .bind(expected),
+                    };
+                    query
+                        .execute(self.pool())
+                        .await
+                        .map(|done| done.rows_affected() == 1)
+                        .map_err(crate::EngineError::new)
+                })
+            }
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql_health_store;
 
 #[cfg(test)]
 mod tests {

@@ -13,15 +13,24 @@
 //! starts the run again from the next failure. So two failures five days apart never disable an
 //! endpoint, however quiet it was between them. A success ends the failing run.
 //!
-//! The state is the process's own, in memory: share one value between the workers of a process.
-//! Across a fleet, each process judges by what it sees (a process that missed its peers'
-//! successes still needs five days of continuous failures of its own), and a restart forgets it.
+//! [`EndpointHealth::new`] keeps the state in the process's memory: share one value between the
+//! workers of a process; a restart forgets it. [`EndpointHealth::shared`] keeps it in the engine
+//! too (a [`HealthStore`]: SQLite, Redis and Postgres outboxes are stores), so that a fleet judges
+//! as one and a restart keeps it: each change is written there (a compare-and-swap, so that
+//! concurrent processes never lose one another's changes), and what a worker reads before it
+//! sends is at most [`REFRESH`] old. A success writes only when it ends a failing run, so a
+//! healthy endpoint costs no write, and one read a second per process.
 
+use crate::engine::EngineError;
 use crate::schedule::unix_ms;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tower_http_retry::InvalidConfig;
 
 /// When an endpoint is disabled.
@@ -89,7 +98,10 @@ pub enum DisableReason {
     ReceiverAsked,
 }
 
-#[derive(Clone, Copy, Debug)]
+/// An endpoint's state, as stored (JSON) when the health is shared; no state is a healthy
+/// endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 enum State {
     /// Failing continuously, with no success since.
     Failing(Run),
@@ -102,7 +114,7 @@ const DAY_MS: u64 = 24 * 3600 * 1000;
 const DAY_SPAN_MS: u64 = DAY_MS / 2;
 
 /// A run of failures, counted in days from its first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Run {
     /// The run's first failure.
     since: u64,
@@ -142,6 +154,100 @@ impl Run {
     }
 }
 
+/// What an endpoint's health learns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// An attempt failed, at this Unix time in milliseconds.
+    Failed(u64),
+    Succeeded,
+    Disable(DisableReason),
+    Enable,
+}
+
+/// The state after `change`: the rules in one pure function, applied to the process's view and,
+/// when the health is shared, to the stored state in a compare-and-swap.
+fn next(state: Option<State>, change: Change, rules: &HealthRules) -> Option<State> {
+    match (state, change) {
+        (_, Change::Enable) => None,
+        (Some(State::Disabled(reason)), _) => Some(State::Disabled(reason)),
+        (_, Change::Disable(reason)) => Some(State::Disabled(reason)),
+        (_, Change::Succeeded) => None,
+        (Some(State::Failing(run)), Change::Failed(at)) => {
+            let run = run.failed(at);
+            let window = rules.disable_after.as_millis().min(u128::from(u64::MAX)) as u64;
+            Some(if at.saturating_sub(run.since) >= window {
+                State::Disabled(DisableReason::FailingFor(rules.disable_after))
+            } else {
+                State::Failing(run)
+            })
+        }
+        (None, Change::Failed(at)) => next(
+            Some(State::Failing(Run::starting(at))),
+            Change::Failed(at),
+            rules,
+        ),
+    }
+}
+
+/// The SQL engines' table of the endpoints' shared health (in SQLite's file, in Postgres's
+/// database), one row per endpoint, created when the outbox is opened.
+pub const ENDPOINT_HEALTH_TABLE: &str = "tower_http_retry_endpoint_health";
+
+/// How old the state a worker reads from a shared [`HealthStore`] may be before it sends (1 s).
+pub const REFRESH: Duration = Duration::from_secs(1);
+
+/// How many times a change is tried against a shared state that other processes keep changing.
+const SWAP_TRIES: usize = 8;
+
+/// What a [`HealthStore`] returns.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, EngineError>> + Send + 'a>>;
+
+/// Where a fleet keeps its endpoints' health ([`EndpointHealth::shared`]): one text value per
+/// endpoint, changed only by compare-and-swap. The SQLite, Redis and Postgres outboxes are
+/// stores (a table or a hash of their engine); a test can keep a map.
+pub trait HealthStore: Send + Sync + 'static {
+    /// The value stored for `endpoint`, if any.
+    fn get<'a>(&'a self, endpoint: &'a str) -> StoreFuture<'a, Option<String>>;
+
+    /// Replaces the value of `endpoint` with `new` (`None` removes it) if it is still
+    /// `expected` (`None`: absent); whether it did.
+    fn swap<'a>(
+        &'a self,
+        endpoint: &'a str,
+        expected: Option<&'a str>,
+        new: Option<&'a str>,
+    ) -> StoreFuture<'a, bool>;
+}
+
+impl<T: HealthStore + ?Sized> HealthStore for Arc<T> {
+    fn get<'a>(&'a self, endpoint: &'a str) -> StoreFuture<'a, Option<String>> {
+        (**self).get(endpoint)
+    }
+
+    fn swap<'a>(
+        &'a self,
+        endpoint: &'a str,
+        expected: Option<&'a str>,
+        new: Option<&'a str>,
+    ) -> StoreFuture<'a, bool> {
+        (**self).swap(endpoint, expected, new)
+    }
+}
+
+/// The engine side of a shared health.
+struct Shared {
+    store: Arc<dyn HealthStore>,
+    /// Changes made in the process's view, not yet written to the store.
+    pending: Mutex<Vec<(String, Change)>>,
+    /// When each endpoint's state was last read from the store.
+    read_at: Mutex<HashMap<String, Instant>>,
+    /// Store calls that failed, and stored values that could not be read.
+    errors: AtomicU64,
+    /// Changes made in the process's view so far: a read from the store that began before
+    /// one of them is not adopted (it would undo a change not yet written).
+    changes: AtomicU64,
+}
+
 /// The health of each endpoint the process delivers to. Cloning shares it.
 ///
 /// ```
@@ -159,33 +265,62 @@ impl Run {
 /// health.enable("https://a.example");
 /// assert!(health.disabled("https://a.example").is_none());
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct EndpointHealth {
     rules: HealthRules,
     endpoints: Arc<Mutex<HashMap<String, State>>>,
+    shared: Option<Arc<Shared>>,
+}
+
+impl fmt::Debug for EndpointHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointHealth")
+            .field("rules", &self.rules)
+            .field("endpoints", &*lock(&self.endpoints))
+            .field("shared", &self.shared.is_some())
+            .finish()
+    }
 }
 
 impl EndpointHealth {
-    /// No endpoint known yet.
+    /// No endpoint known yet; the state in this process's memory only.
     pub fn new(rules: HealthRules) -> Self {
         Self {
             rules,
             endpoints: Arc::default(),
+            shared: None,
         }
     }
 
-    /// Why `endpoint` is disabled, if it is.
+    /// The state kept in `store` too, shared by every process that uses the same store and kept
+    /// across restarts: give each process's workers `EndpointHealth::shared(rules,
+    /// outbox.clone())` ([`Redelivery::with_health`](crate::Redelivery::with_health)), which
+    /// [syncs](Self::sync) before each send and [flushes](Self::flush) after.
+    pub fn shared(rules: HealthRules, store: impl HealthStore) -> Self {
+        Self {
+            shared: Some(Arc::new(Shared {
+                store: Arc::new(store),
+                pending: Mutex::default(),
+                read_at: Mutex::default(),
+                errors: AtomicU64::new(0),
+                changes: AtomicU64::new(0),
+            })),
+            ..Self::new(rules)
+        }
+    }
+
+    /// Why `endpoint` is disabled, if it is (in this process's view).
     pub fn disabled(&self, endpoint: &str) -> Option<DisableReason> {
-        match self.lock().get(endpoint) {
+        match lock(&self.endpoints).get(endpoint) {
             Some(State::Disabled(reason)) => Some(*reason),
             _ => None,
         }
     }
 
-    /// Every disabled endpoint and why.
+    /// Every disabled endpoint and why (in this process's view: with a shared store, those it
+    /// has read or changed).
     pub fn disabled_endpoints(&self) -> Vec<(String, DisableReason)> {
-        let mut disabled: Vec<_> = self
-            .lock()
+        let mut disabled: Vec<_> = lock(&self.endpoints)
             .iter()
             .filter_map(|(endpoint, state)| match state {
                 State::Disabled(reason) => Some((endpoint.clone(), *reason)),
@@ -196,37 +331,20 @@ impl EndpointHealth {
         disabled
     }
 
-    /// Enables `endpoint` again, its failing run forgotten.
+    /// Enables `endpoint` again, its failing run forgotten (with a shared store, written there
+    /// at the next [`flush`](Self::flush)).
     pub fn enable(&self, endpoint: &str) {
-        self.lock().remove(endpoint);
+        self.change(endpoint, Change::Enable);
     }
 
     /// `endpoint` took a delivery: its failing run ends.
     pub fn succeeded(&self, endpoint: &str) {
-        let mut endpoints = self.lock();
-        if let Some(State::Failing(_)) = endpoints.get(endpoint) {
-            endpoints.remove(endpoint);
-        }
+        self.change(endpoint, Change::Succeeded);
     }
 
     /// `endpoint` failed an attempt at `at`; returns the reason if this disabled it.
     pub fn failed(&self, endpoint: &str, at: SystemTime) -> Option<DisableReason> {
-        let at = unix_ms(at);
-        let mut endpoints = self.lock();
-        let state = endpoints
-            .entry(endpoint.to_owned())
-            .or_insert(State::Failing(Run::starting(at)));
-        let State::Failing(run) = *state else {
-            return None;
-        };
-        let run = run.failed(at);
-        if at.saturating_sub(run.since) >= self.window_ms() {
-            let reason = DisableReason::FailingFor(self.rules.disable_after);
-            *state = State::Disabled(reason);
-            return Some(reason);
-        }
-        *state = State::Failing(run);
-        None
+        self.change(endpoint, Change::Failed(unix_ms(at)))
     }
 
     /// `endpoint` answered `410 Gone`; returns the reason if this disabled it.
@@ -245,27 +363,155 @@ impl EndpointHealth {
     /// Disables `endpoint` for `reason`; returns the reason if this disabled it (`None` when it
     /// was disabled already).
     pub fn disable(&self, endpoint: &str, reason: DisableReason) -> Option<DisableReason> {
-        let mut endpoints = self.lock();
-        if let Some(State::Disabled(_)) = endpoints.get(endpoint) {
+        self.change(endpoint, Change::Disable(reason))
+    }
+
+    /// With a shared store: writes the changes made since the last flush, then reads
+    /// `endpoint`'s state from the store unless it was read less than [`REFRESH`] ago. Without
+    /// one, nothing. A store that fails is counted ([`store_errors`](Self::store_errors)) and
+    /// the process goes on with its own view; the changes not written are tried again next time.
+    pub async fn sync(&self, endpoint: &str) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        self.flush().await;
+        let fresh = lock(&shared.read_at)
+            .get(endpoint)
+            .is_some_and(|at| at.elapsed() < REFRESH);
+        if fresh {
+            return;
+        }
+        let changes = shared.changes.load(Ordering::Relaxed);
+        match shared.store.get(endpoint).await {
+            Ok(stored) => {
+                let state = self.parse(shared, stored.as_deref());
+                self.adopt(shared, endpoint, state, changes);
+            }
+            Err(_) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// With a shared store: writes the changes made since the last flush, each applied to the
+    /// stored state by compare-and-swap (a success elsewhere in the fleet ends a failing run
+    /// here too). Without one, nothing.
+    pub async fn flush(&self) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let pending = std::mem::take(&mut *lock(&shared.pending));
+        let mut changes = pending.into_iter();
+        while let Some((endpoint, change)) = changes.next() {
+            if self.publish(shared, &endpoint, change).await.is_err() {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                // Kept, in order, before any change made meanwhile.
+                let mut pending = lock(&shared.pending);
+                let later = std::mem::take(&mut *pending);
+                pending.push((endpoint, change));
+                pending.extend(changes);
+                pending.extend(later);
+                return;
+            }
+        }
+    }
+
+    /// Calls to the shared store that failed, and stored values that could not be read (0
+    /// without a store).
+    pub fn store_errors(&self) -> u64 {
+        self.shared
+            .as_ref()
+            .map_or(0, |shared| shared.errors.load(Ordering::Relaxed))
+    }
+
+    /// Applies `change` to the process's view, queued for the store when it changed something;
+    /// returns the reason if it disabled the endpoint.
+    fn change(&self, endpoint: &str, change: Change) -> Option<DisableReason> {
+        let mut endpoints = lock(&self.endpoints);
+        let before = endpoints.get(endpoint).copied();
+        let after = next(before, change, &self.rules);
+        if after == before {
             return None;
         }
-        endpoints.insert(endpoint.to_owned(), State::Disabled(reason));
-        Some(reason)
+        match after {
+            Some(state) => endpoints.insert(endpoint.to_owned(), state),
+            None => endpoints.remove(endpoint),
+        };
+        if let Some(shared) = &self.shared {
+            // Under the view's lock, as `adopt` checks it.
+            shared.changes.fetch_add(1, Ordering::Relaxed);
+            lock(&shared.pending).push((endpoint.to_owned(), change));
+        }
+        drop(endpoints);
+        match (before, after) {
+            (Some(State::Disabled(_)), _) => None,
+            (_, Some(State::Disabled(reason))) => Some(reason),
+            _ => None,
+        }
     }
 
-    fn window_ms(&self) -> u64 {
-        self.rules
-            .disable_after
-            .as_millis()
-            .min(u128::from(u64::MAX)) as u64
+    /// Applies `change` to the stored state of `endpoint`, and adopts the result.
+    async fn publish(
+        &self,
+        shared: &Shared,
+        endpoint: &str,
+        change: Change,
+    ) -> Result<(), EngineError> {
+        let seen = shared.changes.load(Ordering::Relaxed);
+        for _ in 0..SWAP_TRIES {
+            let stored = shared.store.get(endpoint).await?;
+            let current = self.parse(shared, stored.as_deref());
+            let new = next(current, change, &self.rules);
+            if new == current {
+                self.adopt(shared, endpoint, current, seen);
+                return Ok(());
+            }
+            let written = new.map(|state| serde_json::to_string(&state).expect("plain data"));
+            if shared
+                .store
+                .swap(endpoint, stored.as_deref(), written.as_deref())
+                .await?
+            {
+                self.adopt(shared, endpoint, new, seen);
+                return Ok(());
+            }
+        }
+        Err(EngineError::new(format!(
+            "endpoint health of {endpoint}: changed by others {SWAP_TRIES} times in a row"
+        )))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, State>> {
-        // A panic while the map was held left it whole: every write is a single insert.
-        self.endpoints
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// A stored value; one that cannot be read counts as no state (and is counted), and is
+    /// replaced by the next change.
+    fn parse(&self, shared: &Shared, stored: Option<&str>) -> Option<State> {
+        let state = serde_json::from_str(stored?);
+        if state.is_err() {
+            shared.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        state.ok()
     }
+
+    /// Takes the stored state as the process's view of `endpoint`, unless the view changed
+    /// since `seen` (the count of changes when the store was read): that change is not written
+    /// yet, and the store's state would undo it until then.
+    fn adopt(&self, shared: &Shared, endpoint: &str, state: Option<State>, seen: u64) {
+        let mut endpoints = lock(&self.endpoints);
+        if seen != shared.changes.load(Ordering::Relaxed) {
+            return;
+        }
+        match state {
+            Some(state) => endpoints.insert(endpoint.to_owned(), state),
+            None => endpoints.remove(endpoint),
+        };
+        lock(&shared.read_at).insert(endpoint.to_owned(), Instant::now());
+    }
+}
+
+/// A panic while a map was held left it whole: every write is a single insert or remove.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -339,5 +585,127 @@ mod tests {
         let lenient = EndpointHealth::new(HealthRules::new().disable_on_gone(false));
         assert_eq!(lenient.gone("e"), None);
         assert_eq!(lenient.disabled("e"), None);
+    }
+
+    /// A store in memory, as an engine's table would keep it; `fail` makes every call fail.
+    #[derive(Clone, Default)]
+    struct MemoryStore {
+        values: Arc<Mutex<HashMap<String, String>>>,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl HealthStore for MemoryStore {
+        fn get<'a>(&'a self, endpoint: &'a str) -> StoreFuture<'a, Option<String>> {
+            let result = self
+                .check()
+                .map(|()| lock(&self.values).get(endpoint).cloned());
+            Box::pin(async move { result })
+        }
+
+        fn swap<'a>(
+            &'a self,
+            endpoint: &'a str,
+            expected: Option<&'a str>,
+            new: Option<&'a str>,
+        ) -> StoreFuture<'a, bool> {
+            let result = self.check().map(|()| {
+                let mut values = lock(&self.values);
+                if values.get(endpoint).map(String::as_str) != expected {
+                    return false;
+                }
+                match new {
+                    Some(new) => values.insert(endpoint.to_owned(), new.to_owned()),
+                    None => values.remove(endpoint),
+                };
+                true
+            });
+            Box::pin(async move { result })
+        }
+    }
+
+    impl MemoryStore {
+        fn check(&self) -> Result<(), EngineError> {
+            if self.fail.load(Ordering::Relaxed) {
+                return Err(EngineError::new("store down"));
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fleet_shares_one_state_and_a_restart_keeps_it() {
+        let rules = HealthRules::new()
+            .disable_after(Duration::from_secs(10))
+            .unwrap();
+        let store = MemoryStore::default();
+        let (a, b) = (
+            EndpointHealth::shared(rules, store.clone()),
+            EndpointHealth::shared(rules, store.clone()),
+        );
+        let start = SystemTime::now();
+        a.failed("e", start);
+        a.flush().await;
+        b.sync("e").await;
+        assert!(b.disabled("e").is_none());
+        // A success in another process ends the failing run: the next failure starts a new one.
+        b.succeeded("e");
+        b.flush().await;
+        assert!(lock(&store.values).is_empty(), "the run ended in the store");
+        a.failed("e", start + Duration::from_secs(9));
+        a.flush().await;
+        assert_eq!(
+            a.failed("e", start + Duration::from_secs(15)),
+            None,
+            "the run restarted at 9 s"
+        );
+        a.flush().await;
+        assert!(a.failed("e", start + Duration::from_secs(19)).is_some());
+        a.flush().await;
+        // A restarted process (a fresh view on the same store) reads the endpoint disabled.
+        let restarted = EndpointHealth::shared(rules, store.clone());
+        assert_eq!(restarted.disabled("e"), None, "not read yet");
+        restarted.sync("e").await;
+        assert!(restarted.disabled("e").is_some());
+        // Enabled by an operator anywhere: every process reads it within one refresh.
+        restarted.enable("e");
+        restarted.flush().await;
+        let later = EndpointHealth::shared(rules, store);
+        later.sync("e").await;
+        assert_eq!(later.disabled("e"), None);
+        assert_eq!(a.store_errors() + restarted.store_errors(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_healthy_endpoint_costs_no_write_and_a_failing_store_loses_no_change() {
+        let store = MemoryStore::default();
+        let health = EndpointHealth::shared(HealthRules::new(), store.clone());
+        health.sync("e").await;
+        health.succeeded("e");
+        assert!(lock(&health.shared.as_ref().unwrap().pending).is_empty());
+
+        store.fail.store(true, Ordering::Relaxed);
+        assert_eq!(health.gone("e"), Some(DisableReason::Gone));
+        health.flush().await;
+        assert_eq!(health.store_errors(), 1);
+        assert!(lock(&store.values).is_empty());
+        store.fail.store(false, Ordering::Relaxed);
+        health.sync("e").await;
+        assert!(
+            lock(&store.values).contains_key("e"),
+            "written once the store is back"
+        );
+        assert_eq!(health.disabled("e"), Some(DisableReason::Gone));
+
+        // A stored value of another shape is counted and replaced by the next change.
+        lock(&store.values).insert("f".to_owned(), "not json".to_owned());
+        let fresh = EndpointHealth::shared(HealthRules::new(), store.clone());
+        fresh.sync("f").await;
+        assert_eq!(fresh.store_errors(), 1);
+        assert_eq!(fresh.gone("f"), Some(DisableReason::Gone));
+        fresh.flush().await;
+        assert_eq!(
+            lock(&store.values).get("f").map(String::as_str),
+            Some(r#"{"disabled":"gone"}"#)
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! [`Outbox`]: the small trait between a worker and the queue it stores deliveries in.
 
+use crate::health::HealthStore;
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use std::future::Future;
+use std::sync::Arc;
 
 /// Where deliveries are stored: the stable surface between the worker's rules and an engine.
 ///
@@ -24,4 +26,12 @@ pub trait Outbox: Clone + Send + Sync + 'static {
         &self,
         letter: DeadLetter,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Where the engine keeps the endpoints' health for the whole fleet, if it does:
+    /// [`Redelivery::new`](crate::Redelivery::new) shares its
+    /// [`EndpointHealth`](crate::health::EndpointHealth) there. The default: nowhere (each
+    /// process judges by what it sees, and a restart forgets).
+    fn health_store(&self) -> Option<Arc<dyn HealthStore>> {
+        None
+    }
 }

@@ -16,6 +16,7 @@
 //! back under its predecessor's very name would keep that name alive and strand its tasks.
 
 use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim};
+use crate::health::HealthStore;
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_core::backend::codec::Codec;
@@ -89,6 +90,21 @@ pub async fn open(url: &str, options: PostgresOptions) -> Result<PostgresOutbox,
     PostgresStorage::<()>::setup(&pool)
         .await
         .map_err(EngineError::new)?;
+    // Two processes opening at once may race on the new table's type: one of them fails, and
+    // the table is there.
+    if let Err(error) = sqlx::query(engine::CREATE_ENDPOINT_HEALTH)
+        .execute(&pool)
+        .await
+    {
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+            .bind(crate::health::ENDPOINT_HEALTH_TABLE)
+            .fetch_one(&pool)
+            .await
+            .map_err(EngineError::new)?;
+        if !exists {
+            return Err(EngineError::new(error));
+        }
+    }
     Ok(outbox(&pool, options))
 }
 
@@ -139,6 +155,10 @@ const MARK_REPLAYED: &str =
 
 /// The dead letters as a queue of the same table that no worker takes.
 impl DeadLetterQueue for PostgresStorage<DeadLetter> {
+    fn health_store(&self) -> Option<std::sync::Arc<dyn HealthStore>> {
+        Some(std::sync::Arc::new(self.clone()))
+    }
+
     async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
         engine::push_to_queue(self, letter).await
     }
@@ -193,3 +213,5 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
         }
     }
 }
+
+crate::engine::sql_health_store!(PostgresStorage<DeadLetter>, "$");

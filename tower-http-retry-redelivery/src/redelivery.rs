@@ -1,7 +1,7 @@
 //! [`Redelivery`]: the worker's side. It stores new deliveries, and sends each due one through
 //! the retry layer, then stores it again, dead-letters it or is done with it.
 
-use crate::health::EndpointHealth;
+use crate::health::{EndpointHealth, HealthRules};
 use crate::outbox::Outbox;
 use crate::record::Delivery;
 use crate::schedule::{unix_ms, Schedule};
@@ -104,13 +104,21 @@ impl<E: std::error::Error + 'static> std::error::Error for StoreFailed<E> {
 
 impl<S, O: Outbox, B> Redelivery<S, O, B> {
     /// Sends through `client`, stores in `outbox`, on `schedule`; endpoints disabled by
-    /// [`EndpointHealth::default`]'s rules (see [`with_health`](Self::with_health)).
+    /// [`HealthRules::default`], their health kept in the outbox's engine when it keeps one
+    /// ([`Outbox::health_store`]: SQLite, Redis and Postgres do), so that the fleet judges as
+    /// one and a restart keeps it (see [`with_health`](Self::with_health)).
     pub fn new(client: S, outbox: O, schedule: Schedule) -> Self {
-        Self::with_health(client, outbox, schedule, EndpointHealth::default())
+        let health = match outbox.health_store() {
+            Some(store) => EndpointHealth::shared(HealthRules::default(), store),
+            None => EndpointHealth::default(),
+        };
+        Self::with_health(client, outbox, schedule, health)
     }
 
-    /// As [`new`](Self::new), with the endpoint health given (its rules, or one shared with
-    /// other workers of the process).
+    /// As [`new`](Self::new), with the endpoint health given: other rules
+    /// (`EndpointHealth::shared(rules, store)` with the outbox's
+    /// [`health_store`](Outbox::health_store)), or one in this process's memory only
+    /// ([`EndpointHealth::new`]).
     pub fn with_health(client: S, outbox: O, schedule: Schedule, health: EndpointHealth) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -177,6 +185,8 @@ where
         let inner = &*self.inner;
         let _handling = inner.counters.handling();
         inner.counters.count(Event::Due);
+        // A shared health: what the fleet learned (at most a second old) before judging.
+        inner.health.sync(delivery.endpoint()).await;
         let step = match step::before_sending(&delivery, &inner.health, SystemTime::now()) {
             Some(step) => step,
             None => match delivery.try_request() {
@@ -245,6 +255,7 @@ where
         if !was_disabled && inner.health.disabled(&endpoint).is_some() {
             inner.counters.count(Event::EndpointDisabled);
         }
+        inner.health.flush().await;
         step
     }
 

@@ -11,6 +11,7 @@
 //! ([`StoreFailed`](crate::StoreFailed)), never dropped.
 
 use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim};
+use crate::health::{HealthStore, StoreFuture};
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_redis::{Config, RedisStorage};
@@ -24,6 +25,9 @@ pub type RedisOutbox = ApalisOutbox<Polled<RedisStorage<Delivery>>, RedisDeadLet
 
 /// The deliveries' queue name (apalis-redis's keys start with it).
 pub const DELIVERIES: &str = "tower_http_retry_redelivery::deliveries";
+/// The endpoints' shared health ([`EndpointHealth::shared`](crate::health::EndpointHealth::shared)):
+/// a hash, one field per endpoint.
+pub const ENDPOINT_HEALTH: &str = "tower_http_retry_redelivery::endpoint_health";
 /// The dead letters' hash: one field per delivery (its [`dead_key`](Delivery::dead_key)),
 /// the letter's JSON as its value.
 pub const DEAD_LETTERS: &str = "tower_http_retry_redelivery::dead_letters";
@@ -125,6 +129,27 @@ if #due > 0 then
 end
 return #due
 "#;
+
+/// Sets or removes a field of a hash if it still holds what the caller read: the compare-and-swap
+/// of the endpoints' shared health. KEYS: the hash. ARGV: the field, whether a value was
+/// expected ("1") and which, whether one is written ("1") and which. Returns 1 if it swapped.
+const SWAP: &str = r#"
+local current = redis.call("hget", KEYS[1], ARGV[1])
+if ARGV[2] == "1" then
+    if current ~= ARGV[3] then return 0 end
+elseif current then
+    return 0
+end
+if ARGV[4] == "1" then
+    redis.call("hset", KEYS[1], ARGV[1], ARGV[5])
+else
+    redis.call("hdel", KEYS[1], ARGV[1])
+end
+return 1
+"#;
+
+/// [`SWAP`], hashed once.
+static SWAP_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SWAP));
 
 /// [`PROMOTE`], hashed once.
 static PROMOTE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROMOTE));
@@ -241,6 +266,40 @@ impl Reclaim for RedisOutbox {
     }
 }
 
+/// The endpoints' health in the hash [`ENDPOINT_HEALTH`] of the same server.
+impl HealthStore for RedisDeadLetters {
+    fn get<'a>(&'a self, endpoint: &'a str) -> StoreFuture<'a, Option<String>> {
+        let mut connection = self.connection.clone();
+        Box::pin(async move {
+            connection
+                .hget(ENDPOINT_HEALTH, endpoint)
+                .await
+                .map_err(EngineError::new)
+        })
+    }
+
+    fn swap<'a>(
+        &'a self,
+        endpoint: &'a str,
+        expected: Option<&'a str>,
+        new: Option<&'a str>,
+    ) -> StoreFuture<'a, bool> {
+        let mut connection = self.connection.clone();
+        let flag = |value: Option<&str>| if value.is_some() { "1" } else { "0" };
+        let mut call = SWAP_SCRIPT.key(ENDPOINT_HEALTH);
+        call.arg(endpoint)
+            .arg(flag(expected))
+            .arg(expected.unwrap_or_default())
+            .arg(flag(new))
+            .arg(new.unwrap_or_default());
+        Box::pin(async move {
+            call.invoke_async(&mut connection)
+                .await
+                .map_err(EngineError::new)
+        })
+    }
+}
+
 /// The dead letters in a Redis hash.
 #[derive(Clone)]
 pub struct RedisDeadLetters {
@@ -266,6 +325,10 @@ impl RedisDeadLetters {
 }
 
 impl DeadLetterQueue for RedisDeadLetters {
+    fn health_store(&self) -> Option<std::sync::Arc<dyn HealthStore>> {
+        Some(std::sync::Arc::new(self.clone()))
+    }
+
     async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
         let json = serde_json::to_string(&letter).map_err(EngineError::new)?;
         let mut connection = self.connection.clone();

@@ -1,6 +1,7 @@
 //! The embedded engine: both queues in one SQLite file through apalis-sqlite, no server.
 
 use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim};
+use crate::health::HealthStore;
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_core::backend::BackendConfig;
@@ -73,7 +74,7 @@ pub async fn open(
     // file: SQLite may refuse at once with SQLITE_BUSY, its busy handler not asked (a read
     // transaction that must become a write). The setup is idempotent: tried again, bounded.
     let mut tries = 0;
-    while let Err(error) = SqliteStorage::setup(&migrate).await {
+    while let Err(error) = setup(&migrate).await {
         tries += 1;
         if tries == SETUP_TRIES || !is_busy(&error) {
             return Err(EngineError::new(error));
@@ -86,6 +87,16 @@ pub async fn open(
         .await
         .map_err(EngineError::new)?;
     Ok(outbox(&pool, options))
+}
+
+/// apalis's schema, and the endpoints' shared health
+/// ([`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)).
+async fn setup(pool: &SqlitePool) -> Result<(), apalis_sqlite::Error> {
+    SqliteStorage::setup(pool).await?;
+    sqlx::query(engine::CREATE_ENDPOINT_HEALTH)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// How many times [`open`] tries the schema's setup while another process holds the lock.
@@ -105,7 +116,8 @@ fn is_busy(error: &apalis_sqlite::Error) -> bool {
     )
 }
 
-/// The two queues on an open pool (its schema already set up).
+/// The two queues on an open pool (its schema already set up, as [`open`] does: apalis's, and
+/// the [`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)).
 pub fn outbox(pool: &SqlitePool, options: SqliteOptions) -> SqliteOutbox {
     let config = |queue: &str| {
         Config::default()
@@ -132,6 +144,10 @@ const MARK_REPLAYED: &str =
 
 /// The dead letters as a queue of the same file that no worker takes.
 impl DeadLetterQueue for SqliteStorage<DeadLetter> {
+    fn health_store(&self) -> Option<std::sync::Arc<dyn HealthStore>> {
+        Some(std::sync::Arc::new(self.clone()))
+    }
+
     async fn push(&self, letter: DeadLetter) -> Result<(), EngineError> {
         engine::push_to_queue(self, letter).await
     }
@@ -179,3 +195,5 @@ impl Reclaim for SqliteOutbox {
         .map_err(EngineError::new)
     }
 }
+
+crate::engine::sql_health_store!(SqliteStorage<DeadLetter>, "?");

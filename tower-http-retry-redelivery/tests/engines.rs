@@ -1,7 +1,8 @@
 //! The durable path on each engine (apalis-sqlite on a file; apalis-redis and apalis-postgres on
 //! a server of the test's own), against a real HTTP receiver on loopback through hyper-util's client and the
 //! retry layer: deliveries outlive an outage on their schedule, a 410 disables its endpoint and
-//! dead-letters, a replay delivers, the receiver's `webhook-delivery` header is obeyed.
+//! dead-letters, a replay delivers, the receiver's `webhook-delivery` header is obeyed, the
+//! endpoints' health is kept in the engine.
 
 use bytes::Bytes;
 use http::header::HeaderName;
@@ -10,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use test_support::{Reply, TestServer, REQUEST_ID};
 use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_http_retry_redelivery::health::{EndpointHealth, HealthRules, HealthStore};
 use tower_http_retry_redelivery::{
     dead_letters, replay, ApalisOutbox, DeadLetterQueue, DeadReason, EngineError, Outbox,
     RecordRules, Redelivery, Schedule,
@@ -334,6 +336,86 @@ where
     assert_eq!(letters.len(), LETTERS, "none read twice");
 }
 
+/// The endpoints' health kept in the engine: views of it (each process's, here on one
+/// connection) agree through compare-and-swap, a success in one ends another's failing run, and
+/// a fresh view (a restarted process) reads what the others disabled.
+async fn endpoint_health_is_kept_in_the_engine<Q, D>(outbox: ApalisOutbox<Q, D>)
+where
+    D: DeadLetterQueue + HealthStore + Clone,
+{
+    assert!(
+        outbox.dead().health_store().is_some(),
+        "the engine keeps it"
+    );
+    let outbox = outbox.dead().clone();
+    const E: &str = "http://127.0.0.1:9";
+    let rules = HealthRules::new()
+        .disable_after(Duration::from_secs(10))
+        .unwrap();
+    let (a, b) = (
+        EndpointHealth::shared(rules, outbox.clone()),
+        EndpointHealth::shared(rules, outbox.clone()),
+    );
+    let start = SystemTime::now();
+    a.failed(E, start);
+    a.flush().await;
+    assert!(
+        outbox.get(E).await.unwrap().is_some(),
+        "a failing run stored"
+    );
+    b.sync(E).await;
+    b.succeeded(E);
+    b.flush().await;
+    assert_eq!(
+        outbox.get(E).await.unwrap(),
+        None,
+        "ended by the other view"
+    );
+    a.failed(E, start + Duration::from_secs(9));
+    a.flush().await;
+    assert_eq!(a.failed(E, start + Duration::from_secs(15)), None);
+    a.flush().await;
+    assert!(a.failed(E, start + Duration::from_secs(19)).is_some());
+    a.flush().await;
+    let restarted = EndpointHealth::shared(rules, outbox.clone());
+    restarted.sync(E).await;
+    assert!(restarted.disabled(E).is_some(), "kept across a restart");
+    // A swap from a stale value changes nothing.
+    assert!(!outbox.swap(E, None, Some("{}")).await.unwrap());
+    assert!(!outbox.swap(E, Some("stale"), None).await.unwrap());
+    restarted.enable(E);
+    restarted.flush().await;
+    assert_eq!(outbox.get(E).await.unwrap(), None);
+    // Four views failing and succeeding at once: every change lands, none is lost to a race.
+    let views: Vec<_> = (0..4)
+        .map(|_| EndpointHealth::shared(rules, outbox.clone()))
+        .collect();
+    let mut racing = Vec::new();
+    for (n, view) in views.iter().enumerate() {
+        let view = view.clone();
+        racing.push(tokio::spawn(async move {
+            for k in 0..20u64 {
+                view.sync("http://127.0.0.1:10").await;
+                if (k + n as u64).is_multiple_of(5) {
+                    view.succeeded("http://127.0.0.1:10");
+                } else {
+                    view.failed("http://127.0.0.1:10", start + Duration::from_millis(k));
+                }
+                view.flush().await;
+            }
+        }));
+    }
+    for task in racing {
+        task.await.unwrap();
+    }
+    let errors: u64 = [&a, &b, &restarted]
+        .into_iter()
+        .chain(&views)
+        .map(EndpointHealth::store_errors)
+        .sum();
+    assert_eq!(errors, 0);
+}
+
 /// The tests on one engine: `$open` makes a fresh outbox (and what keeps its engine up),
 /// `$outbox` is its type.
 macro_rules! on_engine {
@@ -368,6 +450,14 @@ macro_rules! on_engine {
                     start_worker,
                 )
                 .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn endpoint_health_is_kept_in_the_engine() {
+                let Some((outbox, _engine)) = $open("health").await else {
+                    return;
+                };
+                super::endpoint_health_is_kept_in_the_engine(outbox).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
