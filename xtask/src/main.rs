@@ -17,9 +17,14 @@
 //!   `benches-instructions/instructions.baseline`.
 //! * `cargo xtask cycles`: the import graph between the files of each published crate (see
 //!   `cycles.rs`); fails on any cycle, naming its files.
+//! * `cargo xtask budget`: the core's code lines (test code, comments and blank lines left out)
+//!   per module, against the budget `budget::BUDGET` (see `budget.rs` and CONTRIBUTING.md, "The
+//!   core's size"), which fails the command when exceeded; and the non-test functions of the
+//!   published crates over 80 lines, listed.
 
 #![forbid(unsafe_code)]
 
+mod budget;
 mod cycles;
 
 use std::env;
@@ -46,11 +51,13 @@ fn main() -> ExitCode {
         Some("test") => test(args.collect()),
         Some("instructions") => instructions(),
         Some("cycles") => check_cycles(),
+        Some("budget") => budget::check(&workspace_root(), &PUBLISHED),
         _ => {
             eprintln!(
                 "usage: cargo xtask test [ARGS passed to `cargo test --all-features`]\n       \
                  cargo xtask instructions\n       \
-                 cargo xtask cycles"
+                 cargo xtask cycles\n       \
+                 cargo xtask budget"
             );
             ExitCode::FAILURE
         }
@@ -378,7 +385,8 @@ fn parse_baseline(text: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// The published crates, whose import graphs `cargo xtask cycles` checks.
+/// The published crates, whose import graphs `cargo xtask cycles` checks and whose functions
+/// `cargo xtask budget` measures.
 const PUBLISHED: [&str; 6] = [
     "tower-http-retry",
     "tower-http-retry-hyper",
