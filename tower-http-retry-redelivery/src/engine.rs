@@ -389,7 +389,7 @@ macro_rules! sql_health_store {
                     .bind(endpoint)
                     .fetch_optional(self.pool())
                     .await
-                    .map_err(crate::EngineError::new)
+                    .map_err(crate::health::BoxError::from)
                 })
             }
 
@@ -426,7 +426,7 @@ macro_rules! sql_health_store {
                         .execute(self.pool())
                         .await
                         .map(|done| done.rows_affected() == 1)
-                        .map_err(crate::EngineError::new)
+                        .map_err(crate::health::BoxError::from)
                 })
             }
         }

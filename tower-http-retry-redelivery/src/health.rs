@@ -21,7 +21,6 @@
 //! sends is at most [`REFRESH`] old. A success writes only when it ends a failing run, so a
 //! healthy endpoint costs no write, and one read a second per process.
 
-use crate::engine::EngineError;
 use crate::schedule::unix_ms;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -199,8 +198,11 @@ pub const REFRESH: Duration = Duration::from_secs(1);
 /// How many times a change is tried against a shared state that other processes keep changing.
 const SWAP_TRIES: usize = 8;
 
-/// What a [`HealthStore`] returns.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, EngineError>> + Send + 'a>>;
+/// What a [`HealthStore`] returns: its engine's error, boxed.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send + 'a>>;
+
+/// A store's error.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Where a fleet keeps its endpoints' health ([`EndpointHealth::shared`]): one text value per
 /// endpoint, changed only by compare-and-swap. The SQLite, Redis and Postgres outboxes are
@@ -456,7 +458,7 @@ impl EndpointHealth {
         shared: &Shared,
         endpoint: &str,
         change: Change,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BoxError> {
         let seen = shared.changes.load(Ordering::Relaxed);
         for _ in 0..SWAP_TRIES {
             let stored = shared.store.get(endpoint).await?;
@@ -476,9 +478,10 @@ impl EndpointHealth {
                 return Ok(());
             }
         }
-        Err(EngineError::new(format!(
-            "endpoint health of {endpoint}: changed by others {SWAP_TRIES} times in a row"
-        )))
+        Err(
+            format!("endpoint health of {endpoint}: changed by others {SWAP_TRIES} times in a row")
+                .into(),
+        )
     }
 
     /// A stored value; one that cannot be read counts as no state (and is counted), and is
@@ -624,9 +627,9 @@ mod tests {
     }
 
     impl MemoryStore {
-        fn check(&self) -> Result<(), EngineError> {
+        fn check(&self) -> Result<(), BoxError> {
             if self.fail.load(Ordering::Relaxed) {
-                return Err(EngineError::new("store down"));
+                return Err("store down".into());
             }
             Ok(())
         }

@@ -274,7 +274,7 @@ impl HealthStore for RedisDeadLetters {
             connection
                 .hget(ENDPOINT_HEALTH, endpoint)
                 .await
-                .map_err(EngineError::new)
+                .map_err(crate::health::BoxError::from)
         })
     }
 
@@ -295,7 +295,7 @@ impl HealthStore for RedisDeadLetters {
         Box::pin(async move {
             call.invoke_async(&mut connection)
                 .await
-                .map_err(EngineError::new)
+                .map_err(crate::health::BoxError::from)
         })
     }
 }
