@@ -5,11 +5,14 @@
 //! cargo run --release -p demo --example durable_throughput
 //! cargo run --release -p demo --features redis --example durable_throughput -- redis
 //! cargo run --release -p demo --features postgres --example durable_throughput -- postgres
+//! SQLITE_CONNECTIONS=1 cargo run --release -p demo --example durable_throughput
 //! ```
 //!
 //! Stores 5,000 deliveries (one write each, as senders store them), then runs workers on
 //! threads of this process until every one is delivered, and prints both rates, for 1, 2 and 4
-//! workers. Each worker takes batches of 50. On Redis each run starts a `redis-server` of its
+//! workers, beside the engine's own ceiling measured on the same engine just before: single-row
+//! writes a second through the crate's connection, from as many writers as workers. Each
+//! worker takes batches of 50. On Redis each run starts a `redis-server` of its
 //! own on loopback (Debian's `redis-server`), nothing saved to disk; on Postgres a server of its
 //! own (Debian's `postgresql`, a cluster made by `initdb` in a temporary directory, its
 //! defaults: every commit flushed to disk).
@@ -30,10 +33,13 @@ mod engines;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    println!("workers   stored/s   delivered/s");
+    println!("workers   stored/s   delivered/s   engine writes/s   delivered/writes");
     for workers in [1, 2, 4] {
-        let (stored, delivered) = engines::on_engine(BATCH, Throughput { workers }).await;
-        println!("{workers:>7}   {stored:>8.0}   {delivered:>11.0}");
+        let (stored, delivered, ceiling) = engines::on_engine(BATCH, Throughput { workers }).await;
+        let share = 100.0 * delivered / ceiling;
+        println!(
+            "{workers:>7}   {stored:>8.0}   {delivered:>11.0}   {ceiling:>15.0}   {share:>15.0} %"
+        );
     }
 }
 
@@ -42,14 +48,19 @@ struct Throughput {
 }
 
 impl engines::EngineRun for Throughput {
-    type Output = (f64, f64);
+    type Output = (f64, f64, f64);
 
-    async fn run<O: WorkerEngine>(self, outbox: O) -> (f64, f64) {
-        run(outbox, self.workers).await
+    async fn run<O: WorkerEngine>(self, outbox: O) -> (f64, f64, f64) {
+        // The engine's own ceiling, as many writers as workers, on the same engine just before
+        // (after, the Postgres pool's connections would be those the workers' runtimes opened,
+        // gone with them).
+        let ceiling = engines::write_ceiling(&outbox, self.workers).await;
+        let (stored, delivered) = run(&outbox, self.workers).await;
+        (stored, delivered, ceiling)
     }
 }
 
-async fn run<O: WorkerEngine>(outbox: O, workers: usize) -> (f64, f64) {
+async fn run<O: WorkerEngine>(outbox: &O, workers: usize) -> (f64, f64) {
     let received = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&received);
     let receiver = TestServer::start(move |_| {
@@ -83,7 +94,7 @@ async fn run<O: WorkerEngine>(outbox: O, workers: usize) -> (f64, f64) {
             )
         })
         .collect();
-    let running = engines::Workers::start(&outbox, &handles);
+    let running = engines::Workers::start(outbox, &handles);
     while received.load(Ordering::Relaxed) < DELIVERIES
         && start.elapsed() < Duration::from_secs(120)
     {

@@ -4,6 +4,8 @@
 
 use demo::durable::{Worker, WorkerEngine};
 use std::future::Future;
+use std::time::{Duration, Instant};
+use tower_http_retry_redelivery::Outbox;
 
 /// The engine named by the program's first argument (`redis`, `postgres`; anything else is
 /// SQLite), opened with `batch_size`, handed to `run`. Its server lives as long as `run`.
@@ -35,9 +37,15 @@ async fn on_sqlite<F: EngineRun>(batch_size: usize, run: F) -> F::Output {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    // The process's connections to the file: `SQLITE_CONNECTIONS` (default: the crate's).
+    let defaults = SqliteOptions::default();
+    let max_connections = std::env::var("SQLITE_CONNECTIONS")
+        .map(|n| n.parse().expect("SQLITE_CONNECTIONS: a number"))
+        .unwrap_or(defaults.max_connections);
     let options = SqliteOptions {
         batch_size,
-        ..SqliteOptions::default()
+        max_connections,
+        ..defaults
     };
     let outbox = sqlite::open(dir.join("deliveries.db"), options)
         .await
@@ -128,4 +136,37 @@ impl Workers {
             let _ = thread.join();
         }
     }
+}
+
+/// The engine's own ceiling for one write, through the crate's own connection to it: single-row
+/// writes a second (each its own commit on SQLite and Postgres, one script call on Redis: the
+/// endpoint health's compare-and-swap, an insert then a delete of a row), from `writers`
+/// concurrent writers of this process for 2 s. A delivery costs at least one such write (its
+/// lock and acknowledgement, which apalis batches), so deliveries a second are compared to it.
+pub async fn write_ceiling<O: Outbox>(outbox: &O, writers: usize) -> f64 {
+    const FOR: Duration = Duration::from_secs(2);
+    let store = outbox
+        .health_store()
+        .expect("the engines keep a health store");
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|writer| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let key = format!("http://ceiling-{writer}");
+                let mut writes = 0u64;
+                while start.elapsed() < FOR {
+                    assert!(store.swap(&key, None, Some("x")).await.unwrap());
+                    assert!(store.swap(&key, Some("x"), None).await.unwrap());
+                    writes += 2;
+                }
+                writes
+            })
+        })
+        .collect();
+    let mut writes = 0;
+    for task in tasks {
+        writes += task.await.unwrap();
+    }
+    writes as f64 / start.elapsed().as_secs_f64()
 }
