@@ -100,8 +100,11 @@ pub(crate) fn parse_dictionary<'a>(
                 params: parser.params()?,
             }
         };
-        members.retain(|(k, _)| *k != key);
-        members.push((key, item));
+        // A repeated key keeps its first place and takes the last value (RFC 9651).
+        match members.iter_mut().find(|(k, _)| *k == key) {
+            Some(member) => member.1 = item,
+            None => members.push((key, item)),
+        }
         parser.skip_ows();
         if parser.done() {
             return Some(members);
@@ -213,7 +216,7 @@ impl Parser<'_> {
             }
             b'%' => {
                 self.at += 1;
-                self.string().map(|_| Bare::Other)
+                self.display_string()
             }
             _ => None,
         }
@@ -291,17 +294,63 @@ impl Parser<'_> {
 
     fn byte_sequence(&mut self) -> Option<Bare> {
         self.expect(b':')?;
-        while let Some(byte) = self.peek() {
-            self.at += 1;
-            match byte {
-                b':' => return Some(Bare::Other),
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' | b'=' => {}
+        let start = self.at;
+        loop {
+            match self.peek()? {
+                b':' => break,
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' | b'=' => self.at += 1,
                 _ => return None,
             }
         }
-        None
+        let content = &self.input[start..self.at];
+        self.at += 1;
+        // Base64 that decodes: `=` only at the end, never more than the last group lacks; a
+        // missing `=` is accepted, as RFC 9651 asks of parsers.
+        let data = content.iter().position(|&b| b == b'=');
+        let data = data.unwrap_or(content.len());
+        let padding = content.len() - data;
+        let padded = content[data..].iter().all(|&b| b == b'=');
+        let lacks = (4 - data % 4) % 4;
+        (padded && data % 4 != 1 && padding <= lacks).then_some(Bare::Other)
+    }
+
+    /// A Display String after its `%`: printable ASCII and lowercase `%xx` escapes, together
+    /// valid UTF-8. Not kept: no rate-limit parameter holds one.
+    fn display_string(&mut self) -> Option<Bare> {
+        self.expect(b'"')?;
+        let mut bytes = Vec::new();
+        loop {
+            let byte = self.peek()?;
+            self.at += 1;
+            match byte {
+                b'"' => return std::str::from_utf8(&bytes).ok().map(|_| Bare::Other),
+                b'%' => {
+                    let high = self.lower_hex()?;
+                    let low = self.lower_hex()?;
+                    bytes.push(high << 4 | low);
+                }
+                0x20..=0x7e => bytes.push(byte),
+                _ => return None,
+            }
+        }
+    }
+
+    fn lower_hex(&mut self) -> Option<u8> {
+        let digit = match self.peek()? {
+            byte @ b'0'..=b'9' => byte - b'0',
+            byte @ b'a'..=b'f' => byte - b'a' + 10,
+            _ => return None,
+        };
+        self.at += 1;
+        Some(digit)
     }
 }
+
+// The shared Structured Field test suite, which reads the vendored JSON through serde_json
+// (the `json` feature's dependency).
+#[cfg(all(test, feature = "json"))]
+#[path = "structured_conformance.rs"]
+mod conformance;
 
 #[cfg(test)]
 mod tests {
@@ -336,7 +385,8 @@ mod tests {
 
     #[test]
     fn bare_item_kinds() {
-        let items = list(r#"1;a=-5;b=1.5;c=?0;d;e=:aGk=:;f=@1700000000;g=%"x";h="q\"s""#).unwrap();
+        let items =
+            list(r#"1;a=-5;b=1.5;c=?0;d;e=:aGk=:;f=@1700000000;g=%"x\%c3%bc";h="q\"s""#).unwrap();
         let item = &items[0];
         assert_eq!(item.bare, Bare::Integer(1));
         assert_eq!(item.param("a"), Some(&Bare::Integer(-5)));
@@ -375,9 +425,13 @@ mod tests {
         assert_eq!(members[1].1.bare, Bare::Integer(0));
         assert_eq!(members[2].1.bare, Bare::Integer(2));
         let members = dictionary("a;x=1, b=?0, a=5").unwrap();
-        assert_eq!(members.len(), 2, "a repeated key keeps one member");
-        assert_eq!(members[0].1.bare, Bare::Boolean(false));
-        assert_eq!(members[1], ("a".to_owned(), list("5").unwrap().remove(0)));
+        assert_eq!(
+            members.len(),
+            2,
+            "a repeated key keeps one member, in its first place"
+        );
+        assert_eq!(members[0], ("a".to_owned(), list("5").unwrap().remove(0)));
+        assert_eq!(members[1].1.bare, Bare::Boolean(false));
         assert_eq!(dictionary("").unwrap(), vec![]);
     }
 
@@ -413,6 +467,10 @@ mod tests {
             "a;r=1 ;t=2",
             "?2",
             ":not base64!:",
+            ":=aGk:",
+            ":aGk==:",
+            "a;g=%\"%C3%BC\"",
+            "a;g=%\"%c3\"",
             "a;r=1,,b",
         ] {
             assert_eq!(list(bad), None, "{bad:?}");
