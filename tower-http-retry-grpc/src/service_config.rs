@@ -162,7 +162,8 @@ impl GrpcServiceConfig {
     /// parse or a value A6 rejects (`maxAttempts` below 2, a backoff that is not a positive
     /// duration such as `"0.5s"`, a multiplier not above 0, an empty or unknown status code,
     /// `maxTokens` outside (0, 1000], `tokenRatio` not above 0), on a `backoffMultiplier` below
-    /// 1 (delays that shrink, which [`Backoff`] does not draw), and on a `hedgingPolicy`.
+    /// 1 (delays that shrink, which [`Backoff`] does not draw), and on a method config with both a
+    /// `retryPolicy` and a `hedgingPolicy`.
     pub fn from_json(json: &str) -> Result<Self, InvalidConfig> {
         let root: Value = serde_json::from_str(json).map_err(|error| {
             InvalidConfig::new("serviceConfig", format!("is not JSON: {error}"))
@@ -480,13 +481,14 @@ fn duration(
     })
 }
 
-/// Status codes by name (`"UNAVAILABLE"`) or number (`14`).
+/// Status codes by name in any case (`"UNAVAILABLE"`, `"unavailable"`: A6 asks for both) or by
+/// number (`14`).
 fn status_codes(codes: &[Value], field: &'static str) -> Result<Vec<GrpcCode>, InvalidConfig> {
     codes
         .iter()
         .map(|code| {
             let found = match code {
-                Value::String(name) => GrpcCode::from_name(name),
+                Value::String(name) => GrpcCode::from_name(&name.to_ascii_uppercase()),
                 Value::Number(number) => number
                     .as_i64()
                     .filter(|number| (0..=16).contains(number))

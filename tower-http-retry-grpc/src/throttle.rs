@@ -49,7 +49,7 @@ pub struct GrpcThrottle {
 
 impl GrpcThrottle {
     /// A6's `retryThrottling { maxTokens, tokenRatio }`: `max_tokens` in `(0, 1000]`,
-    /// `token_ratio` above 0 (read to three decimals, as A6 says).
+    /// `token_ratio` above 0 (digits past the third decimal ignored, as A6 says).
     pub fn new(max_tokens: f64, token_ratio: f64) -> Result<Self, InvalidConfig> {
         if max_tokens.is_nan() || max_tokens <= 0.0 {
             return Err(InvalidConfig::new(
@@ -66,7 +66,7 @@ impl GrpcThrottle {
         }
         let max = (max_tokens * MILLI as f64).round() as u64;
         // At most 1000 tokens' worth matters: a larger ratio fills the bucket at once.
-        let ratio = ((token_ratio.min(1000.0) * MILLI as f64).round() as u64).max(1);
+        let ratio = thousandths(token_ratio.min(1000.0)).max(1);
         Ok(Self {
             tokens: AtomicU64::new(max),
             max,
@@ -88,6 +88,19 @@ impl GrpcThrottle {
     pub fn token_ratio(&self) -> f64 {
         self.ratio as f64 / MILLI as f64
     }
+}
+
+/// `value` in thousandths, the digits past the third decimal dropped as A6 says (0.5466 is
+/// 0.546), except that a product a float step short of a whole number (0.29 × 1000 may be
+/// 289.99…) is that number.
+fn thousandths(value: f64) -> u64 {
+    let scaled = value * MILLI as f64;
+    let nearest = scaled.round();
+    (if (scaled - nearest).abs() < 1e-6 {
+        nearest
+    } else {
+        scaled.floor()
+    }) as u64
 }
 
 impl RetryBudget for GrpcThrottle {
@@ -156,6 +169,17 @@ mod tests {
             throttle.withdraw();
         }
         assert_eq!(throttle.available(), 0.0);
+    }
+
+    #[test]
+    fn the_ratio_keeps_three_decimals() {
+        for (ratio, kept) in [(0.5466, 0.546), (0.1, 0.1), (0.29, 0.29), (0.0019, 0.001)] {
+            assert_eq!(
+                GrpcThrottle::new(10.0, ratio).unwrap().token_ratio(),
+                kept,
+                "{ratio}"
+            );
+        }
     }
 
     #[test]
