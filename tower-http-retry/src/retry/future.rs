@@ -14,8 +14,8 @@
 //! ```
 
 use super::nested::retrying;
-use super::session::{Next, Session};
-use super::wait::{Wait, Waited};
+use super::session::{AfterWait, Next, Session};
+use super::wait::Wait;
 use super::watch::AbortWatch;
 use crate::classify::Classify;
 use crate::message::{RetryRequest, RetryResponse};
@@ -51,7 +51,9 @@ pin_project! {
             let this = this.project();
             match &*this.state {
                 State::Done => return,
-                State::Waiting { wait } => wait.dropped(this.session),
+                State::Waiting { wait } => this
+                    .session
+                    .wait_dropped(wait.interrupted(), Instant::now()),
                 State::Calling { .. } => {}
             }
             this.session.cancel();
@@ -192,17 +194,37 @@ where
                         .as_mut()
                         .expect("a request that waits keeps a service");
                     let session = &mut *this.session;
-                    match ready!(wait.as_mut().poll_wait(cx, session, service)) {
-                        Waited::Send => {
+                    let abort = session.config().settings.abort.as_ref();
+                    let authority = session.authority();
+                    let woke =
+                        ready!(wait
+                            .as_mut()
+                            .poll_wait(cx, abort, authority.as_deref(), service));
+                    drop(authority);
+                    let (queue, retrying) = (wait.queued_in(), wait.retrying());
+                    match session.after_wait(woke, queue, retrying, Instant::now()) {
+                        AfterWait::Queue {
+                            queue,
+                            deadline,
+                            listener,
+                        } => wait.as_mut().queue(queue, deadline, listener),
+                        AfterWait::Ready => wait.as_mut().ready(),
+                        AfterWait::Send => {
+                            wait.as_mut().spend();
                             // The previous outcome is released here, as the next attempt is sent.
                             let future = session.send(service);
                             this.state.set(State::Calling { future });
                         }
-                        Waited::Stop(result, reason) => {
+                        AfterWait::Stop(reason) => {
+                            let result = wait.as_mut().take_last();
                             this.state.set(State::Done);
                             return Poll::Ready(session.finish(result, reason));
                         }
-                        Waited::Done(output) => {
+                        AfterWait::StopWith(result, reason) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(session.finish(result, reason));
+                        }
+                        AfterWait::Done(output) => {
                             this.state.set(State::Done);
                             return Poll::Ready(output);
                         }

@@ -1,16 +1,17 @@
 //! [`Wait`]: one request between two attempts. It owns everything the wait needs: the sleep or
 //! the place in the endpoint's queue, the abort watch, the deadline timer, the budget token the
-//! retry will spend, and the last outcome, returned if the wait ends in a stop. The response
-//! future only polls it ([`Wait::poll_wait`]) and sends or finishes on what it says.
+//! retry will spend, and the last outcome, returned if the wait ends in a stop. It only waits:
+//! [`Wait::poll_wait`] resolves to how the wait ended ([`Woke`]), the session decides the next
+//! step ([`AfterWait`](super::session::AfterWait)), and the response future sets it here
+//! ([`queue`](Wait::queue), [`ready`](Wait::ready), [`spend`](Wait::spend),
+//! [`take_last`](Wait::take_last)).
 
 use super::budget::Withdrawal;
-use super::session::{AfterSleep, FirstQueue, Session};
+use super::session::{Interrupted, Woke};
 use super::watch::AbortWatch;
-use crate::abort::Listener;
-use crate::classify::Classify;
-use crate::message::{RetryRequest, RetryResponse};
+use crate::abort::{AbortSignal, Listener};
 use crate::pacing::QueueWait;
-use crate::report::StopReason;
+use http::uri::Authority;
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +21,7 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 pin_project! {
+    #[project = WaitProj]
     /// A request between two attempts. It holds the last outcome (`None` before the first
     /// attempt) until the next attempt is sent, so that an abort at any point returns it, and
     /// the budget token the retry will spend.
@@ -33,6 +35,10 @@ pin_project! {
         // Boxed, as the sleep: a request waiting for its first attempt has neither.
         last: Option<Box<Result<Res, E>>>,
         token: Option<Withdrawal>,
+        // The wait has just ended (slept, released, or expired in the queue) and the session
+        // sent it on to the service: the next poll goes to readiness without looking at the
+        // abort signal first, as a wait that ends goes on in the same poll.
+        woke: bool,
     }
 }
 
@@ -58,19 +64,22 @@ pin_project! {
     }
 }
 
+impl Phase {
+    /// What a wait in this phase was doing, if it is cut short now.
+    fn interrupted(&self) -> Interrupted {
+        match self {
+            Phase::Sleeping { sleep } => {
+                Interrupted::Sleep(sleep.deadline().saturating_duration_since(Instant::now()))
+            }
+            Phase::Queued { .. } => Interrupted::Queue,
+            Phase::Joining | Phase::Readying => Interrupted::Nothing,
+        }
+    }
+}
+
 /// The timer of a wait in the queue that ends at the request's deadline, if it has one.
 fn deadline_timer(deadline: Option<Instant>) -> Option<Pin<Box<Sleep>>> {
     deadline.map(|at| Box::pin(tokio::time::sleep_until(at)))
-}
-
-/// How a wait ended.
-pub(crate) enum Waited<Res, E> {
-    /// The service is ready and the token spent: send the next attempt.
-    Send,
-    /// No attempt follows: finish with this outcome and reason.
-    Stop(Result<Res, E>, StopReason),
-    /// A first attempt handed back unsent: the request is finished, with this output.
-    Done(Result<Res, E>),
 }
 
 impl<Res, E> Wait<Res, E> {
@@ -89,6 +98,7 @@ impl<Res, E> Wait<Res, E> {
             watch: listener.map(|listener| Box::pin(AbortWatch::shutdown_only(listener))),
             last: last.map(Box::new),
             token: None,
+            woke: false,
         }
     }
 
@@ -106,6 +116,7 @@ impl<Res, E> Wait<Res, E> {
             watch: watch.map(Box::pin),
             last: last.map(Box::new),
             token,
+            woke: false,
         }
     }
 
@@ -116,6 +127,7 @@ impl<Res, E> Wait<Res, E> {
             watch: None,
             last: None,
             token: None,
+            woke: false,
         }
     }
 
@@ -129,170 +141,133 @@ impl<Res, E> Wait<Res, E> {
         }
     }
 
-    /// The future was dropped mid-wait (an outer timeout fired): the report shows the time
-    /// waited.
-    pub(crate) fn dropped<Req, C>(&self, session: &mut Session<Req, C>) {
+    /// What the wait is doing, for the session's accounting when it is cut short.
+    pub(crate) fn interrupted(&self) -> Interrupted {
+        self.phase.interrupted()
+    }
+
+    /// The place it holds in its endpoint's queue, if it waits there.
+    pub(crate) fn queued_in(&self) -> Option<&QueueWait> {
         match &self.phase {
-            Phase::Sleeping { sleep } => {
-                let remaining = sleep.deadline().saturating_duration_since(Instant::now());
-                session.cut_last_sleep(remaining);
-            }
-            Phase::Queued { .. } => session.left_queue(Instant::now()),
-            Phase::Joining | Phase::Readying => {}
+            Phase::Queued { queue, .. } => Some(queue),
+            _ => None,
         }
     }
 
-    /// Polls the wait to its end: `service` ready for the next attempt, or a stop.
-    pub(crate) fn poll_wait<Req, C, S>(
+    /// Whether it holds a last outcome: a retry's wait, not a first attempt's.
+    pub(crate) fn retrying(&self) -> bool {
+        self.last.is_some()
+    }
+
+    /// Waits in `queue` until the pacer lets it go, or until `deadline`; the pacer, not the
+    /// budget, lets it go, so a token held is refunded. `listener`, if any, watches for shutdown.
+    pub(crate) fn queue(
+        self: Pin<&mut Self>,
+        queue: QueueWait,
+        deadline: Option<Instant>,
+        listener: Option<Listener>,
+    ) {
+        let mut wait = self.project();
+        drop(wait.token.take());
+        *wait.woke = false;
+        wait.phase.set(Phase::Queued {
+            queue,
+            deadline: deadline_timer(deadline),
+        });
+        if let Some(listener) = listener {
+            *wait.watch = Some(Box::pin(AbortWatch::shutdown_only(listener)));
+        }
+    }
+
+    /// The wait is over: the service is polled to readiness next.
+    pub(crate) fn ready(self: Pin<&mut Self>) {
+        self.project().phase.set(Phase::Readying);
+    }
+
+    /// The next attempt is sent: the token held, if any, is spent.
+    pub(crate) fn spend(self: Pin<&mut Self>) {
+        if let Some(token) = self.project().token.take() {
+            token.spend();
+        }
+    }
+
+    /// The last outcome, to finish with (the token held, if any, is refunded).
+    pub(crate) fn take_last(self: Pin<&mut Self>) -> Result<Res, E> {
+        let wait = self.project();
+        drop(wait.token.take());
+        *wait
+            .last
+            .take()
+            .expect("a retry's wait holds its last outcome")
+    }
+
+    /// Polls the wait to its end: how it ended. `abort` and `authority` are the request's
+    /// abort signal and endpoint, for the watch.
+    pub(crate) fn poll_wait<S, Req>(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        session: &mut Session<Req, C>,
+        abort: Option<&AbortSignal>,
+        authority: Option<&Authority>,
         service: &mut S,
-    ) -> Poll<Waited<Res, E>>
+    ) -> Poll<Woke<E>>
     where
-        Req: RetryRequest,
-        Res: RetryResponse,
-        C: Classify<Res, E>,
         S: Service<Req, Response = Res, Error = E>,
     {
         let mut wait = self.project();
-        loop {
-            let aborted = match wait.watch.as_mut().map(Pin::as_mut) {
-                Some(watch) => {
-                    let abort = session.config().settings.abort.as_ref();
-                    let abort = abort.expect("a watch comes from the abort signal");
-                    match watch.poll_abort(cx, abort, session.authority().as_deref()) {
-                        Poll::Ready(forbidden) => Some(forbidden),
-                        Poll::Pending => None,
-                    }
-                }
-                None => None,
-            };
-            if let Some(forbidden) = aborted {
-                *wait.watch = None;
-                match wait.phase.as_mut().project() {
-                    PhaseProj::Sleeping { sleep } => {
-                        let remaining = sleep.deadline().saturating_duration_since(Instant::now());
-                        session.cut_last_sleep(remaining);
-                        session.sleep_ended();
-                    }
-                    PhaseProj::Queued { .. } => {
-                        session.left_queue(Instant::now());
-                        session.sleep_ended();
-                    }
-                    PhaseProj::Joining | PhaseProj::Readying => {}
-                }
-                wait.phase.set(Phase::Readying);
-                drop(wait.token.take()); // refunded: this retry will not be sent
-                if let Some(result) = wait.last.take().map(|last| *last) {
-                    let stop = session.stop_for(forbidden, Instant::now());
-                    return Poll::Ready(Waited::Stop(result, stop));
-                }
-                // Aborted before the first attempt: there is no outcome yet, send now.
+        if !std::mem::take(wait.woke) {
+            if let Some(aborted) = poll_aborted(&mut wait, cx, abort, authority) {
+                return Poll::Ready(aborted);
             }
-            match wait.phase.as_mut().project() {
-                PhaseProj::Joining => {
-                    let now = Instant::now();
-                    match session.join_first_queue(now) {
-                        FirstQueue::Joined(queue, listener) => {
-                            let deadline = deadline_timer(session.deadline());
-                            wait.phase.set(Phase::Queued { queue, deadline });
-                            *wait.watch = listener
-                                .map(|listener| Box::pin(AbortWatch::shutdown_only(listener)));
-                        }
-                        FirstQueue::TurnedAway(lane, resend) => {
-                            wait.phase.set(Phase::Readying);
-                            if let Some(output) =
-                                session.hand_back(resend, now, || lane.turned_away(now))
-                            {
-                                return Poll::Ready(Waited::Done(output));
-                            }
-                        }
-                        FirstQueue::Go => wait.phase.set(Phase::Readying),
-                    }
-                    continue;
-                }
-                PhaseProj::Sleeping { sleep } => {
-                    ready!(sleep.as_mut().poll(cx));
-                    session.sleep_ended();
-                    let now = Instant::now();
-                    match session.queue_after_sleep(now) {
-                        AfterSleep::Queue(queue) => {
-                            // Paced meanwhile: the pacer, not the budget, lets it go.
-                            drop(wait.token.take());
-                            let deadline = deadline_timer(session.deadline());
-                            wait.phase.set(Phase::Queued { queue, deadline });
-                            continue;
-                        }
-                        AfterSleep::Deferred(lane, deferred) => {
-                            wait.phase.set(Phase::Readying);
-                            if let Some(result) = wait.last.take().map(|last| *last) {
-                                // Paced meanwhile and no room in the queue: not sent ahead of
-                                // the probes, handed back with when to retry.
-                                drop(wait.token.take());
-                                session.resend_in(deferred.resend);
-                                return Poll::Ready(Waited::Stop(result, StopReason::Deferred));
-                            }
-                            // A first attempt has no outcome to return: handed back unsent if
-                            // the classifier can, else sent.
-                            let turned_away = || lane.turned_away(now);
-                            if let Some(output) =
-                                session.hand_back(deferred.resend, now, turned_away)
-                            {
-                                return Poll::Ready(Waited::Done(output));
-                            }
-                        }
-                        AfterSleep::Send => wait.phase.set(Phase::Readying),
-                    }
-                }
-                PhaseProj::Queued { queue, deadline } => {
-                    let expired = deadline
-                        .as_mut()
-                        .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
-                    if expired {
-                        let now = Instant::now();
-                        session.left_queue(now);
-                        session.sleep_ended();
-                        if let Some(result) = wait.last.take().map(|last| *last) {
-                            // The deadline came before the pacer let it go: handed back, with
-                            // when to try again.
-                            session.resend_in(queue.defer(now));
-                            wait.phase.set(Phase::Readying);
-                            return Poll::Ready(Waited::Stop(result, StopReason::Deferred));
-                        }
-                        // A first attempt has no outcome to return: handed back unsent if the
-                        // classifier can, else sent.
-                        let resend = queue.resend_after(now);
-                        let handed = session.hand_back(resend, now, || queue.deferred());
-                        wait.phase.set(Phase::Readying);
-                        if let Some(output) = handed {
-                            return Poll::Ready(Waited::Done(output));
-                        }
-                    } else {
-                        let pass = ready!(queue.poll_release(cx));
-                        session.released(pass, Instant::now());
-                        wait.phase.set(Phase::Readying);
-                    }
-                }
-                PhaseProj::Readying => {}
-            }
-            if let Err(error) = ready!(service.poll_ready(cx)) {
-                drop(wait.token.take());
-                return Poll::Ready(Waited::Stop(Err(error), StopReason::NotReady));
-            }
-            // Ready only after the deadline (another request held the permit): the retry is not
-            // sent and its token goes back. A first attempt, which has no outcome to return
-            // instead, is sent all the same.
-            if session.past_deadline(Instant::now()) {
-                if let Some(result) = wait.last.take().map(|last| *last) {
-                    drop(wait.token.take());
-                    return Poll::Ready(Waited::Stop(result, StopReason::Deadline));
-                }
-            }
-            if let Some(token) = wait.token.take() {
-                token.spend();
-            }
-            return Poll::Ready(Waited::Send);
         }
+        let woke = match wait.phase.as_mut().project() {
+            PhaseProj::Joining => return Poll::Ready(Woke::Joining),
+            PhaseProj::Sleeping { sleep } => {
+                ready!(sleep.as_mut().poll(cx));
+                Woke::Slept
+            }
+            PhaseProj::Queued { queue, deadline } => {
+                if deadline
+                    .as_mut()
+                    .is_some_and(|at| at.as_mut().poll(cx).is_ready())
+                {
+                    // It keeps its place until the session has read when to send it again.
+                    *wait.woke = true;
+                    return Poll::Ready(Woke::QueueExpired);
+                }
+                Woke::Released(ready!(queue.poll_release(cx)))
+            }
+            PhaseProj::Readying => {
+                return Poll::Ready(match ready!(service.poll_ready(cx)) {
+                    Ok(()) => Woke::Ready,
+                    Err(error) => {
+                        drop(wait.token.take());
+                        Woke::NotReady(error)
+                    }
+                });
+            }
+        };
+        wait.phase.set(Phase::Readying);
+        *wait.woke = true;
+        Poll::Ready(woke)
     }
+}
+
+/// The abort signal, if the wait watches one and it fired: the wait ends, its token refunded
+/// (this retry will not be sent).
+fn poll_aborted<Res, E>(
+    wait: &mut WaitProj<'_, Res, E>,
+    cx: &mut Context<'_>,
+    abort: Option<&AbortSignal>,
+    authority: Option<&Authority>,
+) -> Option<Woke<E>> {
+    let watch = wait.watch.as_mut()?.as_mut();
+    let abort = abort.expect("a watch comes from the abort signal");
+    let Poll::Ready(forbidden) = watch.poll_abort(cx, abort, authority) else {
+        return None;
+    };
+    *wait.watch = None;
+    let interrupted = wait.phase.interrupted();
+    wait.phase.set(Phase::Readying);
+    drop(wait.token.take());
+    Some(Woke::Aborted(forbidden, interrupted))
 }

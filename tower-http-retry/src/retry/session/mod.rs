@@ -36,8 +36,9 @@ mod rotation_tests;
 pub(crate) mod tests;
 mod trail;
 mod verdict;
+mod waited;
 
-pub(crate) use pacing::{AfterSleep, FirstQueue};
+pub(crate) use waited::{AfterWait, Interrupted, Woke};
 
 use trail::Trail;
 use verdict::Facts;

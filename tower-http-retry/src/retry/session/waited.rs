@@ -1,0 +1,186 @@
+//! What the session does when a wait between attempts ends: the [`Wait`](crate::retry::wait)
+//! only waits and says how it ended ([`Woke`]); [`Session::after_wait`] decides the next step
+//! ([`AfterWait`]) from that and `now`, and the response future does what it says.
+
+use super::pacing::{AfterSleep, FirstQueue};
+use super::Session;
+use crate::abort::{Forbidden, Listener};
+use crate::classify::Classify;
+use crate::message::{RetryRequest, RetryResponse};
+use crate::pacing::{PassGuard, QueueWait};
+use crate::report::StopReason;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How a wait between attempts ended.
+pub(crate) enum Woke<E> {
+    /// The abort signal fired, interrupting what the wait was doing.
+    Aborted(Forbidden, Interrupted),
+    /// A first attempt to an endpoint that was down when it was made is first polled: its turn
+    /// to join the endpoint's queue.
+    Joining,
+    /// The delay is over.
+    Slept,
+    /// The pacer let it go.
+    Released(PassGuard),
+    /// The request's deadline came while it waited in the queue (the wait still holds its place,
+    /// passed beside the event).
+    QueueExpired,
+    /// The service is ready for the next attempt.
+    Ready,
+    /// The service failed to become ready.
+    NotReady(E),
+}
+
+/// What a wait was doing when it was cut short.
+pub(crate) enum Interrupted {
+    /// Sleeping, with this much left.
+    Sleep(Duration),
+    /// Waiting in the endpoint's queue.
+    Queue,
+    /// Nothing to account for (joining, or readying the service).
+    Nothing,
+}
+
+/// The next step after a wait.
+pub(crate) enum AfterWait<Res, E> {
+    /// Wait in the endpoint's queue until the pacer lets it go or until `deadline`: the pacer,
+    /// not the budget, lets it go (a budget token held is refunded). `listener`, if any, ends
+    /// the wait early on shutdown.
+    Queue {
+        queue: QueueWait,
+        deadline: Option<Instant>,
+        listener: Option<Listener>,
+    },
+    /// Poll the service to readiness.
+    Ready,
+    /// Send the next attempt: the budget token held is spent.
+    Send,
+    /// No attempt follows: finish with the last outcome and this reason (the token refunded).
+    Stop(StopReason),
+    /// No attempt follows: finish with this outcome and reason.
+    StopWith(Result<Res, E>, StopReason),
+    /// A first attempt handed back unsent: the request is finished, with this output.
+    Done(Result<Res, E>),
+}
+
+impl<Req, C> Session<Req, C>
+where
+    Req: RetryRequest,
+{
+    /// The step after a wait that ended as `woke` at `now`. `queue` is the place the wait still
+    /// holds in its endpoint's queue, if any; `retrying` whether the wait holds a last outcome
+    /// (a retry), or none (a first attempt).
+    pub(crate) fn after_wait<Res, E>(
+        &mut self,
+        woke: Woke<E>,
+        queue: Option<&QueueWait>,
+        retrying: bool,
+        now: Instant,
+    ) -> AfterWait<Res, E>
+    where
+        Res: RetryResponse,
+        C: Classify<Res, E>,
+    {
+        match woke {
+            Woke::Aborted(forbidden, interrupted) => {
+                self.interrupted(interrupted, now);
+                if retrying {
+                    return AfterWait::Stop(self.stop_for(forbidden, now));
+                }
+                // Aborted before the first attempt: there is no outcome yet, send now.
+                AfterWait::Ready
+            }
+            Woke::Joining => match self.join_first_queue(now) {
+                FirstQueue::Joined(queue, listener) => AfterWait::Queue {
+                    queue,
+                    deadline: self.deadline(),
+                    listener,
+                },
+                FirstQueue::TurnedAway(lane, resend) => self
+                    .hand_back(resend, now, || lane.turned_away(now))
+                    .map_or(AfterWait::Ready, AfterWait::Done),
+                FirstQueue::Go => AfterWait::Ready,
+            },
+            Woke::Slept => {
+                self.sleep_ended();
+                match self.queue_after_sleep(now) {
+                    // Paced meanwhile: the pacer, not the budget, lets it go.
+                    AfterSleep::Queue(queue) => AfterWait::Queue {
+                        queue,
+                        deadline: self.deadline(),
+                        listener: None,
+                    },
+                    AfterSleep::Deferred(lane, deferred) => {
+                        if retrying {
+                            // Paced meanwhile and no room in the queue: not sent ahead of the
+                            // probes, handed back with when to retry.
+                            self.resend_in(deferred.resend);
+                            return AfterWait::Stop(StopReason::Deferred);
+                        }
+                        // A first attempt has no outcome to return: handed back unsent if the
+                        // classifier can, else sent.
+                        self.hand_back(deferred.resend, now, || lane.turned_away(now))
+                            .map_or(AfterWait::Ready, AfterWait::Done)
+                    }
+                    AfterSleep::Send => AfterWait::Ready,
+                }
+            }
+            Woke::Released(pass) => {
+                self.released(pass, now);
+                AfterWait::Ready
+            }
+            Woke::QueueExpired => {
+                let queue = queue.expect("a wait in the queue holds its place");
+                self.left_queue(now);
+                self.sleep_ended();
+                if retrying {
+                    // The deadline came before the pacer let it go: handed back, with when to
+                    // try again.
+                    self.resend_in(queue.defer(now));
+                    return AfterWait::Stop(StopReason::Deferred);
+                }
+                // A first attempt has no outcome to return: handed back unsent if the
+                // classifier can, else sent.
+                let resend = queue.resend_after(now);
+                self.hand_back(resend, now, || queue.deferred())
+                    .map_or(AfterWait::Ready, AfterWait::Done)
+            }
+            // Ready only after the deadline (another request held the permit): the retry is not
+            // sent and its token goes back. A first attempt, which has no outcome to return
+            // instead, is sent all the same.
+            Woke::Ready if retrying && self.past_deadline(now) => {
+                AfterWait::Stop(StopReason::Deadline)
+            }
+            Woke::Ready => AfterWait::Send,
+            Woke::NotReady(error) => AfterWait::StopWith(Err(error), StopReason::NotReady),
+        }
+    }
+
+    /// A wait cut short by the abort signal: the time it waited, and its end.
+    fn interrupted(&mut self, interrupted: Interrupted, now: Instant) {
+        match interrupted {
+            Interrupted::Sleep(remaining) => {
+                self.cut_last_sleep(remaining);
+                self.sleep_ended();
+            }
+            Interrupted::Queue => {
+                self.left_queue(now);
+                self.sleep_ended();
+            }
+            Interrupted::Nothing => {}
+        }
+    }
+}
+
+impl<Req, C> Session<Req, C> {
+    /// The response future was dropped mid-wait (an outer timeout fired): the report shows the
+    /// time waited.
+    pub(crate) fn wait_dropped(&mut self, interrupted: Interrupted, now: Instant) {
+        match interrupted {
+            Interrupted::Sleep(remaining) => self.cut_last_sleep(remaining),
+            Interrupted::Queue => self.left_queue(now),
+            Interrupted::Nothing => {}
+        }
+    }
+}
