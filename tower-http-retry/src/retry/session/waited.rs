@@ -184,3 +184,107 @@ impl<Req, C> Session<Req, C> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The wait's decisions fed events and instants: no timer, no queue, no service.
+    use super::super::tests::{builder, config, sent, Req, Res, MS};
+    use super::*;
+    use crate::HttpClassifier;
+    use http::Method;
+    use std::convert::Infallible;
+
+    type Step = AfterWait<Res, Infallible>;
+
+    fn after(
+        session: &mut Session<Req, HttpClassifier>,
+        woke: Woke<Infallible>,
+        retrying: bool,
+        now: Instant,
+    ) -> Step {
+        session.after_wait(woke, None, retrying, now)
+    }
+
+    fn stop(step: Step) -> StopReason {
+        match step {
+            AfterWait::Stop(reason) | AfterWait::StopWith(_, reason) => reason,
+            _ => panic!("expected a stop"),
+        }
+    }
+
+    #[test]
+    fn an_abort_stops_a_retry_and_sends_a_first_attempt() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::GET);
+        let now = Instant::now();
+        let step = after(
+            &mut session,
+            Woke::Aborted(Forbidden::Shutdown, Interrupted::Nothing),
+            true,
+            now,
+        );
+        assert_eq!(stop(step), StopReason::Aborted);
+
+        let mut session = sent(&config, Method::GET);
+        let held = Woke::Aborted(Forbidden::Held(now + 300 * MS), Interrupted::Sleep(50 * MS));
+        assert_eq!(stop(after(&mut session, held, true, now)), StopReason::Held);
+
+        let mut session = sent(&config, Method::GET);
+        let first = Woke::Aborted(Forbidden::Shutdown, Interrupted::Nothing);
+        assert!(matches!(
+            after(&mut session, first, false, now),
+            AfterWait::Ready
+        ));
+    }
+
+    #[test]
+    fn a_retry_ready_only_past_the_deadline_stops_and_a_first_attempt_is_sent() {
+        let config = config(builder().deadline(Duration::from_secs(1)));
+        let mut session = sent(&config, Method::GET);
+        let started = session.started().unwrap();
+        assert!(matches!(
+            after(&mut session, Woke::Ready, true, started + 1000 * MS),
+            AfterWait::Send
+        ));
+        assert_eq!(
+            stop(after(&mut session, Woke::Ready, true, started + 1001 * MS)),
+            StopReason::Deadline
+        );
+        assert!(matches!(
+            after(&mut session, Woke::Ready, false, started + 1001 * MS),
+            AfterWait::Send
+        ));
+    }
+
+    #[test]
+    fn a_service_that_fails_readiness_stops_with_its_error() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::GET);
+        let now = Instant::now();
+        let gone = || std::io::Error::other("gone");
+        let step: AfterWait<Res, std::io::Error> =
+            session.after_wait(Woke::NotReady(gone()), None, true, now);
+        match step {
+            AfterWait::StopWith(Err(error), reason) => {
+                assert_eq!(reason, StopReason::NotReady);
+                assert_eq!(error.to_string(), "gone");
+            }
+            _ => panic!("expected a stop with the service's error"),
+        }
+    }
+
+    #[test]
+    fn without_a_pacer_a_wait_that_ends_goes_to_the_service() {
+        let config = config(builder());
+        let mut session = sent(&config, Method::GET);
+        let now = Instant::now();
+        assert!(matches!(
+            after(&mut session, Woke::Slept, true, now),
+            AfterWait::Ready
+        ));
+        assert!(matches!(
+            after(&mut session, Woke::Joining, false, now),
+            AfterWait::Ready
+        ));
+    }
+}
