@@ -6,6 +6,8 @@ use super::endpoints::Endpoints;
 use super::gate::HedgeGate;
 use super::sketch::SketchRules;
 use super::stats::{Counters, Event};
+use crate::retry::budget::Withdrawal;
+use crate::retry::stats::Counters as RetryCounters;
 use crate::retry::{Idempotency, RetryBudget, TokenBucket};
 use http::uri::Authority;
 use std::fmt;
@@ -30,7 +32,23 @@ pub(crate) struct Config<C> {
 #[derive(Debug)]
 pub(crate) struct Charges {
     pub(crate) cap: TokenBucket,
-    pub(crate) budget: Option<Arc<dyn RetryBudget>>,
+    pub(crate) budget: Option<SharedBudget>,
+}
+
+/// The shared retry budget a hedge is charged to, with the counters its grants, denials and
+/// refunds go to: the retry layer's when the budget came with it
+/// ([`retry_layer`](crate::HedgeLayerBuilder::retry_layer)), so that its stats count what hedges
+/// took from the budget as well as what retries took.
+#[derive(Clone)]
+pub(crate) struct SharedBudget {
+    pub(crate) budget: Arc<dyn RetryBudget>,
+    pub(crate) counters: RetryCounters,
+}
+
+impl fmt::Debug for SharedBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.budget.fmt(f)
+    }
 }
 
 /// Why a hedge was not sent.
@@ -52,26 +70,37 @@ impl Refusal {
 }
 
 /// A hedge paid for and not sent yet: dropped unspent (its request finished first, or its
-/// service failed to get ready), it gives its tokens back.
-#[derive(Debug)]
+/// service failed to get ready), it gives its tokens back. Its budget token is a retry's
+/// ([`Withdrawal`]): one type, one refund rule.
 pub(crate) struct Admission {
     charges: Arc<Charges>,
+    budget: Option<Withdrawal>,
     spent: bool,
+}
+
+impl fmt::Debug for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admission")
+            .field("budget", &self.budget.is_some())
+            .field("spent", &self.spent)
+            .finish()
+    }
 }
 
 impl Admission {
     pub(crate) fn spend(mut self) {
         self.spent = true;
+        if let Some(budget) = self.budget.take() {
+            budget.spend();
+        }
     }
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
         if !self.spent {
+            // The budget's token, if any, is refunded as it drops.
             self.charges.cap.refund();
-            if let Some(budget) = &self.charges.budget {
-                budget.refund();
-            }
         }
     }
 }
@@ -87,14 +116,19 @@ impl<C> Config<C> {
         if !charges.cap.withdraw() {
             return Err(Refusal::Cap);
         }
-        if let Some(budget) = &charges.budget {
-            if !budget.withdraw() {
-                charges.cap.refund();
-                return Err(Refusal::Budget);
-            }
-        }
+        let budget = match &charges.budget {
+            Some(shared) => match Withdrawal::take(&shared.budget, &shared.counters) {
+                Some(token) => Some(token),
+                None => {
+                    charges.cap.refund();
+                    return Err(Refusal::Budget);
+                }
+            },
+            None => None,
+        };
         Ok(Admission {
             charges: Arc::clone(charges),
+            budget,
             spent: false,
         })
     }
@@ -147,7 +181,13 @@ mod tests {
                 pause_share: 0.5,
             },
             max_hedges: 1,
-            charges: Arc::new(Charges { cap, budget }),
+            charges: Arc::new(Charges {
+                cap,
+                budget: budget.map(|budget| SharedBudget {
+                    budget,
+                    counters: RetryCounters::default(),
+                }),
+            }),
             gates,
             endpoints: Endpoints::new(8),
             counters: Counters::default(),

@@ -1,6 +1,6 @@
 //! [`HedgeLayer`] and its builder.
 
-use super::config::{Charges, Config};
+use super::config::{Charges, Config, SharedBudget};
 use super::endpoints::Endpoints;
 use super::gate::HedgeGate;
 use super::service::Hedge;
@@ -10,6 +10,7 @@ use crate::classify::HttpClassifier;
 use crate::error::{
     at_least_one, duration_at_most_max, in_range, positive_duration, InvalidConfig,
 };
+use crate::retry::stats::Counters as RetryCounters;
 use crate::retry::{Idempotency, RetryBudget, TokenBucket};
 use crate::RetryLayer;
 use std::fmt;
@@ -172,7 +173,7 @@ pub struct HedgeLayerBuilder<C = HttpClassifier> {
     min_samples: u32,
     max_hedges: u32,
     idempotency: Idempotency,
-    budget: Option<Arc<dyn RetryBudget>>,
+    budget: Option<SharedBudget>,
     gates: Vec<Arc<dyn HedgeGate>>,
     max_endpoints: usize,
 }
@@ -252,7 +253,10 @@ impl<C> HedgeLayerBuilder<C> {
 
     /// Charges every hedge to `budget` too, as a retry: give it the one the retry layer spends.
     pub fn budget(mut self, budget: Arc<dyn RetryBudget>) -> Self {
-        self.budget = Some(budget);
+        self.budget = Some(SharedBudget {
+            budget,
+            counters: RetryCounters::default(),
+        });
         self
     }
 
@@ -263,7 +267,11 @@ impl<C> HedgeLayerBuilder<C> {
         retry: &RetryLayer<R>,
     ) -> Self {
         // A budget set before stays when the retry layer has none.
-        self.budget = retry.budget().cloned().or(self.budget);
+        let shared = retry.budget().map(|budget| SharedBudget {
+            budget: Arc::clone(budget),
+            counters: retry.counters().clone(),
+        });
+        self.budget = shared.or(self.budget);
         self.gates.push(Arc::new(retry.clone()));
         self
     }

@@ -7,7 +7,7 @@ use super::config::{Config, Settings};
 use super::idempotency::Idempotency;
 use super::nested::NestedLayers;
 use super::service::Retry;
-use super::stats::RetryStats;
+use super::stats::{Counters, RetryStats};
 use crate::abort::AbortSignal;
 use crate::classify::HttpClassifier;
 use crate::error::InvalidConfig;
@@ -183,6 +183,12 @@ impl<C> RetryLayer<C> {
     /// The retry budget, if one is configured.
     pub fn budget(&self) -> Option<&Arc<dyn RetryBudget>> {
         self.config.settings.budget.as_ref()
+    }
+
+    /// The counters behind [`stats`](Self::stats): a hedging layer charged to this layer's
+    /// budget counts its grants there too.
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.config.counters
     }
 
     /// The backoff policy.

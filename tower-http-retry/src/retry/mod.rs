@@ -45,7 +45,7 @@
 
 mod attempt;
 mod backoff;
-mod budget;
+pub(crate) mod budget;
 mod config;
 mod deadline;
 mod future;
@@ -55,7 +55,7 @@ mod nested;
 mod presets;
 mod service;
 pub(crate) mod session;
-mod stats;
+pub(crate) mod stats;
 mod wait;
 mod watch;
 

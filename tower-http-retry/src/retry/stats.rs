@@ -77,10 +77,13 @@ pub struct RetryStats {
     /// Successful responses that said their quota was used up (a rate-limit header with nothing
     /// remaining) and paused their endpoint until its reset; with [pacing](crate::Pacing) only.
     pub quota_paused: u64,
-    /// Retries refused by the budget.
+    /// Retries (and hedges charged to this layer's budget) refused by the budget.
     pub budget_denied: u64,
-    /// Tokens the budget granted for retries. Each is either spent on a retry that was sent or
-    /// refunded, so `budget_granted - budget_refunded == retries` once no request is waiting.
+    /// Tokens the budget granted for retries, and for the hedges of a
+    /// [`HedgeLayer`](crate::HedgeLayer) charged to this layer's budget
+    /// ([`retry_layer`](crate::HedgeLayerBuilder::retry_layer)). Each is either spent on a retry
+    /// or a hedge that was sent, or refunded, so `budget_granted - budget_refunded == retries +
+    /// hedges` once no request is waiting.
     pub budget_granted: u64,
     /// Budget tokens given back because a sleep was abandoned (counted whatever the budget does
     /// with a refund: `tower`'s `TpsBudget` cannot take one back).

@@ -183,8 +183,8 @@ async fn under_the_retry_layer_a_request_whose_copies_all_failed_is_retried() {
         }
     });
     let client = ServiceBuilder::new()
-        .layer(retry)
-        .layer(hedge)
+        .layer(retry.clone())
+        .layer(hedge.clone())
         .service(service);
     let response = client.oneshot(get("/g")).await.unwrap();
     assert_eq!(response.status(), 200);
@@ -195,6 +195,10 @@ async fn under_the_retry_layer_a_request_whose_copies_all_failed_is_retried() {
         3,
         "two copies of the first attempt, one of the retry"
     );
+    // The budget's stats count what the hedge took from it beside what the retry took.
+    let stats = retry.stats();
+    assert_eq!((hedge.stats().hedges, stats.retries), (1, 1));
+    assert_eq!(stats.budget_granted - stats.budget_refunded, 2);
 }
 
 #[tokio::test(start_paused = true)]

@@ -453,10 +453,16 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         {
             return false;
         }
+        self.deposit();
+        self.finished_first_try(StopReason::Success)
+    }
+
+    /// A success earns the budget its deposit: the one place it is paid.
+    #[inline]
+    fn deposit(&self) {
         if let Some(budget) = &self.config.settings.budget {
             budget.deposit();
         }
-        self.finished_first_try(StopReason::Success)
     }
 
     /// [`decide`](Self::decide), `result` classified as `classified`.
@@ -475,9 +481,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         // The pacer learns what the response was, before the server's word changes it.
         let booked = self.book(&facts, result, &mut now);
         if facts.outcome == Outcome::Success {
-            if let Some(budget) = &self.config.settings.budget {
-                budget.deposit();
-            }
+            self.deposit();
         }
         let verdict = self.ladder(&facts, &mut now);
         match booked {
