@@ -332,10 +332,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         let after = self.delays().last().map(|delay| delay.source);
         self.config.counters.attempt(self.attempts, after);
+        // In the attempt's span, entered first: the event carries its method, address and port.
+        let span = telemetry::enter_attempt(request, self.attempts);
         decision!(attempt = self.attempts, "sending attempt");
         Sending {
             inner: mark_inner(self.inner_layers_mark()),
-            span: telemetry::enter_attempt(request, self.attempts),
+            span,
         }
     }
 
