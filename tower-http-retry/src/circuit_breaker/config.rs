@@ -7,7 +7,7 @@ use crate::abort::AbortSignal;
 use crate::error::{at_least_one, in_range, not_below, positive_duration, ratio, InvalidConfig};
 use crate::random::RandomSource;
 use crate::retry::{Backoff, Jitter};
-use crate::telemetry::Labels;
+use crate::telemetry::{self, Labels};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,8 @@ pub(crate) struct Settings {
     pub(crate) random: RandomSource,
     /// The `layer` label of the breakers' metrics.
     pub(crate) metrics_label: Option<Arc<str>>,
+    /// The authorities whose breakers' metrics carry their `authority` label (per authority).
+    pub(crate) metrics_authorities: Vec<Box<str>>,
 }
 
 impl Default for Settings {
@@ -48,6 +50,7 @@ impl Default for Settings {
             abort: None,
             random: RandomSource::default(),
             metrics_label: None,
+            metrics_authorities: Vec::new(),
         }
     }
 }
@@ -110,6 +113,7 @@ impl Settings {
         if self.metrics_label.as_deref() == Some("") {
             return Err(InvalidConfig::new("metrics_label", "must not be empty"));
         }
+        telemetry::check_metrics_authorities(&self.metrics_authorities)?;
         Ok(Config {
             consecutive_failures: self.consecutive_failures,
             failure_ratio: self.failure_ratio,
@@ -120,7 +124,7 @@ impl Settings {
             open_jitter: self.open_jitter,
             half_open_probes: self.half_open_probes,
             successes_to_close: self.successes_to_close,
-            labels: Labels::new(self.metrics_label.as_deref(), &[]),
+            labels: Labels::new(self.metrics_label.as_deref(), &self.metrics_authorities),
         })
     }
 }

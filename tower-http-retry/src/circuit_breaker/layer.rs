@@ -332,6 +332,25 @@ impl<C> CircuitBreakerLayerBuilder<C> {
         self
     }
 
+    /// Names the authorities whose breakers' metrics (circuits by state, transitions,
+    /// rejections) also carry `authority="<authority>"` (feature `metrics`), with one breaker
+    /// per authority ([`build_per_authority`](Self::build_per_authority)): the scrape of an
+    /// outage names the upstream whose circuit is open. The same allowlist as
+    /// [`RetryLayerBuilder::metrics_authorities`](crate::retry::RetryLayerBuilder::metrics_authorities)
+    /// (at most 64, each the host with the port when the URI has one, compared in lower case;
+    /// the others counted without the label); more than 64, or an empty one, fails the build.
+    pub fn metrics_authorities<I>(mut self, authorities: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.settings.metrics_authorities = authorities
+            .into_iter()
+            .map(|authority| authority.as_ref().to_ascii_lowercase().into())
+            .collect();
+        self
+    }
+
     /// Where the open-duration jitter is drawn from (seed it in tests).
     pub fn random_source(mut self, random: RandomSource) -> Self {
         self.settings.random = random;

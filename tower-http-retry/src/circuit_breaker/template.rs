@@ -9,6 +9,7 @@ use super::config::{Config, Settings};
 use super::state::{Breaker, Hold};
 use crate::abort::AbortSignal;
 use crate::error::InvalidConfig;
+use crate::pacing::endpoint_key;
 use crate::random::RandomSource;
 use http::uri::Authority;
 use std::sync::Arc;
@@ -55,8 +56,13 @@ impl<C> Template<C> {
             Hold::Everyone
         };
         let abort = self.abort.clone().map(|signal| (signal, hold));
+        let mut config = self.config.clone();
+        if self.per_authority {
+            // Its metrics carry its authority when the layer lists it.
+            config.labels = config.labels.for_endpoint(&endpoint_key(authority));
+        }
         Arc::new(Shared {
-            breaker: Breaker::new(self.config.clone(), abort, &self.random),
+            breaker: Breaker::new(config, abort, &self.random),
             classifier: Arc::clone(&self.classifier),
         })
     }

@@ -15,18 +15,13 @@ use crate::error::{at_least_one, duration_at_most_max, non_zero, InvalidConfig};
 use crate::hint::HintPolicy;
 use crate::pacing::{Pacer, Pacing};
 use crate::random::RandomSource;
-use crate::telemetry::Labels;
+use crate::telemetry::{self, Labels};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// The clock HTTP-date `Retry-After` values are measured against.
 pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
-
-/// The most endpoints
-/// [`RetryLayerBuilder::metrics_authorities`](crate::retry::RetryLayerBuilder::metrics_authorities)
-/// may list.
-pub(crate) const MAX_METRICS_AUTHORITIES: usize = 64;
 
 /// Everything but the classifier, as the builder collects it: a type-changing
 /// [`classifier`](crate::retry::RetryLayerBuilder::classifier) setter moves it whole.
@@ -90,21 +85,7 @@ impl Settings {
         if self.metrics_label.as_deref() == Some("") {
             return Err(InvalidConfig::new("metrics_label", "must not be empty"));
         }
-        if self.metrics_authorities.len() > MAX_METRICS_AUTHORITIES {
-            return Err(InvalidConfig::new(
-                "metrics_authorities",
-                format!(
-                    "lists {}: at most {MAX_METRICS_AUTHORITIES}, each a series of its own",
-                    self.metrics_authorities.len()
-                ),
-            ));
-        }
-        if self.metrics_authorities.iter().any(|a| a.is_empty()) {
-            return Err(InvalidConfig::new(
-                "metrics_authorities",
-                "must not list an empty authority",
-            ));
-        }
+        telemetry::check_metrics_authorities(&self.metrics_authorities)?;
         duration_at_most_max("first_attempt_jitter", self.first_attempt_jitter)?;
         if let Some(deadline) = self.deadline {
             non_zero("deadline", deadline)?;

@@ -44,11 +44,16 @@ static METADATA: Metadata<'static> =
 /// | `http_client_retry_circuit_transitions_total` | counter | transitions | `state`: `open` (a trip), `half_open`, `closed` | a circuit entered this state |
 /// | `http_client_retry_circuit_rejections_total` | counter | requests | | requests a circuit turned away (open, its probes taken, or not readied while open) |
 ///
-/// Every label has a fixed set of values: no authority, path or status is a label, so a client
-/// talking to many hosts still makes a bounded number of series. A layer built with
+/// Every label has a bounded set of values: no path or status is a label, and an authority only
+/// where it is allowlisted, so a client talking to many hosts still makes a bounded number of
+/// series. A layer built with
 /// [`metrics_label`](crate::retry::RetryLayerBuilder::metrics_label) adds `layer` (its own,
 /// constant) to its own and its pacer's; a breaker's get it from
 /// [`CircuitBreakerLayerBuilder::metrics_label`](crate::circuit_breaker::CircuitBreakerLayerBuilder::metrics_label).
+/// `authority` labels the pacer's metrics of the endpoints listed in
+/// [`RetryLayerBuilder::metrics_authorities`](crate::retry::RetryLayerBuilder::metrics_authorities),
+/// and the circuits of a breaker per authority listed in
+/// [`CircuitBreakerLayerBuilder::metrics_authorities`](crate::circuit_breaker::CircuitBreakerLayerBuilder::metrics_authorities).
 ///
 /// ```
 /// // After installing a recorder (e.g. metrics-exporter-prometheus's):

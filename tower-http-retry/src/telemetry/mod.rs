@@ -18,6 +18,8 @@
 // an attempt is sent). Without its feature each function is an empty inline function and
 // `Attempt` is the inner future itself, so the core names no feature and pays nothing.
 
+use crate::error::InvalidConfig;
+
 #[cfg(feature = "metrics")]
 mod metrics;
 #[cfg(not(feature = "metrics"))]
@@ -48,3 +50,29 @@ macro_rules! decision {
     };
 }
 pub(crate) use decision;
+
+/// The most endpoints
+/// [`RetryLayerBuilder::metrics_authorities`](crate::retry::RetryLayerBuilder::metrics_authorities)
+/// may list.
+pub(crate) const MAX_METRICS_AUTHORITIES: usize = 64;
+
+/// An allowlist of authorities whose metrics carry their `authority` label (a retry layer's
+/// pacer, a breaker per authority): at most [`MAX_METRICS_AUTHORITIES`], none empty.
+pub(crate) fn check_metrics_authorities(authorities: &[Box<str>]) -> Result<(), InvalidConfig> {
+    if authorities.len() > MAX_METRICS_AUTHORITIES {
+        return Err(InvalidConfig::new(
+            "metrics_authorities",
+            format!(
+                "lists {}: at most {MAX_METRICS_AUTHORITIES}, each a series of its own",
+                authorities.len()
+            ),
+        ));
+    }
+    if authorities.iter().any(|a| a.is_empty()) {
+        return Err(InvalidConfig::new(
+            "metrics_authorities",
+            "must not list an empty authority",
+        ));
+    }
+    Ok(())
+}

@@ -126,3 +126,34 @@ fn a_labelled_breaker_records_under_its_label() {
             .is_err());
     });
 }
+
+#[test]
+fn a_breaker_per_authority_names_the_listed_authority_whose_circuit_opened() {
+    with_recorder(true, |snapshotter| async move {
+        let layer = CircuitBreakerLayer::builder()
+            .consecutive_failures(2)
+            .open_duration(10 * SEC)
+            .metrics_authorities(["BREAKER.test"])
+            .build_per_authority(16)
+            .unwrap();
+        let service = layer.layer(endpoint());
+        for _ in 0..3 {
+            let _ = service.clone().oneshot(get()).await;
+        }
+        let m = Readings::take(&snapshotter);
+        let upstream = ("authority", "breaker.test");
+        assert_eq!(m.gauge_of(CIRCUITS, &[upstream, ("state", "open")]), 1.0);
+        assert_eq!(m.counter(TRANSITIONS, &[upstream, ("state", "open")]), 1);
+        assert_eq!(m.counter(REJECTIONS, &[upstream]), 1);
+        assert_eq!(
+            m.gauge_of(CIRCUITS, &[("state", "open")]),
+            0.0,
+            "nothing without the label"
+        );
+        let too_many = (0..65).map(|n| format!("h{n}.test"));
+        assert!(CircuitBreakerLayer::builder()
+            .metrics_authorities(too_many)
+            .build_per_authority(16)
+            .is_err());
+    });
+}
