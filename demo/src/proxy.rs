@@ -10,7 +10,7 @@
 //!   `Idempotency-Key` (the upstream can then recognise the repeat); a POST without one is sent
 //!   once and its 503 passed on.
 //! * **Errors.** An open circuit becomes a 503 with `Retry-After`; a timed-out last attempt a
-//!   504; a transport error a 502. Each response says how many attempts it took
+//!   504; a transport error a 502 (`tower_http_retry_hyper::proxy::error_response`, published). Each response says how many attempts it took
 //!   ([`ATTEMPTS`]) and why the retry layer stopped ([`STOP`]).
 //! * **No retries on top.** When the retry layer has itself retried, held back on purpose (its
 //!   budget ran out, the circuit is open) or the upstream asked it to
@@ -33,13 +33,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tower::timeout::error::Elapsed;
 use tower::timeout::Timeout;
-use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
 use tower_http_retry::circuit_breaker::CircuitBreaker;
-use tower_http_retry::circuit_breaker::CircuitOpen;
 use tower_http_retry::retry::Retry;
 use tower_http_retry::{CircuitBreakerLayer, HttpClassifier, RetryLayer, RetryReport};
+use tower_http_retry_hyper::proxy;
 
 /// The largest request body the proxy forwards. Bodies are buffered whole so that a retry can
 /// send them again; the bound keeps that memory in check.
@@ -50,7 +49,7 @@ pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-proxy-attempts");
 /// Why the retry layer stopped, in a response header.
 pub const STOP: HeaderName = HeaderName::from_static("x-proxy-stop");
 /// The caller's cue not to retry (`false`), honoured by this crate and by many SDKs.
-pub const SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+pub const SHOULD_RETRY: HeaderName = proxy::SHOULD_RETRY;
 
 /// The body sent upstream: buffered, so every attempt can send it again.
 pub type Body = Full<Bytes>;
@@ -136,35 +135,17 @@ async fn forward(State(proxy): State<Proxy>, request: Request) -> Response {
     // The report of the request whatever the outcome, errors included.
     let (result, report) = RetryReport::capture(proxy.forwarder.oneshot(upstream)).await;
     let mut response = match result {
-        Ok(response) => response.map(AxumBody::new),
-        Err(error) => error_response(&error),
+        Ok(mut response) => {
+            // The proxy has retried (or held back on purpose): a caller that retried on top
+            // would multiply the upstream's load, three attempts per hop.
+            proxy::stand_down(response.headers_mut(), &report);
+            response.map(AxumBody::new)
+        }
+        // 503 and `Retry-After` for an open circuit, 504 for a timeout, 502 otherwise.
+        Err(error) => proxy::error_response(&*error, &report),
     };
     let headers = response.headers_mut();
     headers.insert(ATTEMPTS, HeaderValue::from(report.attempts));
     headers.insert(STOP, HeaderValue::from_static(report.stop.as_str()));
-    // The proxy has retried (or held back on purpose): a caller that retried on top would
-    // multiply the upstream's load, three attempts per hop.
-    if report.asks_callers_to_stand_down() {
-        headers.insert(SHOULD_RETRY, HeaderValue::from_static("false"));
-    }
     response
-}
-
-/// What the proxy's caller sees when no upstream response came back.
-fn error_response(error: &BoxError) -> Response {
-    if let Some(open) = error.downcast_ref::<CircuitOpen>() {
-        // Whole seconds, rounded up: a client that waits this long finds the circuit half-open.
-        let seconds = open.retry_after().as_secs_f64().ceil().max(1.0) as u64;
-        let retry_after = [(header::RETRY_AFTER, seconds.to_string())];
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            retry_after,
-            "upstream circuit open",
-        )
-            .into_response();
-    }
-    if error.is::<Elapsed>() {
-        return (StatusCode::GATEWAY_TIMEOUT, "upstream timed out").into_response();
-    }
-    (StatusCode::BAD_GATEWAY, "upstream unreachable").into_response()
 }

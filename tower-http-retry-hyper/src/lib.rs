@@ -3,6 +3,8 @@
 //! request a rotating HTTP/2 server turns away unprocessed is sent again, whatever its method,
 //! and none it processed is sent twice. Opt-in: [`rotation_safe_client`] (a
 //! [`RotationSafeClient`] on a [`SerialExecutor`]) and the [`StreamSlotsLayer`] in front of it.
+//! And, for a reverse proxy on hyper, what it answers when no upstream response came back
+//! ([`proxy::error_response`]: 502, 504, or 503 with `Retry-After` for an open circuit).
 //!
 //! # Why
 //!
@@ -86,6 +88,7 @@
 mod client;
 mod connector;
 mod executor;
+pub mod proxy;
 mod slots;
 
 pub use client::{rotation_safe_client, ExecutorGone, RotationSafeClient, RotationSafeFuture};
