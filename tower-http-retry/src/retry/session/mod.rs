@@ -162,14 +162,14 @@ impl<Req, C> Session<Req, C> {
     }
 
     /// The pacer let the request go with `pass`: its next outcome is recorded with it.
-    pub(crate) fn released(&mut self, pass: PassGuard, now: Instant) {
+    pub(super) fn released(&mut self, pass: PassGuard, now: Instant) {
         self.left_queue(now);
         self.sleep_ended();
         self.waits().pass = Some(pass);
     }
 
     /// The stop an abort signal's `forbidden` means at `now`, with when to try again.
-    pub(crate) fn stop_for(&mut self, forbidden: Forbidden, now: Instant) -> StopReason {
+    pub(super) fn stop_for(&mut self, forbidden: Forbidden, now: Instant) -> StopReason {
         match forbidden {
             Forbidden::Shutdown => StopReason::Aborted,
             Forbidden::Held(until) => {
@@ -191,18 +191,18 @@ impl<Req, C> Session<Req, C> {
 
     /// When the request started, if it has a deadline.
     #[cfg(test)]
-    pub(crate) fn started(&self) -> Option<Instant> {
+    pub(super) fn started(&self) -> Option<Instant> {
         self.deadline.started()
     }
 
     /// When the deadline falls, if there is one.
-    pub(crate) fn deadline(&self) -> Option<Instant> {
+    pub(super) fn deadline(&self) -> Option<Instant> {
         self.deadline.at()
     }
 
     /// Whether the deadline has passed at `now`: a retry whose service became ready only then
     /// is not sent.
-    pub(crate) fn past_deadline(&self, now: Instant) -> bool {
+    pub(super) fn past_deadline(&self, now: Instant) -> bool {
         self.deadline.passed(now)
     }
 
@@ -287,7 +287,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// Sends `request` to `service`, keeping a copy if another attempt may follow.
     #[inline]
-    pub(crate) fn send_request<S: Service<Req>>(
+    pub(super) fn send_request<S: Service<Req>>(
         &mut self,
         mut request: Req,
         service: &mut S,
@@ -408,7 +408,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// [`first_try_success`](Self::first_try_success), then
     /// [`decide_classified`](Self::decide_classified).)
     #[cfg(test)]
-    pub(crate) fn decide<Res, E>(
+    pub(super) fn decide<Res, E>(
         &mut self,
         result: &Result<Res, E>,
         now: impl FnOnce() -> Instant,

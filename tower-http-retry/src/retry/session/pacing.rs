@@ -249,7 +249,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// With pacing, a request whose sleep began while its endpoint was open and ended while it
     /// is paced waits in its queue instead of firing on its own timer; and if the queue cannot
     /// take it (full, or a predicted wait beyond the deadline), it is not sent either.
-    pub(crate) fn queue_after_sleep(&mut self, now: Instant) -> AfterSleep {
+    pub(super) fn queue_after_sleep(&mut self, now: Instant) -> AfterSleep {
         if self.config.pacer.is_none() {
             return AfterSleep::Send;
         }
@@ -289,7 +289,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// Where the first attempt goes at `now`, when its endpoint was down as it was made: into
     /// the queue, at once, or (the queue cannot take it) turned away.
-    pub(crate) fn join_first_queue(&mut self, now: Instant) -> FirstQueue {
+    pub(super) fn join_first_queue(&mut self, now: Instant) -> FirstQueue {
         let config = Arc::clone(&self.config);
         let Some(pacer) = config.pacer.as_ref() else {
             return FirstQueue::Go;
@@ -320,7 +320,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// known to be down. The report says [`StopReason::Deferred`], no attempt, and when to send
     /// it again (`resend`, spread by the request's own jitter, or later when the layer knows
     /// more); `count` books it to the pacer. `None`: the classifier cannot, and it is sent.
-    pub(crate) fn hand_back<Res, E>(
+    pub(super) fn hand_back<Res, E>(
         &mut self,
         resend: Resend,
         now: Instant,
@@ -344,7 +344,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 impl<Req, C> Session<Req, C> {
     /// The request is to be sent again after `resend`: its own jitter spreads it within the
     /// place the pacer gave it.
-    pub(crate) fn resend_in(&mut self, resend: Resend) {
+    pub(super) fn resend_in(&mut self, resend: Resend) {
         let jitter = uniform(Duration::ZERO, resend.spread, self.rng());
         self.retry_in(resend.after.saturating_add(jitter));
     }

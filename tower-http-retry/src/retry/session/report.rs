@@ -66,7 +66,7 @@ impl<Req, C> Session<Req, C> {
 
     /// The last sleep is over, run out or cut short: the histogram counts the time it lasted
     /// (not the time planned, and nothing for a sleep abandoned by dropping the future).
-    pub(crate) fn sleep_ended(&self) {
+    pub(super) fn sleep_ended(&self) {
         let last = self.waits.as_ref().and_then(|w| w.trail.last_retry_wait());
         if let Some(last) = last {
             self.config
@@ -77,21 +77,21 @@ impl<Req, C> Session<Req, C> {
 
     /// The request leaves an endpoint's queue at `now` (let through, aborted, deferred or
     /// dropped): its wait is recorded with the time it lasted.
-    pub(crate) fn left_queue(&mut self, now: Instant) {
+    pub(super) fn left_queue(&mut self, now: Instant) {
         if let Some(waits) = self.waits.as_mut() {
             waits.trail.left_queue(now);
         }
     }
 
     /// The last sleep was aborted with `remaining` left: the report shows the time slept.
-    pub(crate) fn cut_last_sleep(&mut self, remaining: Duration) {
+    pub(super) fn cut_last_sleep(&mut self, remaining: Duration) {
         if let Some(waits) = self.waits.as_mut() {
             waits.trail.cut_last(remaining);
         }
     }
 
     /// Sending the request again makes sense in `resend_after`: the report says so.
-    pub(crate) fn retry_in(&mut self, resend_after: Duration) {
+    pub(super) fn retry_in(&mut self, resend_after: Duration) {
         self.trail().resend_in(resend_after);
     }
 

@@ -68,7 +68,7 @@ impl Trail {
 
     /// The request left the queue at `now` (let through, aborted, deferred or dropped): its
     /// wait lasted until then.
-    pub(crate) fn left_queue(&mut self, now: Instant) {
+    pub(super) fn left_queue(&mut self, now: Instant) {
         if let (Some(queued_at), Some(last)) = (self.queued_at.take(), self.delays.last_mut()) {
             last.duration = now.saturating_duration_since(queued_at);
         }
@@ -82,7 +82,7 @@ impl Trail {
     }
 
     /// Sending again makes sense in `resend`, from now.
-    pub(crate) fn resend_in(&mut self, resend: Duration) {
+    pub(super) fn resend_in(&mut self, resend: Duration) {
         self.resend = Some(resend);
     }
 
