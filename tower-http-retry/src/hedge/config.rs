@@ -37,7 +37,7 @@ pub(crate) struct Charges {
 
 /// The shared retry budget a hedge is charged to, with the counters its grants, denials and
 /// refunds go to: the retry layer's when the budget came with it
-/// ([`retry_layer`](crate::HedgeLayerBuilder::retry_layer)), so that its stats count what hedges
+/// ([`retry_layer`](crate::hedge::HedgeLayerBuilder::retry_layer)), so that its stats count what hedges
 /// took from the budget as well as what retries took.
 #[derive(Clone)]
 pub(crate) struct SharedBudget {

@@ -80,8 +80,8 @@ pub struct RetryStats {
     /// Retries (and hedges charged to this layer's budget) refused by the budget.
     pub budget_denied: u64,
     /// Tokens the budget granted for retries, and for the hedges of a
-    /// [`HedgeLayer`](crate::HedgeLayer) charged to this layer's budget
-    /// ([`retry_layer`](crate::HedgeLayerBuilder::retry_layer)). Each is either spent on a retry
+    /// [`HedgeLayer`](crate::hedge::HedgeLayer) charged to this layer's budget
+    /// ([`retry_layer`](crate::hedge::HedgeLayerBuilder::retry_layer)). Each is either spent on a retry
     /// or a hedge that was sent, or refunded, so `budget_granted - budget_refunded == retries +
     /// hedges` once no request is waiting.
     pub budget_granted: u64,
