@@ -432,7 +432,10 @@ impl EndpointHealth {
         let mut endpoints = lock(&self.endpoints);
         let before = endpoints.get(endpoint).copied();
         let after = next(before, change, &self.rules);
-        if after == before {
+        // An operator's enable or disable is written even when this view had nothing to change
+        // (a process that never read the endpoint): the store may hold another state.
+        let explicit = matches!(change, Change::Enable | Change::Disable(_));
+        if after == before && !(explicit && self.shared.is_some()) {
             return None;
         }
         match after {
@@ -676,6 +679,18 @@ mod tests {
         later.sync("e").await;
         assert_eq!(later.disabled("e"), None);
         assert_eq!(a.store_errors() + restarted.store_errors(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_operator_enables_from_a_process_that_never_read_the_endpoint() {
+        let store = MemoryStore::default();
+        let worker = EndpointHealth::shared(HealthRules::new(), store.clone());
+        assert_eq!(worker.gone("e"), Some(DisableReason::Gone));
+        worker.flush().await;
+        let admin = EndpointHealth::shared(HealthRules::new(), store.clone());
+        admin.enable("e");
+        admin.flush().await;
+        assert!(lock(&store.values).is_empty(), "enabled for the fleet");
     }
 
     #[tokio::test]

@@ -22,6 +22,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tower_http_retry::pacing::PacingBuilder;
 use tower_http_retry::retry::{FailUnsentBuilder, Idempotency};
 use tower_http_retry::{InvalidConfig, Pacing, RetryLayer};
 
@@ -274,20 +275,35 @@ impl Schedule {
 
     /// The retry layer a worker sends deliveries through, as this schedule's sequences want it:
     /// [`max_attempts`](SlotSequence::max_attempts), the slot's deadline, every request
-    /// repeatable (the delivery id lets the receiver deduplicate), endpoint pacing on, and new
-    /// requests the pacer will not let through in time handed back unsent
-    /// ([`fail_unsent`](tower_http_retry::retry::RetryLayerBuilder::fail_unsent)). Give it your
-    /// own [`Pacing`] (a fleet store, other rates) with
-    /// [`pacing`](tower_http_retry::retry::RetryLayerBuilder::pacing) before building.
+    /// repeatable (the delivery id lets the receiver deduplicate), endpoint pacing on
+    /// ([`pacing`](Self::pacing)), and new requests the pacer will not let through soon handed
+    /// back unsent ([`fail_unsent`](tower_http_retry::retry::RetryLayerBuilder::fail_unsent)).
+    /// For a fleet store or other rates, give it
+    /// `.pacing(schedule.pacing().store(store).build()?)` before building.
     pub fn retry_layer(&self) -> FailUnsentBuilder {
+        let pacing = self.pacing().build().expect("the preset pacing is valid");
         RetryLayer::builder()
             .max_attempts(self.sequence.max_attempts)
             .deadline(self.sequence.deadline)
             .idempotency(Idempotency::Any)
-            .pacing(Pacing::default())
+            .pacing(pacing)
             .fail_unsent()
     }
+
+    /// The endpoint pacing of [`retry_layer`](Self::retry_layer): the defaults, and no delivery
+    /// kept in an endpoint's queue for longer than [`MAX_QUEUE_WAIT`] (one predicted to wait
+    /// longer is stored again at the pacer's time). A worker holds few deliveries at once: one
+    /// that waited its slot's deadline in the queue of an endpoint that is down held a worker's
+    /// place all that time, and a healthy endpoint's deliveries behind a dead one's backlog
+    /// were never reached (none of 200 in 60 s behind 5,000, 4 workers holding 10 each).
+    pub fn pacing(&self) -> PacingBuilder {
+        Pacing::builder().max_queue_wait(MAX_QUEUE_WAIT)
+    }
 }
+
+/// The longest a delivery waits in an endpoint's queue in the worker's hands
+/// ([`Schedule::pacing`]): about two probe intervals of the pacer's defaults.
+pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 /// The most slots a schedule may have.
 const MAX_SLOTS: usize = 64;

@@ -149,6 +149,7 @@ impl Default for Pacing {
 /// | [`loss_threshold`](Self::loss_threshold) | 0.05 | a capacity limit is found with few rejections |
 /// | [`regain`](Self::regain) | 1 s | after a loss, 70 % of the accepted rate back to 100 % in a second |
 /// | [`max_waiters`](Self::max_waiters) | 65,536 per endpoint | past it a request is deferred, not queued |
+/// | [`max_queue_wait`](Self::max_queue_wait) | none: the request's deadline | a request predicted to wait longer is deferred, not queued |
 /// | [`max_endpoints`](Self::max_endpoints) | 1,024 | the state kept is bounded |
 /// | [`first_attempts`](Self::first_attempts) | on | new requests to a dead endpoint wait too |
 /// | [`congestion`](Self::congestion) | 429, 502, 503, 504 | plus timeouts and connection failures |
@@ -163,6 +164,7 @@ pub struct PacingBuilder {
     loss_threshold: f64,
     regain: Duration,
     max_waiters: usize,
+    max_queue_wait: Duration,
     max_endpoints: usize,
     first_attempts: bool,
     congestion: Vec<StatusCode>,
@@ -179,6 +181,7 @@ impl Default for PacingBuilder {
             loss_threshold: 0.05,
             regain: Duration::from_secs(1),
             max_waiters: 65_536,
+            max_queue_wait: Duration::MAX,
             max_endpoints: 1024,
             first_attempts: true,
             congestion: [429, 502, 503, 504]
@@ -230,6 +233,18 @@ impl PacingBuilder {
     /// The most requests waiting for one endpoint (at least 1).
     pub fn max_waiters(mut self, waiters: usize) -> Self {
         self.max_waiters = waiters;
+        self
+    }
+
+    /// The longest wait in an endpoint's queue a request joins it for, as the pacer predicts it
+    /// (by default only the request's deadline bounds it). A request predicted to wait longer
+    /// is deferred instead: with [`fail_unsent`](crate::retry::RetryLayerBuilder::fail_unsent), a
+    /// first attempt is handed back at once with when to send it again, and a retry stops with
+    /// [`StopReason::Deferred`](crate::StopReason::Deferred). For callers that have somewhere
+    /// better to keep a request than the queue: a durable queue's worker, whose request held in
+    /// the queue would hold one of its few slots, and the requests to healthy endpoints behind it.
+    pub fn max_queue_wait(mut self, wait: Duration) -> Self {
+        self.max_queue_wait = wait;
         self
     }
 
@@ -299,6 +314,7 @@ impl PacingBuilder {
                 loss_threshold: self.loss_threshold,
                 idle_to_open: Duration::from_secs(1).max(self.ramp_interval * 2),
                 max_waiters: self.max_waiters,
+                max_queue_wait: self.max_queue_wait,
                 max_endpoints: self.max_endpoints,
                 first_attempts: self.first_attempts,
                 congestion: self.congestion,

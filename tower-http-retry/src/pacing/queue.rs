@@ -58,7 +58,7 @@ impl QueueWait {
         let config = endpoint.pacing();
         let mut state = endpoint.lock();
         let wait = state.predicted_wait(config, state.queue.len(), now);
-        if wait > room || state.queue.len() >= config.max_waiters {
+        if wait > room.min(config.max_queue_wait) || state.queue.len() >= config.max_waiters {
             let resend = if first {
                 state.peek_turn_away(config, now)
             } else {

@@ -18,6 +18,8 @@ pub struct PacingRules {
     pub(crate) loss_threshold: f64,
     pub(crate) idle_to_open: Duration,
     pub(crate) max_waiters: usize,
+    /// The longest predicted wait a request joins the queue for (else it is deferred).
+    pub(crate) max_queue_wait: Duration,
     pub(crate) max_endpoints: usize,
     pub(crate) first_attempts: bool,
     pub(crate) congestion: Vec<StatusCode>,
