@@ -339,15 +339,14 @@ impl<C> CircuitBreakerLayerBuilder<C> {
     /// [`RetryLayerBuilder::metrics_authorities`](crate::retry::RetryLayerBuilder::metrics_authorities)
     /// (at most 64, each the host with the port when the URI has one, compared in lower case;
     /// the others counted without the label); more than 64, or an empty one, fails the build.
+    /// A single breaker ([`build`](Self::build)) guards every authority at once and carries no
+    /// `authority` label.
     pub fn metrics_authorities<I>(mut self, authorities: I) -> Self
     where
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        self.settings.metrics_authorities = authorities
-            .into_iter()
-            .map(|authority| authority.as_ref().to_ascii_lowercase().into())
-            .collect();
+        self.settings.metrics_authorities = crate::telemetry::authority_list(authorities);
         self
     }
 

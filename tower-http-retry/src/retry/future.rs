@@ -195,7 +195,8 @@ where
                         .expect("a request that waits keeps a service");
                     let session = &mut *this.session;
                     let abort = session.config().settings.abort.as_ref();
-                    let authority = session.authority();
+                    // Only a wait that watches an abort signal reads the endpoint.
+                    let authority = abort.and_then(|_| session.authority());
                     let woke =
                         ready!(wait
                             .as_mut()

@@ -464,10 +464,7 @@ impl<C> RetryLayerBuilder<C> {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        self.settings.metrics_authorities = authorities
-            .into_iter()
-            .map(|authority| authority.as_ref().to_ascii_lowercase().into())
-            .collect();
+        self.settings.metrics_authorities = crate::telemetry::authority_list(authorities);
         self
     }
 

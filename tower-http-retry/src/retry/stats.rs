@@ -85,7 +85,8 @@ pub struct RetryStats {
     /// or a hedge that was sent, or refunded, so `budget_granted - budget_refunded == retries +
     /// hedges` once no request is waiting.
     pub budget_granted: u64,
-    /// Budget tokens given back because a sleep was abandoned (counted whatever the budget does
+    /// Budget tokens given back because a sleep was abandoned, or a hedge charged to this
+    /// layer's budget was not sent (counted whatever the budget does
     /// with a refund: `tower`'s `TpsBudget` cannot take one back).
     pub budget_refunded: u64,
     /// Requests sent again because the server turned them away unprocessed

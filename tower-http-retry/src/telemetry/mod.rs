@@ -56,6 +56,18 @@ pub(crate) use decision;
 /// may list.
 pub(crate) const MAX_METRICS_AUTHORITIES: usize = 64;
 
+/// An allowlist as the builders take it: each authority in lower case, as endpoints are keyed.
+pub(crate) fn authority_list<I>(authorities: I) -> Vec<Box<str>>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    authorities
+        .into_iter()
+        .map(|authority| authority.as_ref().to_ascii_lowercase().into())
+        .collect()
+}
+
 /// An allowlist of authorities whose metrics carry their `authority` label (a retry layer's
 /// pacer, a breaker per authority): at most [`MAX_METRICS_AUTHORITIES`], none empty.
 pub(crate) fn check_metrics_authorities(authorities: &[Box<str>]) -> Result<(), InvalidConfig> {

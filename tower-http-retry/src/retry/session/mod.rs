@@ -332,13 +332,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         let after = self.delays().last().map(|delay| delay.source);
         self.config.counters.attempt(self.attempts, after);
-        // In the attempt's span, entered first: the event carries its method, address and port.
+        // The mark first, then the span, which the event is in: it carries the attempt's
+        // method, address and port.
+        let inner = mark_inner(self.inner_layers_mark());
         let span = telemetry::enter_attempt(request, self.attempts);
         decision!(attempt = self.attempts, "sending attempt");
-        Sending {
-            inner: mark_inner(self.inner_layers_mark()),
-            span,
-        }
+        Sending { inner, span }
     }
 
     /// Keeps `kept` of the attempt being sent, in the place left pending while it is sent.
