@@ -23,11 +23,11 @@
 
 use crate::schedule::unix_ms;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tower_http_retry::InvalidConfig;
@@ -239,16 +239,25 @@ impl<T: HealthStore + ?Sized> HealthStore for Arc<T> {
 /// The engine side of a shared health.
 struct Shared {
     store: Arc<dyn HealthStore>,
-    /// Changes made in the process's view, not yet written to the store.
-    pending: Mutex<Vec<(String, Change)>>,
+    /// Changes made in the process's view and not yet written to the store, oldest first: the
+    /// flusher removes one only once it is written. The view of an endpoint is always what was
+    /// last read of it with its pending changes applied on top.
+    pending: Mutex<VecDeque<(String, Change)>>,
     /// When each endpoint's state was last read from the store.
     read_at: Mutex<HashMap<String, Instant>>,
-    /// Store calls that failed, and stored values that could not be read.
+    /// Store calls that failed, stored values that could not be read, and changes dropped
+    /// past [`MAX_PENDING`].
     errors: AtomicU64,
-    /// Changes made in the process's view so far: a read from the store that began before
-    /// one of them is not adopted (it would undo a change not yet written).
-    changes: AtomicU64,
+    /// A flush is running: one at a time, so that changes are written in their order.
+    flushing: AtomicBool,
+    /// Changes written so far: a read that began before one was written is not adopted (the
+    /// write is newer than what it read, and no longer pending).
+    written: AtomicU64,
 }
+
+/// The most changes kept for a store that does not answer; past it the oldest are dropped (and
+/// counted in [`EndpointHealth::store_errors`]).
+const MAX_PENDING: usize = 10_000;
 
 /// The health of each endpoint the process delivers to. Cloning shares it.
 ///
@@ -305,7 +314,8 @@ impl EndpointHealth {
                 pending: Mutex::default(),
                 read_at: Mutex::default(),
                 errors: AtomicU64::new(0),
-                changes: AtomicU64::new(0),
+                flushing: AtomicBool::new(false),
+                written: AtomicU64::new(0),
             })),
             ..Self::new(rules)
         }
@@ -380,14 +390,15 @@ impl EndpointHealth {
         let fresh = lock(&shared.read_at)
             .get(endpoint)
             .is_some_and(|at| at.elapsed() < REFRESH);
-        if fresh {
+        // A flush running elsewhere keeps the view as it writes.
+        if fresh || shared.flushing.load(Ordering::Acquire) {
             return;
         }
-        let changes = shared.changes.load(Ordering::Relaxed);
+        let written = shared.written.load(Ordering::Acquire);
         match shared.store.get(endpoint).await {
             Ok(stored) => {
                 let state = self.parse(shared, stored.as_deref());
-                self.adopt(shared, endpoint, state, changes);
+                self.adopt(shared, endpoint, state, Some(written));
             }
             Err(_) => {
                 shared.errors.fetch_add(1, Ordering::Relaxed);
@@ -395,27 +406,34 @@ impl EndpointHealth {
         }
     }
 
-    /// With a shared store: writes the changes made since the last flush, each applied to the
-    /// stored state by compare-and-swap (a success elsewhere in the fleet ends a failing run
-    /// here too). Without one, nothing.
+    /// With a shared store: writes the changes made since the last flush, in their order, each
+    /// applied to the stored state by compare-and-swap (a success elsewhere in the fleet ends a
+    /// failing run here too). One flush runs at a time; a call while another runs returns at
+    /// once. Without a store, nothing.
     pub async fn flush(&self) {
         let Some(shared) = &self.shared else {
             return;
         };
-        let pending = std::mem::take(&mut *lock(&shared.pending));
-        let mut changes = pending.into_iter();
-        while let Some((endpoint, change)) = changes.next() {
-            if self.publish(shared, &endpoint, change).await.is_err() {
-                shared.errors.fetch_add(1, Ordering::Relaxed);
-                // Kept, in order, before any change made meanwhile.
-                let mut pending = lock(&shared.pending);
-                let later = std::mem::take(&mut *pending);
-                pending.push((endpoint, change));
-                pending.extend(changes);
-                pending.extend(later);
-                return;
+        if shared.flushing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        loop {
+            let Some((endpoint, change)) = lock(&shared.pending).front().cloned() else {
+                break;
+            };
+            match self.publish(shared, &endpoint, change).await {
+                Ok(state) => {
+                    lock(&shared.pending).pop_front();
+                    shared.written.fetch_add(1, Ordering::AcqRel);
+                    self.adopt(shared, &endpoint, state, None);
+                }
+                Err(_) => {
+                    shared.errors.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
             }
         }
+        shared.flushing.store(false, Ordering::Release);
     }
 
     /// Calls to the shared store that failed, and stored values that could not be read (0
@@ -443,9 +461,13 @@ impl EndpointHealth {
             None => endpoints.remove(endpoint),
         };
         if let Some(shared) = &self.shared {
-            // Under the view's lock, as `adopt` checks it.
-            shared.changes.fetch_add(1, Ordering::Relaxed);
-            lock(&shared.pending).push((endpoint.to_owned(), change));
+            // Under the view's lock, as `adopt` folds the pending changes over what it read.
+            let mut pending = lock(&shared.pending);
+            if pending.len() >= MAX_PENDING {
+                pending.pop_front();
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            pending.push_back((endpoint.to_owned(), change));
         }
         drop(endpoints);
         match (before, after) {
@@ -455,21 +477,19 @@ impl EndpointHealth {
         }
     }
 
-    /// Applies `change` to the stored state of `endpoint`, and adopts the result.
+    /// Applies `change` to the stored state of `endpoint`; returns the state stored after it.
     async fn publish(
         &self,
         shared: &Shared,
         endpoint: &str,
         change: Change,
-    ) -> Result<(), BoxError> {
-        let seen = shared.changes.load(Ordering::Relaxed);
+    ) -> Result<Option<State>, BoxError> {
         for _ in 0..SWAP_TRIES {
             let stored = shared.store.get(endpoint).await?;
             let current = self.parse(shared, stored.as_deref());
             let new = next(current, change, &self.rules);
             if new == current {
-                self.adopt(shared, endpoint, current, seen);
-                return Ok(());
+                return Ok(current);
             }
             let written = new.map(|state| serde_json::to_string(&state).expect("plain data"));
             if shared
@@ -477,8 +497,7 @@ impl EndpointHealth {
                 .swap(endpoint, stored.as_deref(), written.as_deref())
                 .await?
             {
-                self.adopt(shared, endpoint, new, seen);
-                return Ok(());
+                return Ok(new);
             }
         }
         Err(
@@ -497,15 +516,28 @@ impl EndpointHealth {
         state.ok()
     }
 
-    /// Takes the stored state as the process's view of `endpoint`, unless the view changed
-    /// since `seen` (the count of changes when the store was read): that change is not written
-    /// yet, and the store's state would undo it until then.
-    fn adopt(&self, shared: &Shared, endpoint: &str, state: Option<State>, seen: u64) {
+    /// Takes `stored`, the state read or written for `endpoint`, as the process's view, with
+    /// the endpoint's changes still pending applied on top (none is undone before it is
+    /// written). `written_before`: the count of writes when a read began; a read older than a
+    /// write is not adopted.
+    fn adopt(
+        &self,
+        shared: &Shared,
+        endpoint: &str,
+        stored: Option<State>,
+        written_before: Option<u64>,
+    ) {
         let mut endpoints = lock(&self.endpoints);
-        if seen != shared.changes.load(Ordering::Relaxed) {
+        if written_before.is_some_and(|seen| seen != shared.written.load(Ordering::Acquire)) {
             return;
         }
-        match state {
+        let view = lock(&shared.pending)
+            .iter()
+            .filter(|(pending, _)| pending == endpoint)
+            .fold(stored, |state, (_, change)| {
+                next(state, *change, &self.rules)
+            });
+        match view {
             Some(state) => endpoints.insert(endpoint.to_owned(), state),
             None => endpoints.remove(endpoint),
         };
@@ -598,6 +630,7 @@ mod tests {
     struct MemoryStore {
         values: Arc<Mutex<HashMap<String, String>>>,
         fail: Arc<std::sync::atomic::AtomicBool>,
+        fail_writes: Arc<std::sync::atomic::AtomicBool>,
     }
 
     impl HealthStore for MemoryStore {
@@ -614,7 +647,12 @@ mod tests {
             expected: Option<&'a str>,
             new: Option<&'a str>,
         ) -> StoreFuture<'a, bool> {
-            let result = self.check().map(|()| {
+            let writes = if self.fail_writes.load(Ordering::Relaxed) {
+                Err("read-only".into())
+            } else {
+                Ok(())
+            };
+            let result = self.check().and(writes).map(|()| {
                 let mut values = lock(&self.values);
                 if values.get(endpoint).map(String::as_str) != expected {
                     return false;
@@ -679,6 +717,30 @@ mod tests {
         later.sync("e").await;
         assert_eq!(later.disabled("e"), None);
         assert_eq!(a.store_errors() + restarted.store_errors(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_change_not_yet_written_is_never_undone_by_a_read() {
+        let store = MemoryStore::default();
+        let health = EndpointHealth::shared(HealthRules::new(), store.clone());
+        store.fail_writes.store(true, Ordering::Relaxed);
+        assert_eq!(health.gone("e"), Some(DisableReason::Gone));
+        // The write fails, the read works and finds nothing: the 410 stays in the view.
+        health.sync("e").await;
+        assert_eq!(health.disabled("e"), Some(DisableReason::Gone));
+        assert!(health.store_errors() >= 1);
+        // A failure then a 410, written in their order once the store takes writes again.
+        let later = SystemTime::now();
+        assert_eq!(health.failed("f", later), None);
+        health.gone("f");
+        store.fail_writes.store(false, Ordering::Relaxed);
+        health.flush().await;
+        assert_eq!(health.disabled("f"), Some(DisableReason::Gone));
+        let fresh = EndpointHealth::shared(HealthRules::new(), store.clone());
+        fresh.sync("e").await;
+        fresh.sync("f").await;
+        assert_eq!(fresh.disabled("e"), Some(DisableReason::Gone));
+        assert_eq!(fresh.disabled("f"), Some(DisableReason::Gone));
     }
 
     #[tokio::test]

@@ -275,8 +275,10 @@ async fn the_receiver_stops_a_delivery_or_disables_its_endpoint<Q, D>(
         "{:?}",
         redelivery.stats()
     );
-    drop(worker);
+    // Read while the worker's runtime runs: a pool connection its handlers opened (Postgres)
+    // is driven by that runtime and dies with it.
     let letters = dead_letters(outbox.dead()).await.unwrap();
+    drop(worker);
     for letter in &letters {
         if letter.delivery.id().starts_with("abort") {
             assert_eq!(letter.reason, DeadReason::Aborted);
