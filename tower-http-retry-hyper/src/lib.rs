@@ -4,7 +4,8 @@
 //! and none it processed is sent twice. Opt-in: [`rotation_safe_client`] (a
 //! [`RotationSafeClient`] on a [`SerialExecutor`]) and the [`StreamSlotsLayer`] in front of it.
 //! And, for a reverse proxy on hyper, what it answers when no upstream response came back
-//! ([`proxy::error_response`]: 502, 504, or 503 with `Retry-After` for an open circuit).
+//! ([`proxy::error_response`]: 502, 504, or 503 with `Retry-After` for an open circuit or a
+//! [pool](tower_http_retry::pool) whose every upstream asked to wait).
 //!
 //! # Why
 //!

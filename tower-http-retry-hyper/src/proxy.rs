@@ -4,7 +4,7 @@
 //!
 //! | the error (anywhere in its chain) | status | `Retry-After` |
 //! |---|---|---|
-//! | [`CircuitOpen`] | 503 | until the circuit lets a probe through (whole seconds, at least 1) |
+//! | [`CircuitOpen`] (a breaker's, or a [pool](tower_http_retry::pool)'s whose every upstream is held) | 503 | until the circuit lets a probe through, or the first upstream may be asked again (whole seconds, at least 1) |
 //! | a timeout ([`tower::timeout::error::Elapsed`]) | 504 | the retry layer's [`resend_after`](RetryReport::resend_after), if any |
 //! | anything else (refused, reset, a DNS failure) | 502 | the same |
 //!

@@ -200,7 +200,8 @@ pub(crate) fn ratio(field: &'static str, value: f64) -> Result<(), InvalidConfig
 /// The call was refused by a circuit breaker without reaching the inner service: the circuit is
 /// open, or half-open with every probe slot taken, or it was open when the service was polled for
 /// readiness (the inner service was then not made ready, so the call cannot be sent even if the
-/// circuit lets calls through by then).
+/// circuit lets calls through by then). A [pool](crate::pool) whose every upstream asked to be
+/// left alone refuses the same way, until the first of them may be asked again.
 ///
 /// It is returned as a `tower::BoxError`; find it with `downcast_ref`. The retry layer's
 /// [`HttpClassifier`](crate::HttpClassifier) classifies it as permanent for this call, whatever
@@ -239,6 +240,9 @@ enum Refusal {
     ProbesTaken,
     /// Open when the service was polled for readiness, no longer refusing at the call.
     NotReadied,
+    /// Every upstream of a [pool](crate::pool) asked to be left alone until `half_open_at` or
+    /// later.
+    PoolHeld,
 }
 
 impl CircuitOpen {
@@ -265,6 +269,14 @@ impl CircuitOpen {
         Self {
             refusal: Refusal::NotReadied,
             ..Self::new(now)
+        }
+    }
+
+    /// Every upstream of a [pool](crate::pool) is held, the first until `until`.
+    pub(crate) fn held(until: Instant) -> Self {
+        Self {
+            refusal: Refusal::PoolHeld,
+            ..Self::new(until)
         }
     }
 
@@ -313,6 +325,11 @@ impl fmt::Display for CircuitOpen {
                 wait => write!(f, ": next probe in {wait:?}"),
             },
             Refusal::ProbesTaken => f.write_str(": every half-open probe slot is taken"),
+            Refusal::PoolHeld => write!(
+                f,
+                ": every upstream of the pool asked to be left alone, the first for another {:?}",
+                self.retry_after()
+            ),
             Refusal::NotReadied => f.write_str(
                 " when the service was polled for readiness, so the call was not sent; \
                  the next call may go through now",

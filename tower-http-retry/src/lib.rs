@@ -54,6 +54,7 @@
 //! | [`circuit_breaker`] | the circuit breaker, one per authority with the keyed layer; its state, its counters, its refusal ([`CircuitOpen`](circuit_breaker::CircuitOpen)), how it fits the retry layer |
 //! | [`hedge`] | hedging: a second copy of a slow request, paid from a cap and the retry budget, gated by the pacer and the breaker; its counters |
 //! | [`pacing`] | endpoint pacing: its configuration, an endpoint's mode and state |
+//! | [`pool`] | a pool of upstreams under the retry layer, with one hint scope per upstream (a proxy's) |
 //! | [`hint`] | what a response says about retrying (`Retry-After`, rate-limit headers, stand-down markers) and the policy that clamps and spreads it |
 //! | [`classify`] | outcomes, the classifier trait, the default HTTP table, classifiers from closures, errors' `source()` chains |
 //! | [`body`] | request bodies that can be sent again; transient response bodies read before a sleep |
@@ -111,6 +112,7 @@ pub mod hedge;
 pub mod hint;
 mod message;
 pub mod pacing;
+pub mod pool;
 mod random;
 pub mod report;
 #[cfg(feature = "reqwest")]

@@ -1,10 +1,9 @@
 //! What the middlewares need to know about requests and responses, as traits so that other HTTP
 //! types (reqwest's, for one) can be retried and guarded too.
 
-use crate::hint::RetryInfo;
 use crate::report::{HedgeReport, ReportSlot, RetryReport};
 use http::uri::Authority;
-use http::{HeaderMap, Method, StatusCode};
+use http::{Extensions, HeaderMap, Method, StatusCode};
 use std::borrow::Cow;
 
 /// What every request exposes to the middlewares: its method, headers and authority.
@@ -88,7 +87,10 @@ impl<B: Clone> RetryRequest for http::Request<B> {
     }
 }
 
-/// A response the middlewares can classify and the retry layer can annotate.
+/// A response the middlewares can classify and the retry layer can annotate: its status and
+/// headers to classify it, its extensions to carry what the layers attach (the
+/// [`RetryReport`], the [`HedgeReport`]) and what a layer below says of it (a body reader's
+/// [`RetryInfo`](crate::hint::RetryInfo), a pool's [`UpstreamHeld`](crate::hint::UpstreamHeld)).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a response type the retry layer knows",
     note = "`http::Response<B>` and `reqwest::Response` (feature `reqwest`) implement `RetryResponse`"
@@ -100,30 +102,11 @@ pub trait RetryResponse {
     /// The headers, to read `Retry-After`.
     fn headers(&self) -> &HeaderMap;
 
-    /// Attaches the report of the request (to the extensions, for `http::Response`).
-    fn attach_report(&mut self, report: RetryReport);
+    /// The extensions, to read what a layer below put there.
+    fn extensions(&self) -> &Extensions;
 
-    /// The report attached by [`attach_report`](Self::attach_report), if any; read it with
-    /// [`RetryReport::of`].
-    fn report(&self) -> Option<&RetryReport>;
-
-    /// Attaches the [`HedgeLayer`](crate::hedge::HedgeLayer)'s report (to the extensions, for
-    /// `http::Response`). The default drops it.
-    fn attach_hedge_report(&mut self, report: HedgeReport) {
-        let _ = report;
-    }
-
-    /// The report attached by [`attach_hedge_report`](Self::attach_hedge_report), if any; read
-    /// it with [`HedgeReport::of`].
-    fn hedge_report(&self) -> Option<&HedgeReport> {
-        None
-    }
-
-    /// The `google.rpc.RetryInfo` a body reader put in the response's extensions, if any (see
-    /// [`RetryInfo`]). The default has none.
-    fn retry_info(&self) -> Option<RetryInfo> {
-        None
-    }
+    /// The extensions, to attach the reports.
+    fn extensions_mut(&mut self) -> &mut Extensions;
 }
 
 impl<B> RetryResponse for http::Response<B> {
@@ -135,24 +118,12 @@ impl<B> RetryResponse for http::Response<B> {
         self.headers()
     }
 
-    fn attach_report(&mut self, report: RetryReport) {
-        self.extensions_mut().insert(report);
+    fn extensions(&self) -> &Extensions {
+        self.extensions()
     }
 
-    fn report(&self) -> Option<&RetryReport> {
-        self.extensions().get()
-    }
-
-    fn attach_hedge_report(&mut self, report: HedgeReport) {
-        self.extensions_mut().insert(report);
-    }
-
-    fn hedge_report(&self) -> Option<&HedgeReport> {
-        self.extensions().get()
-    }
-
-    fn retry_info(&self) -> Option<RetryInfo> {
-        self.extensions().get().copied()
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        self.extensions_mut()
     }
 }
 
@@ -166,7 +137,7 @@ impl HedgeReport {
     /// assert_eq!(HedgeReport::of(&http::Response::new(())), None);
     /// ```
     pub fn of<R: RetryResponse>(response: &R) -> Option<&HedgeReport> {
-        response.hedge_report()
+        response.extensions().get()
     }
 }
 
@@ -176,7 +147,7 @@ impl RetryReport {
     /// the `reqwest` feature), or [`FIRST_TRY`](Self::FIRST_TRY) when none is.
     pub fn of<R: RetryResponse>(response: &R) -> &RetryReport {
         static FIRST_TRY: RetryReport = RetryReport::FIRST_TRY;
-        response.report().unwrap_or(&FIRST_TRY)
+        response.extensions().get().unwrap_or(&FIRST_TRY)
     }
 
     /// [`of`](Self::of), owned: a copy that outlives `response` (to return from a closure that

@@ -2,12 +2,10 @@
 //! user-facing text is on [`RetryLayer`](crate::RetryLayer#retrying-reqwest).
 
 use crate::classify::AsStdError;
-use crate::hint::RetryInfo;
 use crate::message::{RequestHead, RetryRequest, RetryResponse};
-use crate::report::{HedgeReport, RetryReport};
 use ::reqwest::{Error, Request, Response};
 use http::uri::Authority;
-use http::{HeaderMap, Method, StatusCode};
+use http::{Extensions, HeaderMap, Method, StatusCode};
 use std::borrow::Cow;
 
 impl RequestHead for Request {
@@ -51,24 +49,12 @@ impl RetryResponse for Response {
         Response::headers(self)
     }
 
-    fn attach_report(&mut self, report: RetryReport) {
-        self.extensions_mut().insert(report);
+    fn extensions(&self) -> &Extensions {
+        Response::extensions(self)
     }
 
-    fn report(&self) -> Option<&RetryReport> {
-        self.extensions().get()
-    }
-
-    fn attach_hedge_report(&mut self, report: HedgeReport) {
-        self.extensions_mut().insert(report);
-    }
-
-    fn hedge_report(&self) -> Option<&HedgeReport> {
-        self.extensions().get()
-    }
-
-    fn retry_info(&self) -> Option<RetryInfo> {
-        self.extensions().get().copied()
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        Response::extensions_mut(self)
     }
 }
 

@@ -191,7 +191,8 @@ impl HttpClassifier {
         now: std::time::SystemTime,
     ) -> ServerHint {
         let hint = self.hints.read(response.status(), response.headers(), now);
-        self.hints.or_retry_info(hint, response.retry_info())
+        self.hints
+            .or_retry_info(hint, response.extensions().get().copied())
     }
 
     fn set(&mut self, code: u16, outcome: Outcome) {

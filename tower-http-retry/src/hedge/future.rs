@@ -256,7 +256,9 @@ where
                 }
                 if race.copies > 1 {
                     if let Ok(response) = &mut result {
-                        response.attach_hedge_report(HedgeReport::new(race.copies, winner));
+                        response
+                            .extensions_mut()
+                            .insert(HedgeReport::new(race.copies, winner));
                     }
                 }
                 return Poll::Ready(result);

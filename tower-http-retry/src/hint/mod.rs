@@ -45,6 +45,28 @@ pub(crate) use policy::Resolved;
 pub(crate) use retry_info::read_body_hint;
 
 use http::header::{HeaderMap, DATE};
+
+/// A response's mark: its hint (`Retry-After`, a rate-limit reset) was kept for the upstream
+/// that sent it by a layer under the retry layer that chooses among upstreams (a
+/// [pool](crate::pool)), so the retry layer does not wait for it: the next attempt goes to
+/// another upstream. Put in the response's extensions by [`Pool`](crate::pool::Pool), or by a
+/// balancer of your own that keeps hints per upstream.
+///
+/// ```
+/// use tower_http_retry::hint::UpstreamHeld;
+///
+/// let mut response = http::Response::new(());
+/// response.extensions_mut().insert(UpstreamHeld::new());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamHeld(());
+
+impl UpstreamHeld {
+    /// The mark.
+    pub const fn new() -> Self {
+        Self(())
+    }
+}
 use std::time::{Duration, SystemTime};
 
 /// What a response says about retrying it, as a classifier reads it

@@ -50,7 +50,7 @@ use super::nested::{mark_inner, retried_outside, NestedLayers, Restore};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
 use crate::classify::{Classify, NotSent, Outcome};
-use crate::hint::ServerHint;
+use crate::hint::{ServerHint, UpstreamHeld};
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{PassGuard, QueueWait};
 use crate::random::uniform;
@@ -503,9 +503,18 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     {
         let config = &self.config;
         let hint = match result {
-            Ok(response) if classified != Outcome::Success => config
-                .classifier
-                .hint(response, (config.settings.wall_clock)()),
+            Ok(response) if classified != Outcome::Success => {
+                let hint = config
+                    .classifier
+                    .hint(response, (config.settings.wall_clock)());
+                if response.extensions().get::<UpstreamHeld>().is_some() {
+                    // A pool below keeps it for the upstream that sent it; the next attempt
+                    // goes to another.
+                    hint.with_retry_after(None).with_quota_reset(false)
+                } else {
+                    hint
+                }
+            }
             // With pacing, a success says only whether it used up the quota.
             Ok(response) if config.pacer.is_some() => quota_hint(config, response),
             _ => ServerHint::NONE,

@@ -191,7 +191,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
                     if let Some(slot) = self.slot.take() {
                         slot.fill(report.clone());
                     }
-                    response.attach_report(report);
+                    response.extensions_mut().insert(report);
                 } else if let Some(slot) = self.slot.take() {
                     slot.fill(report);
                 }
