@@ -137,6 +137,7 @@ where
     S: Service<Req>,
     S::Response: RetryResponse,
     Req: RetryRequest,
+    S::Error: 'static,
     C: Classify<S::Response, S::Error>,
 {
     type Output = Result<S::Response, S::Error>;

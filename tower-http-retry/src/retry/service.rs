@@ -60,6 +60,8 @@ impl<S, C, Req> Service<Req> for Retry<S, C>
 where
     S: Service<Req> + Clone,
     S::Response: RetryResponse,
+    // 'static: an attempt's span names the error's type, found inside a box.
+    S::Error: 'static,
     Req: RetryRequest,
     C: Classify<S::Response, S::Error>,
 {

@@ -3,9 +3,12 @@
 
 use crate::message::{RequestHead, RetryResponse};
 use pin_project_lite::pin_project;
+use std::any::{type_name, Any};
+use std::error::Error;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use tower::BoxError;
 use tracing::field::Empty;
 use tracing::Span;
 
@@ -84,6 +87,7 @@ impl<F, Res, E> Future for Attempt<F>
 where
     F: Future<Output = Result<Res, E>>,
     Res: RetryResponse,
+    E: 'static,
 {
     type Output = F::Output;
 
@@ -95,9 +99,94 @@ where
             Ok(response) => this
                 .span
                 .record("http.response.status_code", response.status().as_u16()),
-            // The error's type: a bounded set, as the convention asks of `error.type`.
-            Err(_) => this.span.record("error.type", std::any::type_name::<E>()),
+            Err(error) => this.span.record("error.type", error_type(error)),
         };
         Poll::Ready(output)
+    }
+}
+
+/// The `error.type` of an attempt's error, a bounded set as the convention asks: `E`'s name, or,
+/// for a boxed error, the name of the first error along its `source()` chain of a type the
+/// middlewares know (a breaker's refusal, a timeout, the transport's); `_OTHER`, the
+/// convention's value for an error it cannot name, otherwise (never `Box<dyn Error>`).
+fn error_type<E: 'static>(error: &E) -> &'static str {
+    let error: &dyn Any = error;
+    let boxed: &(dyn Error + 'static) = if let Some(boxed) = error.downcast_ref::<BoxError>() {
+        &**boxed
+    } else if let Some(boxed) = error.downcast_ref::<Box<dyn Error + Send>>() {
+        &**boxed
+    } else if let Some(boxed) = error.downcast_ref::<Box<dyn Error>>() {
+        &**boxed
+    } else {
+        return type_name::<E>();
+    };
+    let mut link = Some(boxed);
+    while let Some(error) = link {
+        if let Some(name) = known_type(error) {
+            return name;
+        }
+        link = error.source();
+    }
+    "_OTHER"
+}
+
+/// The name of `error`'s type, by its public path, if it is one the middlewares know.
+fn known_type(error: &(dyn Error + 'static)) -> Option<&'static str> {
+    use crate::error::CircuitOpen;
+    use crate::report::Unsent;
+    use tower::timeout::error::Elapsed;
+    named::<CircuitOpen>(error, "tower_http_retry::circuit_breaker::CircuitOpen")
+        .or_else(|| named::<Elapsed>(error, "tower::timeout::error::Elapsed"))
+        .or_else(|| named::<Unsent>(error, "tower_http_retry::report::Unsent"))
+        .or_else(|| hyper_type(error))
+        .or_else(|| named::<std::io::Error>(error, "std::io::Error"))
+}
+
+/// `name` if `error` is a `T`.
+fn named<T: Error + 'static>(
+    error: &(dyn Error + 'static),
+    name: &'static str,
+) -> Option<&'static str> {
+    error.is::<T>().then_some(name)
+}
+
+#[cfg(feature = "hyper")]
+fn hyper_type(error: &(dyn Error + 'static)) -> Option<&'static str> {
+    named::<hyper_util::client::legacy::Error>(error, "hyper_util::client::legacy::Error")
+        .or_else(|| named::<hyper::Error>(error, "hyper::Error"))
+        .or_else(|| named::<h2::Error>(error, "h2::Error"))
+}
+
+#[cfg(not(feature = "hyper"))]
+fn hyper_type(_: &(dyn Error + 'static)) -> Option<&'static str> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_type;
+    use tower::BoxError;
+
+    #[derive(Debug)]
+    struct Mine;
+
+    impl std::fmt::Display for Mine {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("mine")
+        }
+    }
+
+    impl std::error::Error for Mine {}
+
+    #[test]
+    fn a_boxed_error_is_named_by_the_type_inside_never_the_box() {
+        let timeout: BoxError = Box::new(tower::timeout::error::Elapsed::new());
+        assert_eq!(error_type(&timeout), "tower::timeout::error::Elapsed");
+        let refused: BoxError =
+            Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(error_type(&refused), "std::io::Error");
+        let unknown: BoxError = Box::new(Mine);
+        assert_eq!(error_type(&unknown), "_OTHER");
+        assert_eq!(error_type(&Mine), std::any::type_name::<Mine>());
     }
 }

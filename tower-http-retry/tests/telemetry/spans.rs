@@ -232,6 +232,44 @@ fn each_attempt_is_a_span_with_the_resend_count_on_retries() {
 }
 
 #[test]
+fn a_boxed_error_is_named_by_its_type_not_the_box() {
+    let capture = Capture::default();
+    with_capture(&capture, async {
+        // A breaker under the retry layer: its refusals come up boxed.
+        let breaker = tower_http_retry::CircuitBreakerLayer::builder()
+            .consecutive_failures(1)
+            .build()
+            .unwrap();
+        let failing = service_fn(|_: http::Request<String>| async {
+            Ok::<_, std::io::Error>(
+                http::Response::builder()
+                    .status(503)
+                    .body(String::new())
+                    .unwrap(),
+            )
+        });
+        let service = tower::ServiceBuilder::new()
+            .layer(RetryLayer::builder().max_attempts(3).build().unwrap())
+            .layer(breaker)
+            .service(failing);
+        let request = http::Request::get("http://a.test/").body(String::new());
+        let error = service.oneshot(request.unwrap()).await.unwrap_err();
+        assert!(error.is::<tower_http_retry::circuit_breaker::CircuitOpen>());
+    });
+    let spans = capture.spans();
+    let refused: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "attempt")
+        .filter_map(|s| s.fields.get("error.type"))
+        .collect();
+    assert_eq!(
+        refused,
+        ["tower_http_retry::circuit_breaker::CircuitOpen"],
+        "the refusal named by its type"
+    );
+}
+
+#[test]
 fn a_failed_attempt_records_the_error_type() {
     let capture = Capture::default();
     with_capture(&capture, async {
