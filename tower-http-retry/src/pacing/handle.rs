@@ -122,14 +122,44 @@ impl Endpoint {
         self: &Arc<Self>,
         change: impl FnOnce(&mut EndpointState, &PacingRules) -> bool,
     ) {
-        {
+        let watch = {
             let mut state = self.lock();
             let before = state.mode();
             if change(&mut state, self.pacing()) || state.mode() != before {
                 state.wake_head();
             }
+            state.watch_idle()
+        };
+        if watch {
+            self.watch_idle();
         }
         pump(self);
+    }
+
+    /// Moves the endpoint on with time while nobody calls it, until it opens, probes or has
+    /// requests waiting (which move it on themselves): an endpoint that recovered and went idle
+    /// reads open in its gauge and stats. Held weakly: an endpoint forgotten ends its watch.
+    fn watch_idle(self: &Arc<Self>) {
+        let endpoint = Arc::downgrade(self);
+        let every = self.pacing().idle_to_open;
+        let spawned = spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(endpoint) = endpoint.upgrade() else {
+                    return;
+                };
+                let again = endpoint
+                    .lock()
+                    .watched_idle(endpoint.pacing(), Instant::now());
+                pump(&endpoint);
+                if !again {
+                    return;
+                }
+            }
+        });
+        if !spawned {
+            self.lock().watched = false;
+        }
     }
 
     /// Records what an outcome says; wakes the head of the queue if that may let it go.

@@ -39,7 +39,7 @@ static METADATA: Metadata<'static> =
 /// | `http_client_retry_budget_refunds_total` | counter | tokens | | granted tokens given back (the retry was not sent) |
 /// | `http_client_retry_pacer_mode_changes_total` | counter | changes | `mode`: `open`, `probing`, `ramping`, `paused` | an endpoint entered this [`PacingMode`](crate::pacing::PacingMode) |
 /// | `http_client_retry_pacer_queue_depth` | gauge | requests | | requests waiting in pacing queues now, all endpoints |
-/// | `http_client_retry_pacer_endpoints` | gauge | endpoints | `mode`: `probing`, `ramping`, `paused` | endpoints paced now, by the mode their last call left them in (open ones are not counted) |
+/// | `http_client_retry_pacer_endpoints` | gauge | endpoints | `mode`: `probing`, `ramping`, `paused` | endpoints paced now, by mode (open ones are not counted; one that recovered and went idle opens by itself within `idle_to_open` of its ramp ending) |
 /// | `http_client_retry_circuits` | gauge | circuits | `state`: `closed`, `open`, `half_open` | circuit breakers by state now (a keyed layer's one per authority it keeps; an open one whose time is up counts as open until its next call) |
 /// | `http_client_retry_circuit_transitions_total` | counter | transitions | `state`: `open` (a trip), `half_open`, `closed` | a circuit entered this state |
 /// | `http_client_retry_circuit_rejections_total` | counter | requests | | requests a circuit turned away (open, its probes taken, or not readied while open) |

@@ -244,3 +244,40 @@ fn a_listed_authority_labels_its_endpoints_pacer_metrics_and_others_stay_unlabel
             .is_err());
     });
 }
+
+#[test]
+fn an_endpoint_that_recovered_reads_open_once_traffic_stops() {
+    with_recorder(true, |snapshotter| async move {
+        let layer = layer();
+        let service = layer.layer(endpoint());
+        // Paused by the first answer, then ramping once the pause is over: the last call leaves
+        // it ramping, and nobody calls again.
+        let response = service.clone().oneshot(get()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let authority = "paced.test".parse().unwrap();
+        let paced = "http_client_retry_pacer_endpoints";
+        let ramping = Readings::take(&snapshotter);
+        assert_eq!(ramping.gauge_of(paced, &[("mode", "ramping")]), 1.0);
+
+        tokio::time::sleep(10 * SEC).await;
+        let idle = Readings::take(&snapshotter);
+        let modes = "http_client_retry_pacer_mode_changes_total";
+        assert_eq!(
+            idle.counter(modes, &[("mode", "open")]),
+            1,
+            "{:?}",
+            idle.series(modes)
+        );
+        assert_eq!(
+            ramping.gauge_of(paced, &[("mode", "ramping")])
+                + idle.gauge_of(paced, &[("mode", "ramping")]),
+            0.0,
+            "no longer counted as ramping"
+        );
+        assert_eq!(
+            layer.pacing_stats(Some(&authority)).unwrap().mode,
+            PacingMode::Open
+        );
+        drop((service, layer));
+    });
+}

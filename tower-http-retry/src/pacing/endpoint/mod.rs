@@ -62,6 +62,9 @@ pub(crate) struct EndpointState {
     /// The keys this endpoint's metrics are recorded under: the layer's, with the endpoint's
     /// authority when the layer lists it.
     pub(crate) labels: Labels,
+    /// Whether a timer moves the endpoint on while nobody calls it (see
+    /// [`watch_idle`](Self::watch_idle)).
+    pub(super) watched: bool,
 }
 
 impl Drop for EndpointState {
@@ -88,7 +91,27 @@ impl EndpointState {
             link,
             gauged: PacingMode::Open,
             labels,
+            watched: false,
         }
+    }
+
+    /// Whether a timer should now start to move the endpoint on with time, which nobody else
+    /// would do: it recovers (ramping, or paused on its way there) and no request waits, so its
+    /// mode, its gauge and its stats would stay where the last call left them when traffic
+    /// stops. Probing is left alone: nothing has said the endpoint is back. Marks it watched.
+    pub(crate) fn watch_idle(&mut self) -> bool {
+        let recovering = matches!(self.mode(), PacingMode::Ramping | PacingMode::Paused);
+        let start = recovering && self.queue.is_empty() && !self.watched;
+        self.watched |= start;
+        start
+    }
+
+    /// The watch's timer fired at `now`: the endpoint moved on; whether to watch it further.
+    pub(crate) fn watched_idle(&mut self, config: &PacingRules, now: Instant) -> bool {
+        self.advance(config, now);
+        let recovering = matches!(self.mode(), PacingMode::Ramping | PacingMode::Paused);
+        self.watched = recovering && self.queue.is_empty();
+        self.watched
     }
 
     pub(crate) fn mode(&self) -> PacingMode {
