@@ -1,10 +1,16 @@
 //! The scrape an on-call engineer reads after an outage: two stacks in one process, a webhook
 //! sender (`RetryLayerBuilder::bulk()`, pacing) and an API client (the `interactive()` retry
 //! layer over the `interactive()` circuit breaker), each with its `metrics_label`, against
-//! in-process endpoints down for the first 2 s (503), on tokio's paused clock. Prints the Prometheus text of the crate's metrics
-//! (metrics-exporter-prometheus), without the help lines and the delays' quantiles.
+//! in-process endpoints down for the first 2 s (503), on tokio's paused clock, each endpoint
+//! named in its stack's `metrics_authorities`. Prints the Prometheus text of the crate's metrics
+//! (metrics-exporter-prometheus), without the help lines and the delays' quantiles: during the
+//! outage, once every request has finished, and 10 s later with no traffic.
 //!
 //! `cargo run --example outage_scrape --features metrics`
+//!
+//! With `-- trace` (and the `tracing` feature), the API client alone, and instead of the scrape
+//! its trace as `tracing-subscriber`'s `fmt` prints it (the attempt spans and the decisions,
+//! without times): `cargo run --example outage_scrape --features metrics,tracing -- trace`
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -29,6 +35,16 @@ fn endpoint(
 }
 
 fn main() {
+    let trace = std::env::args().nth(1).as_deref() == Some("trace");
+    if trace {
+        #[cfg(feature = "tracing")]
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_target(false)
+            .with_ansi(false)
+            .without_time()
+            .init();
+    }
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let scrape = recorder.handle();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -42,6 +58,7 @@ fn main() {
             let up = Instant::now() + 2 * SEC;
             let webhooks = RetryLayerBuilder::bulk()
                 .metrics_label("webhooks")
+                .metrics_authorities(["receiver.test"])
                 .random_source(RandomSource::seeded(1))
                 .build()
                 .unwrap()
@@ -50,6 +67,7 @@ fn main() {
                 .layer(
                     RetryLayerBuilder::interactive()
                         .metrics_label("api")
+                        .metrics_authorities(["billing.test"])
                         .random_source(RandomSource::seeded(2))
                         .build()
                         .unwrap(),
@@ -57,15 +75,18 @@ fn main() {
                 .layer(
                     CircuitBreakerLayerBuilder::interactive()
                         .metrics_label("api")
+                        .metrics_authorities(["billing.test"])
                         // Its open time is jittered too: seeded, so that every run prints the
                         // same scrape.
                         .random_source(RandomSource::seeded(3))
-                        .build()
+                        // One breaker per upstream, as a gateway has.
+                        .build_per_authority(16)
                         .unwrap(),
                 )
                 .service(endpoint(up));
             let mut calls = tokio::task::JoinSet::new();
-            for i in 0..50 {
+            let senders = if trace { 0 } else { 50 };
+            for i in 0..senders {
                 let request = http::Request::post("http://receiver.test/hooks")
                     .header("idempotency-key", format!("msg-{i}"))
                     .body(String::new())
@@ -82,10 +103,16 @@ fn main() {
                 }
             });
             tokio::time::sleep(SEC * 3 / 2).await;
-            print("at 1.5 s, both endpoints down", &scrape);
+            if !trace {
+                print("at 1.5 s, both endpoints down", &scrape);
+            }
             calls.join_all().await;
             clicks.await.unwrap();
-            print("once every request has finished", &scrape);
+            if !trace {
+                print("once every request has finished", &scrape);
+                tokio::time::sleep(10 * SEC).await;
+                print("10 s later, no traffic", &scrape);
+            }
         })
     });
 }
