@@ -6,7 +6,7 @@ use crate::retry_info::{retry_info, Details};
 use http::header::{HeaderMap, HeaderName};
 use http::StatusCode;
 use std::time::{Duration, SystemTime};
-use tower_http_retry::classify::{AsStdError, Classify, HttpClassifier, Outcome};
+use tower_http_retry::classify::{AsStdError, Ask, Classify, HttpClassifier, Outcome, Signals};
 use tower_http_retry::hint::ServerHint;
 
 /// The status of a call that ended before any message: present in the *headers* only of a
@@ -30,7 +30,7 @@ pub(crate) static GRPC_RETRY_PUSHBACK_MS: HeaderName =
 /// | HTTP status other than 200 without `grpc-status` | the code gRPC maps it to ([`GrpcCode::of_http_status`]: 429, 502, 503, 504 → UNAVAILABLE, so transient), then as above |
 /// | an error of the inner service (transport) | as [`HttpClassifier`] classifies it (connection refused: [not sent](tower_http_retry::classify::NotSent); reset, timeout: transient), or the table set with [`errors`](Self::errors) |
 ///
-/// Its [`hint`](Classify::hint) reads `grpc-retry-pushback-ms`: a valid value replaces the
+/// Its [`signals`](Classify::signals)' hint reads `grpc-retry-pushback-ms`: a valid value replaces the
 /// backoff delay (clamped like `Retry-After`); a negative or malformed one means "do not
 /// retry" ([`ServerHint::stand_down`], the request stops with
 /// [`StopReason::StandDown`](tower_http_retry::StopReason::StandDown)). Without the header, a
@@ -206,41 +206,44 @@ impl<B, E: AsStdError> Classify<http::Response<B>, E> for GrpcClassifier {
         <HttpClassifier as Classify<http::Response<B>, E>>::classify_error(&self.errors, error)
     }
 
-    fn refused_for(&self, error: &E) -> Option<Duration> {
-        <HttpClassifier as Classify<http::Response<B>, E>>::refused_for(&self.errors, error)
+    /// Errors as for HTTP: transport errors are the channel's, whatever the protocol above them
+    /// (a `GOAWAY` tonic's channel delivered is a rotation without proof, as hyper's is).
+    /// Responses: UNAVAILABLE and RESOURCE_EXHAUSTED (in a Trailers-Only response, or mapped
+    /// from a proxy's HTTP status) are congestion, any other code is not; the hint is the
+    /// server's pushback, else its `google.rpc.RetryInfo`, else a proxy's `Retry-After`.
+    fn signals(&self, result: &Result<http::Response<B>, E>, ask: &Ask<'_>) -> Signals {
+        let response = match result {
+            Err(_) => return self.errors.signals(result, ask),
+            Ok(response) if ask.outcome == Outcome::Success && !ask.quota => {
+                return Signals::default()
+            }
+            Ok(response) => response,
+        };
+        let mut signals = Signals::default();
+        signals.hint = self.hint(response, (ask.now)());
+        signals.congestion = ask.outcome == Outcome::Transient
+            && match response.headers().get(&GRPC_STATUS) {
+                Some(_) => matches!(
+                    Self::status_of(response.status(), response.headers()),
+                    Some(GrpcCode::Unavailable | GrpcCode::ResourceExhausted)
+                ),
+                // A proxy's answer: the pacing configuration's statuses decide, as for HTTP.
+                None => ask.congestion.contains(&response.status()),
+            };
+        signals
     }
+}
 
-    /// As for HTTP: a `GOAWAY` tonic's channel (hyper's HTTP/2 client) delivered is a rotation
-    /// without proof.
-    fn is_rotation(&self, error: &E) -> bool {
-        <HttpClassifier as Classify<http::Response<B>, E>>::is_rotation(&self.errors, error)
-    }
-
-    /// As for HTTP: transport errors are the channel's, whatever the protocol above them.
-    fn unknown_error(&self, error: &E) -> Option<String> {
-        <HttpClassifier as Classify<http::Response<B>, E>>::unknown_error(&self.errors, error)
-    }
-
-    /// UNAVAILABLE and RESOURCE_EXHAUSTED (in a Trailers-Only response, or mapped from a
-    /// proxy's HTTP status) are congestion; any other code is not.
-    fn is_congestion(&self, response: &http::Response<B>, statuses: &[StatusCode]) -> bool {
-        match response.headers().get(&GRPC_STATUS) {
-            Some(_) => matches!(
-                Self::status_of(response.status(), response.headers()),
-                Some(GrpcCode::Unavailable | GrpcCode::ResourceExhausted)
-            ),
-            // A proxy's answer: the pacing configuration's statuses decide, as for HTTP.
-            None => statuses.contains(&response.status()),
-        }
-    }
-
-    fn hint(&self, response: &http::Response<B>, now: SystemTime) -> ServerHint {
+impl GrpcClassifier {
+    /// What a response says of retrying it: the server's pushback, else its
+    /// `google.rpc.RetryInfo` (in a call that failed with a status), else a proxy's
+    /// `Retry-After` on a 4xx or 5xx.
+    fn hint<B>(&self, response: &http::Response<B>, now: SystemTime) -> ServerHint {
         match Self::pushback(response.headers()) {
             Some(Pushback::After(delay)) => return ServerHint::after(delay),
             Some(Pushback::DoNotRetry) => return ServerHint::stand_down(),
             None => {}
         }
-        // The server's `google.rpc.RetryInfo`, in a call that failed with a status.
         let details = match response.headers().get(&GRPC_STATUS) {
             Some(_) => retry_info(response.headers()),
             None => Details::Absent,
@@ -277,7 +280,7 @@ mod tests {
     }
 
     fn hint(response: http::Response<()>) -> ServerHint {
-        Classify::<_, io::Error>::hint(&GrpcClassifier::new(), &response, SystemTime::now())
+        GrpcClassifier::new().hint(&response, SystemTime::now())
     }
 
     #[test]
@@ -321,11 +324,10 @@ mod tests {
 
     #[test]
     fn an_unknown_transport_error_is_named_as_for_http() {
-        let unknown = io::Error::other("a kind no rule names");
-        let named =
-            Classify::<http::Response<()>, _>::unknown_error(&GrpcClassifier::new(), &unknown);
-        let http =
-            Classify::<http::Response<()>, _>::unknown_error(&HttpClassifier::new(), &unknown);
+        let unknown = Err::<http::Response<()>, _>(io::Error::other("a kind no rule names"));
+        let ask = Ask::new(Outcome::Transient, &SystemTime::now);
+        let named = GrpcClassifier::new().signals(&unknown, &ask).unknown_error;
+        let http = HttpClassifier::new().signals(&unknown, &ask).unknown_error;
         assert!(named.is_some(), "the gRPC classifier names it");
         assert_eq!(named, http);
     }
@@ -333,11 +335,11 @@ mod tests {
     #[test]
     fn unavailable_and_resource_exhausted_are_congestion_and_a_proxy_status_reads_the_list() {
         let congestion = |response: http::Response<()>| {
-            Classify::<_, io::Error>::is_congestion(
-                &GrpcClassifier::new(),
-                &response,
-                &[StatusCode::SERVICE_UNAVAILABLE],
-            )
+            let ask = Ask::new(Outcome::Transient, &SystemTime::now)
+                .congestion(&[StatusCode::SERVICE_UNAVAILABLE]);
+            GrpcClassifier::new()
+                .signals(&Ok::<_, io::Error>(response), &ask)
+                .congestion
         };
         assert!(congestion(response(200, &[("grpc-status", "14")])));
         assert!(congestion(response(200, &[("grpc-status", "8")])));

@@ -7,7 +7,7 @@
 //! * [`GrpcClassifier`] reads `grpc-status` from the response *headers*: a call that failed
 //!   before sending anything (a Trailers-Only response) is classified by its code; a call whose
 //!   headers came without a status is committed and passed through.
-//! * Its [`hint`](tower_http_retry::classify::Classify::hint) reads the server's
+//! * Its [`signals`](tower_http_retry::classify::Classify::signals)' hint reads the server's
 //!   `grpc-retry-pushback-ms`, then a `google.rpc.RetryInfo` in the call's rich status
 //!   (`grpc-status-details-bin`).
 //! * [`GrpcMetadata`], the layer's [attempt

@@ -21,7 +21,7 @@
 //!   error is the one h2 gives a stream above it). Against nginx rotating every 3 requests, 3
 //!   unkeyed POSTs in 5 runs of 1,000 at 100 concurrent were applied twice when that error was
 //!   taken for proof. So [`HttpClassifier`](tower_http_retry::HttpClassifier) takes a `GOAWAY` delivered
-//!   through hyper for a [rotation](tower_http_retry::classify::Classify::is_rotation) without proof: sent
+//!   through hyper for a [rotation](tower_http_retry::classify::Signals::rotation) without proof: sent
 //!   again only when the request may be repeated;
 //! * it fails a request it had parked, waiting for a stream slot (h2 said the connection was
 //!   about to reach the server's `SETTINGS_MAX_CONCURRENT_STREAMS`), with `User(DispatchGone)`

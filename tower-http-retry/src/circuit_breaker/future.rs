@@ -2,8 +2,9 @@
 
 use super::state::{Admission, Pass};
 use super::template::Shared;
-use crate::classify::{Classify, NotSent, Outcome};
+use crate::classify::{Ask, Classify, NotSent, Outcome};
 use crate::error::CircuitOpen;
+use crate::message::RetryResponse;
 use http::Method;
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -104,13 +105,14 @@ impl<C> Ticket<C> {
 
     fn record<Res, E>(mut self, result: &Result<Res, E>)
     where
+        Res: RetryResponse,
         C: Classify<Res, E>,
     {
         let shared = &self.lease.shared;
         let outcome = match shared.classifier.classify(&self.method, result) {
             // The server rotating its connection is up, whatever became of the request: counted
             // as a refusal, neither way.
-            Outcome::Transient if matches!(result, Err(error) if shared.classifier.is_rotation(error)) => {
+            Outcome::Transient if result.is_err() && is_rotation(&*shared.classifier, result) => {
                 Outcome::NotSent(NotSent::Refused)
             }
             outcome => outcome,
@@ -149,6 +151,7 @@ impl<F, C> CircuitBreakerFuture<F, C> {
 impl<F, C, Res, E> Future for CircuitBreakerFuture<F, C>
 where
     F: Future<Output = Result<Res, E>>,
+    Res: RetryResponse,
     E: Into<BoxError>,
     C: Classify<Res, E>,
 {
@@ -185,4 +188,15 @@ impl<F, C> fmt::Debug for CircuitBreakerFuture<F, C> {
             .field("pass", &self.ticket.as_ref().map(|t| t.pass))
             .finish()
     }
+}
+
+/// Whether `result`, a transient error, is a rotation without proof (the classifier's
+/// [`Signals::rotation`](crate::classify::Signals::rotation)): the endpoint is up.
+fn is_rotation<C, Res, E>(classifier: &C, result: &Result<Res, E>) -> bool
+where
+    Res: RetryResponse,
+    C: Classify<Res, E>,
+{
+    let ask = Ask::new(Outcome::Transient, &std::time::SystemTime::now);
+    classifier.signals(result, &ask).rotation
 }

@@ -8,7 +8,7 @@ use super::state::{CircuitState, CircuitStats};
 use super::template::Template;
 use crate::abort::AbortSignal;
 use crate::classify::{Classify, HttpClassifier};
-use crate::message::RequestHead;
+use crate::message::{RequestHead, RetryResponse};
 use crate::retry::RetryLayer;
 use http::uri::Authority;
 use std::fmt;
@@ -184,6 +184,7 @@ impl<S, C> KeyedCircuitBreaker<S, C> {
 impl<S, C, Req> Service<Req> for KeyedCircuitBreaker<S, C>
 where
     S: Service<Req>,
+    S::Response: RetryResponse,
     S::Error: Into<BoxError>,
     Req: RequestHead,
     C: Classify<S::Response, S::Error>,

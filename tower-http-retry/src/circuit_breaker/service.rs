@@ -4,7 +4,7 @@ use super::future::{CircuitBreakerFuture, Lease, Ticket};
 use super::state::{CircuitState, CircuitStats};
 use super::template::Shared;
 use crate::classify::{Classify, HttpClassifier};
-use crate::message::RequestHead;
+use crate::message::{RequestHead, RetryResponse};
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -91,6 +91,7 @@ impl<S, C> CircuitBreaker<S, C> {
 impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
 where
     S: Service<Req> + Clone,
+    S::Response: RetryResponse,
     S::Error: Into<BoxError>,
     Req: RequestHead,
     C: Classify<S::Response, S::Error>,

@@ -65,7 +65,7 @@ impl AsStdError for std::convert::Infallible {
 /// Whether `error` says the server turned the request away unprocessed on an HTTP/2 connection:
 /// a refused stream (`REFUSED_STREAM`, on a connection that may stay open), or a `GOAWAY`
 /// (proven, or through hyper without proof, which alone is what
-/// [`Classify::is_rotation`](super::Classify::is_rotation) reports). Read it where a layer below
+/// [`Signals::rotation`](super::Signals::rotation) reports). Read it where a layer below
 /// the retry layer learns from rotations, as `tower-http-retry-hyper`'s stream slots do. Always
 /// `false` without the feature `hyper`, which recognises h2's errors.
 ///
@@ -337,10 +337,9 @@ mod tests {
     fn an_unknown_error_is_named_by_its_chain_and_a_known_one_is_not() {
         let classifier = HttpClassifier::new();
         let denied = Wrapper(io::Error::from(io::ErrorKind::PermissionDenied).into());
-        let name = <HttpClassifier as Classify<http::Response<()>, BoxError>>::unknown_error(
-            &classifier,
-            &(Box::new(denied) as BoxError),
-        );
+        let denied: Result<http::Response<()>, BoxError> = Err(Box::new(denied));
+        let ask = crate::classify::Ask::new(Outcome::Transient, &std::time::SystemTime::now);
+        let name = classifier.signals(&denied, &ask).unknown_error;
         assert_eq!(
             name.as_deref(),
             Some("connection reset by peer (but the text does not matter): permission denied")

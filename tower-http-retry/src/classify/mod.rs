@@ -25,11 +25,13 @@
 mod error_chain;
 mod marker;
 mod outcome;
+mod signals;
 mod table;
 mod unsent;
 
 pub use error_chain::{is_rotation_refusal, AsStdError};
 pub use marker::{SerialDispatch, Unretryable};
 pub use outcome::{classify_fn, Classify, ClassifyFn, NotSent, Outcome};
+pub use signals::{default_signals, Ask, Signals};
 pub use table::HttpClassifier;
 pub use unsent::FailUnsent;

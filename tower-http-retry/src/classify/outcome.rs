@@ -1,7 +1,7 @@
 //! What a classifier decides ([`Outcome`], [`NotSent`]) and the trait that decides it
 //! ([`Classify`], or two closures through [`classify_fn`]).
 
-use crate::hint::ServerHint;
+use super::signals::{default_signals, Ask, Signals};
 use crate::message::RetryResponse;
 use crate::report::Unsent;
 use http::Method;
@@ -103,126 +103,23 @@ pub trait Classify<Res, E> {
     /// Classifies an error of the inner service.
     fn classify_error(&self, error: &E) -> Outcome;
 
-    /// When `error` is a circuit breaker's refusal
-    /// ([`CircuitOpen`](crate::circuit_breaker::CircuitOpen)), how long until the breaker lets a
-    /// probe through. The retry layer stops such a request with
-    /// [`StopReason::CircuitOpen`](crate::StopReason::CircuitOpen) (or, with
-    /// [pacing](crate::Pacing), pauses the endpoint until then and keeps the request waiting). The
-    /// default finds none; [`HttpClassifier`](super::HttpClassifier) looks along the error's
-    /// `source()` chain.
-    fn refused_for(&self, error: &E) -> Option<std::time::Duration> {
-        let _ = error;
-        None
-    }
-
-    /// When no rule of the classifier recognised `error` (its outcome is the fallback for unknown
-    /// errors), a name for it, for people: the retry layer counts such errors
-    /// ([`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors)) and puts the name
-    /// in the request's report ([`RetryReport::unknown_error`](crate::RetryReport::unknown_error)),
-    /// so that a new error kind gets a rule instead of going unnoticed. The name is never
-    /// classified. The default recognises every error; [`HttpClassifier`](super::HttpClassifier)
-    /// names an unknown one by the `Display` of each link of its `source()` chain.
-    fn unknown_error(&self, error: &E) -> Option<String> {
-        let _ = error;
-        None
-    }
-
-    /// What `response` says about retrying it: when to come back, and whether to retry at all.
-    /// `now` is the local wall clock; absolute times are read against it when it agrees with the
-    /// response's `Date` header (within its 1 s resolution), else against the `Date`.
+    /// What `result`, classified as `ask.outcome`, says besides its class: the server's hint,
+    /// congestion, a breaker's refusal, a rotation, an unknown error (see [`Signals`]), as far as
+    /// `ask` asks. The retry layer asks once per outcome that is not a success at the first try
+    /// (a success only with pacing, for its quota), the circuit breaker of a transient error
+    /// (for a rotation).
     ///
-    /// The retry layer reads it for every response that is not a success, and with
-    /// [pacing](crate::Pacing) for successes too, through [`quota_reset`](Self::quota_reset)
-    /// (unless that is overridden). A delay on a response classified as a success
-    /// means **the quota is used up**: the endpoint's next requests wait for it. So return one
-    /// only when the response says so, not for a `Retry-After` that asks a client to poll (a
-    /// 202) or to follow a redirect later (a 3xx).
-    ///
-    /// The default reads `Retry-After` on a 4xx or 5xx response alone;
-    /// [`HttpClassifier`](super::HttpClassifier) also reads the rate-limit and stand-down headers
-    /// its [`ServerHints`](crate::hint::ServerHints) name, and a body's
-    /// [`RetryInfo`](crate::hint::RetryInfo) in the extensions.
-    fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint
+    /// The default is [`default_signals`]: `Retry-After` on a 4xx or 5xx response, congestion
+    /// by the asked statuses, nothing of an error. [`HttpClassifier`](super::HttpClassifier)
+    /// reads the rate-limit and stand-down headers its [`ServerHints`](crate::hint::ServerHints)
+    /// name, a body's [`RetryInfo`](crate::hint::RetryInfo), and the error's `source()` chain.
+    /// A protocol that reports overload inside a 200 says so here: the gRPC crate's
+    /// `GrpcClassifier` counts UNAVAILABLE and RESOURCE_EXHAUSTED as congestion.
+    fn signals(&self, result: &Result<Res, E>, ask: &Ask<'_>) -> Signals
     where
         Res: RetryResponse,
     {
-        let status = response.status();
-        if !(status.is_client_error() || status.is_server_error()) {
-            return ServerHint::NONE;
-        }
-        ServerHint::of_retry_after(response.headers(), now)
-    }
-
-    /// For a response classified as a success, when its used-up quota resets, if it says so:
-    /// with [pacing](crate::Pacing) the endpoint's next requests wait that long. `now` reads the
-    /// local wall clock, for the answers that need it.
-    ///
-    /// The default is [`hint`](Self::hint)'s [`retry_after`](ServerHint::retry_after) (the
-    /// clock read first). [`HttpClassifier`](super::HttpClassifier) reads only its reset headers
-    /// for a status below 400, and the clock only for a reset value to measure: the success path
-    /// of a paced endpoint reads no clock.
-    fn quota_reset(
-        &self,
-        response: &Res,
-        now: &dyn Fn() -> std::time::SystemTime,
-    ) -> Option<std::time::Duration>
-    where
-        Res: RetryResponse,
-    {
-        self.hint(response, now()).retry_after()
-    }
-
-    /// Whether `response`, classified as transient, says the endpoint is overloaded or unreachable:
-    /// what [pacing](crate::Pacing) counts towards an outage and against a ramp. `statuses` are the
-    /// HTTP statuses the pacing configuration calls congestion
-    /// ([`PacingBuilder::congestion`](crate::pacing::PacingBuilder::congestion): 429, 502, 503 and
-    /// 504 by default); a transient error (a timeout, a connection failure) always is congestion.
-    ///
-    /// The default: the response's status is one of `statuses`. A protocol that reports
-    /// overload inside a 200 says so here: the gRPC crate's `GrpcClassifier` counts
-    /// UNAVAILABLE and RESOURCE_EXHAUSTED.
-    fn is_congestion(&self, response: &Res, statuses: &[http::StatusCode]) -> bool
-    where
-        Res: RetryResponse,
-    {
-        statuses.contains(&response.status())
-    }
-
-    /// Whether `error`, classified as [transient](Outcome::Transient), is the server rotating or
-    /// draining its connection (a `GOAWAY`) without proof that this request was not processed.
-    ///
-    /// A request with proof is [not sent](NotSent::Refused) and never asks. One without is
-    /// treated by who may repeat it: the retry layer sends it again as rotation (after the short
-    /// pause of a refused request, within
-    /// [`max_refused_retries`](crate::retry::RetryLayerBuilder::max_refused_retries), no attempt
-    /// and no budget token spent) when its [`Idempotency`](crate::retry::Idempotency) lets it be
-    /// repeated, and stops it otherwise
-    /// ([`StopReason::NotIdempotent`](crate::StopReason::NotIdempotent)). Either way the endpoint
-    /// is up: the circuit breaker counts it neither as a success nor as a failure, and
-    /// [pacing](crate::Pacing) not as congestion. Asked only for an error classified as
-    /// transient.
-    ///
-    /// The default is `false`. [`HttpClassifier`](super::HttpClassifier) says `true` for a
-    /// `GOAWAY` that reached the request through hyper's HTTP/2 client on a connection that is
-    /// not serially dispatched (see its table): hyper can hand the connection's `GOAWAY` to a
-    /// request whose stream the server may have processed.
-    ///
-    /// ```
-    /// use tower_http_retry::{HttpClassifier, Outcome};
-    /// use tower_http_retry::classify::Classify;
-    ///
-    /// let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-    /// let classifier = HttpClassifier::new();
-    /// assert_eq!(
-    ///     <HttpClassifier as Classify<http::Response<()>, _>>::classify_error(&classifier, &reset),
-    ///     Outcome::Transient
-    /// );
-    /// // A reset is a failure, not a rotation.
-    /// assert!(!<HttpClassifier as Classify<http::Response<()>, _>>::is_rotation(&classifier, &reset));
-    /// ```
-    fn is_rotation(&self, error: &E) -> bool {
-        let _ = error;
-        false
+        default_signals(result, ask)
     }
 
     /// How to hand back a request the retry layer did not send ([`Unsent`]: a new request to
@@ -304,7 +201,7 @@ mod tests {
     use crate::classify::HttpClassifier;
     use tower::BoxError;
 
-    /// A classifier that keeps the default `hint`.
+    /// A classifier that keeps the default `signals`.
     struct StatusOnly;
 
     impl Classify<http::Response<()>, BoxError> for StatusOnly {
@@ -326,7 +223,10 @@ mod tests {
                 .header(http::header::RETRY_AFTER, "2")
                 .body(())
                 .unwrap();
-            StatusOnly.hint(&response, std::time::SystemTime::now())
+            let outcome = StatusOnly.classify_response(&response);
+            // Asked as pacing asks: a success's quota too.
+            let ask = Ask::new(outcome, &std::time::SystemTime::now).quota(true);
+            StatusOnly.signals(&Ok(response), &ask).hint
         };
         for code in [200, 202, 303] {
             assert_eq!(hint(code).retry_after(), None, "{code}");

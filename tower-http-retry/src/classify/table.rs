@@ -5,6 +5,7 @@ use super::error_chain::{goaway_unproven, known_error, AsStdError};
 #[cfg(doc)]
 use super::marker::{SerialDispatch, Unretryable};
 use super::outcome::{Classify, NotSent, Outcome};
+use super::signals::{Ask, Signals};
 use crate::error::CircuitOpen;
 use crate::hint::{ServerHint, ServerHints};
 use crate::message::RetryResponse;
@@ -27,7 +28,7 @@ const REFUSED: Outcome = Outcome::NotSent(NotSent::Refused);
 /// | 403 whose rate-limit headers say the quota is used up (`x-ratelimit-remaining: 0`, an IETF `RateLimit` policy with `r=0`; see [`ServerHints`]) | transient |
 /// | every other 4xx and 5xx (400, 404, 501, 505, ...) | permanent |
 /// | HTTP/2 stream reset by the server with `REFUSED_STREAM`; a stream above the last stream id of the server's `GOAWAY` (`h2::Error`, also for a request sent on the connection after it) as h2 reports it, or as hyper does on a connection marked [`SerialDispatch`] (the rotation-safe client of `tower-http-retry-hyper`) | [not sent](Outcome::NotSent), [refused](NotSent::Refused): rotation, resent for any method |
-/// | the server's `GOAWAY` delivered through hyper's HTTP/2 client on any other connection (hyper can hand the connection's `GOAWAY` to a request whose stream the server processed) | transient, a [rotation](Classify::is_rotation): resent as rotation when the request may be repeated ([`Idempotency`](crate::retry::Idempotency)), not resent otherwise |
+/// | the server's `GOAWAY` delivered through hyper's HTTP/2 client on any other connection (hyper can hand the connection's `GOAWAY` to a request whose stream the server processed) | transient, a [rotation](super::Signals::rotation): resent as rotation when the request may be repeated ([`Idempotency`](crate::retry::Idempotency)), not resent otherwise |
 /// | hyper: a user error on the client's side (`hyper::Error::is_user`): `User(DispatchGone)`, the connection's dispatch task ended without answering (with HTTP/2 when a `GOAWAY` ends a connection on which the request waited for a stream slot, whether or not it was then written; never behind the `StreamSlotsLayer` of `tower-http-retry-hyper`), or the request body failed mid-write | transient: ambiguous |
 /// | connection refused (`std::io::Error`); hyper: canceled (handed back unsent: hyper-util resends these itself on a reused connection, so those it returns met a fresh one); hyper-util or reqwest: connect error (refused, DNS, connect timeout) | [not sent](Outcome::NotSent), [unconnected](NotSent::Unconnected) |
 /// | any other HTTP/2 error (`h2::Error`: a reset with another reason, a protocol error) | transient |
@@ -37,7 +38,7 @@ const REFUSED: Outcome = Outcome::NotSent(NotSent::Refused);
 /// | hyper: incomplete message, channel closed | transient |
 /// | reqwest (feature `reqwest`): `is_timeout` | transient |
 /// | [`CircuitOpen`] (a breaker refused the call); an error whose chain holds [`Unretryable`] (a client says no attempt can help) | permanent, whatever `unknown_errors` says |
-/// | any other error (a kind no row names: a new hyper or hyper-util error, an error of another stack) | transient (configurable with [`unknown_errors`](Self::unknown_errors)), counted and named ([`Classify::unknown_error`]) |
+/// | any other error (a kind no row names: a new hyper or hyper-util error, an error of another stack) | transient (configurable with [`unknown_errors`](Self::unknown_errors)), counted and named ([`Signals::unknown_error`](super::Signals::unknown_error)) |
 ///
 /// Besides the status, the classifier reads what the response says about retrying
 /// ([`hints`](Self::hints), [`ServerHints`]): when to come back (`Retry-After`, `retry-after-ms`,
@@ -155,7 +156,7 @@ impl HttpClassifier {
     /// The outcome of an error: [not sent](Outcome::NotSent) if any link of its `source()`
     /// chain proves it, else from the first link that is a known transient kind, else the
     /// configured outcome for unknown errors. A `GOAWAY` hyper delivered without proof (see the
-    /// table) is transient here; [`Classify::is_rotation`] says it is a rotation.
+    /// table) is transient here; [`Classify::signals`] says it is a rotation ([`Signals::rotation`](super::Signals::rotation)).
     pub fn classify_error_chain(&self, error: &(dyn Error + 'static)) -> Outcome {
         match known_error(error) {
             Some(REFUSED) if goaway_unproven(error) => Outcome::Transient,
@@ -164,7 +165,7 @@ impl HttpClassifier {
     }
 
     /// Whether `error` is a rotation without proof: a `GOAWAY` hyper delivered on a connection
-    /// that is not serially dispatched (see [`Classify::is_rotation`]).
+    /// that is not serially dispatched (see [`Signals::rotation`](super::Signals::rotation)).
     pub(crate) fn is_rotation_chain(&self, error: &(dyn Error + 'static)) -> bool {
         goaway_unproven(error) && known_error(error) == Some(REFUSED)
     }
@@ -182,17 +183,6 @@ impl HttpClassifier {
             link = error.source();
         }
         Some(name)
-    }
-
-    /// What `response` says of retrying it: its headers, then its body's `RetryInfo`.
-    fn read_hint<Res: RetryResponse>(
-        &self,
-        response: &Res,
-        now: std::time::SystemTime,
-    ) -> ServerHint {
-        let hint = self.hints.read(response.status(), response.headers(), now);
-        self.hints
-            .or_retry_info(hint, response.extensions().get().copied())
     }
 
     fn set(&mut self, code: u16, outcome: Outcome) {
@@ -254,23 +244,6 @@ where
         }
     }
 
-    fn hint(&self, response: &Res, now: std::time::SystemTime) -> ServerHint {
-        self.read_hint(response, now)
-    }
-
-    fn quota_reset(
-        &self,
-        response: &Res,
-        now: &dyn Fn() -> std::time::SystemTime,
-    ) -> Option<std::time::Duration> {
-        let status = response.status();
-        if status.as_u16() >= 400 {
-            // A 4xx or 5xx in the success table: its `Retry-After` counts too.
-            return self.read_hint(response, now()).retry_after();
-        }
-        self.hints.success_reset(status, response.headers(), now)
-    }
-
     fn classify_error(&self, error: &E) -> Outcome {
         match error.as_std_error() {
             Some(error) => self.classify_error_chain(error),
@@ -278,29 +251,88 @@ where
         }
     }
 
-    fn is_rotation(&self, error: &E) -> bool {
-        error
-            .as_std_error()
-            .is_some_and(|error| self.is_rotation_chain(error))
-    }
-
-    fn unknown_error(&self, error: &E) -> Option<String> {
-        match error.as_std_error() {
-            Some(error) => self.name_unknown_error(error),
-            None => Some("an error with no `std::error::Error` to inspect".to_owned()),
-        }
-    }
-
-    fn refused_for(&self, error: &E) -> Option<std::time::Duration> {
-        let mut link = error.as_std_error();
-        while let Some(error) = link {
-            if let Some(open) = error.downcast_ref::<CircuitOpen>() {
-                return Some(open.retry_after());
+    fn signals(&self, result: &Result<Res, E>, ask: &Ask<'_>) -> Signals {
+        let mut signals = Signals::default();
+        match result {
+            Ok(response) if ask.outcome == Outcome::Success => {
+                if ask.quota {
+                    signals.hint =
+                        ServerHint::NONE.with_retry_after(self.quota_reset(response, ask.now));
+                }
             }
-            link = error.source();
+            Ok(response) => {
+                signals.hint = self.hint(response, (ask.now)());
+                signals.congestion = ask.outcome == Outcome::Transient
+                    && ask.congestion.contains(&response.status());
+            }
+            Err(error) => match error.as_std_error() {
+                Some(error) => {
+                    signals.rotation =
+                        ask.outcome == Outcome::Transient && self.is_rotation_chain(error);
+                    if ask.outcome == Outcome::Permanent {
+                        signals.refused_for = refused_for(error);
+                    }
+                    signals.unknown_error = self.name_unknown_error(error);
+                }
+                None => {
+                    signals.unknown_error =
+                        Some("an error with no `std::error::Error` to inspect".to_owned());
+                }
+            },
         }
-        None
+        signals
     }
+}
+
+impl HttpClassifier {
+    /// What `response` says of retrying it: the headers its [`ServerHints`] name, then a body's
+    /// [`RetryInfo`](crate::hint::RetryInfo) in its extensions (what
+    /// [`signals`](Classify::signals) gives as a failure's hint).
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tower_http_retry::HttpClassifier;
+    ///
+    /// let limited = http::Response::builder().status(429).header("retry-after", "30").body(()).unwrap();
+    /// let hint = HttpClassifier::new().hint(&limited, SystemTime::now());
+    /// assert_eq!(hint.retry_after(), Some(Duration::from_secs(30)));
+    /// ```
+    pub fn hint<Res: RetryResponse>(
+        &self,
+        response: &Res,
+        now: std::time::SystemTime,
+    ) -> ServerHint {
+        let hint = self.hints.read(response.status(), response.headers(), now);
+        self.hints
+            .or_retry_info(hint, response.extensions().get().copied())
+    }
+
+    /// A success's used-up quota's reset: its reset headers for a status below 400 (the clock
+    /// read only for a reset value to measure: the success path of a paced endpoint reads no
+    /// clock), its whole hint for a 4xx or 5xx in the success table.
+    fn quota_reset<Res: RetryResponse>(
+        &self,
+        response: &Res,
+        now: &dyn Fn() -> std::time::SystemTime,
+    ) -> Option<std::time::Duration> {
+        let status = response.status();
+        if status.as_u16() >= 400 {
+            return self.hint(response, now()).retry_after();
+        }
+        self.hints.success_reset(status, response.headers(), now)
+    }
+}
+
+/// A circuit breaker's refusal along `error`'s chain: how long until it lets a probe through.
+fn refused_for(error: &(dyn Error + 'static)) -> Option<std::time::Duration> {
+    let mut link = Some(error);
+    while let Some(error) = link {
+        if let Some(open) = error.downcast_ref::<CircuitOpen>() {
+            return Some(open.retry_after());
+        }
+        link = error.source();
+    }
+    None
 }
 
 #[cfg(test)]

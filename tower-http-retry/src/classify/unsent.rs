@@ -1,12 +1,10 @@
 //! [`FailUnsent`]: a classifier that hands back, as the service's error, the requests the
 //! retry layer did not send.
 
-use super::{Classify, Outcome};
-use crate::hint::ServerHint;
+use super::{Ask, Classify, Outcome, Signals};
 use crate::message::RetryResponse;
 use crate::report::Unsent;
 use http::Method;
-use std::time::{Duration, SystemTime};
 
 /// Wraps a classifier so that a request the retry layer did not send ([`Unsent`]: a new request
 /// to an endpoint known to be down whose wait would pass its deadline) is handed back as
@@ -47,37 +45,11 @@ where
         self.0.classify_error(error)
     }
 
-    fn refused_for(&self, error: &E) -> Option<Duration> {
-        self.0.refused_for(error)
-    }
-
-    fn unknown_error(&self, error: &E) -> Option<String> {
-        self.0.unknown_error(error)
-    }
-
-    fn is_rotation(&self, error: &E) -> bool {
-        self.0.is_rotation(error)
-    }
-
-    fn hint(&self, response: &Res, now: SystemTime) -> ServerHint
+    fn signals(&self, result: &Result<Res, E>, ask: &Ask<'_>) -> Signals
     where
         Res: RetryResponse,
     {
-        self.0.hint(response, now)
-    }
-
-    fn quota_reset(&self, response: &Res, now: &dyn Fn() -> SystemTime) -> Option<Duration>
-    where
-        Res: RetryResponse,
-    {
-        self.0.quota_reset(response, now)
-    }
-
-    fn is_congestion(&self, response: &Res, statuses: &[http::StatusCode]) -> bool
-    where
-        Res: RetryResponse,
-    {
-        self.0.is_congestion(response, statuses)
+        self.0.signals(result, ask)
     }
 
     fn classify(&self, method: &Method, result: &Result<Res, E>) -> Outcome {

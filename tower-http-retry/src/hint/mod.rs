@@ -1,7 +1,7 @@
 //! What a response says about retrying it, and how the retry layer uses what it says.
 //!
 //! * **Reading.** A classifier reads a [`ServerHint`] from each response
-//!   ([`Classify::hint`](crate::classify::Classify::hint)): when to come back, and whether to
+//!   ([`Classify::signals`](crate::classify::Classify::signals), [`Signals::hint`](crate::classify::Signals::hint)): when to come back, and whether to
 //!   retry at all. [`ServerHints`] lists what [`HttpClassifier`](crate::HttpClassifier) reads:
 //!   `Retry-After` ([`parse_retry_after`], [`RetryAfterHint`]), `retry-after-ms`, the IETF
 //!   `RateLimit` fields and `x-ratelimit-reset` ([`XRateLimit`], [`ResetFormat`],
@@ -13,12 +13,11 @@
 //!
 //! ```
 //! use std::time::{Duration, SystemTime};
-//! use tower_http_retry::classify::Classify;
 //! use tower_http_retry::hint::{HintPolicy, WhenLonger};
 //! use tower_http_retry::{HttpClassifier, RetryLayer};
 //!
 //! let limited = http::Response::builder().status(429).header("retry-after", "30").body(()).unwrap();
-//! let hint = Classify::<_, std::io::Error>::hint(&HttpClassifier::new(), &limited, SystemTime::now());
+//! let hint = HttpClassifier::new().hint(&limited, SystemTime::now());
 //! assert_eq!(hint.retry_after(), Some(Duration::from_secs(30)));
 //!
 //! // Wait up to 10 s for a hint; give up at once on a longer one.
@@ -70,7 +69,7 @@ impl UpstreamHeld {
 use std::time::{Duration, SystemTime};
 
 /// What a response says about retrying it, as a classifier reads it
-/// ([`Classify::hint`](crate::classify::Classify::hint)).
+/// ([`Classify::signals`](crate::classify::Classify::signals), [`Signals::hint`](crate::classify::Signals::hint)).
 ///
 /// Four independent parts: the server's word on *whether* to retry, its word on *when*, whether
 /// that "when" is the reset of a quota the whole endpoint shares, and whether a hint header was

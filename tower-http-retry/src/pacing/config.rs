@@ -264,7 +264,7 @@ impl PacingBuilder {
 
     /// The statuses that mean "overloaded" (transient timeouts and connection failures always do).
     /// A transient status not in the list is retried but says nothing of the load. The classifier
-    /// reads the list ([`Classify::is_congestion`](crate::classify::Classify::is_congestion)), and
+    /// reads the list ([`Signals::congestion`](crate::classify::Signals::congestion)), and
     /// may say more: the gRPC crate's `GrpcClassifier` counts UNAVAILABLE and
     /// RESOURCE_EXHAUSTED, which arrive with HTTP status 200.
     pub fn congestion(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {

@@ -95,7 +95,7 @@ pub struct RetryStats {
     /// budget and breaker: what connection rotation costs.
     pub rotation_resends: u64,
     /// Attempts turned away by a connection rotation without proof that the server did not
-    /// process them ([`Classify::is_rotation`](crate::classify::Classify::is_rotation): a `GOAWAY`
+    /// process them ([`Signals::rotation`](crate::classify::Signals::rotation): a `GOAWAY`
     /// delivered through hyper's HTTP/2 client): sent again as rotation when the request may be
     /// repeated (then also in `rotation_resends`), stopped otherwise. A count that grows beside
     /// `NotIdempotent` stops says the client should be the rotation-safe client of

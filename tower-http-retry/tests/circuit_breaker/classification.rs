@@ -107,8 +107,15 @@ impl tower_http_retry::classify::Classify<Res, std::io::Error> for Rotations {
     fn classify_error(&self, error: &std::io::Error) -> Outcome {
         HttpClassifier::new().classify_error_chain(error)
     }
-    fn is_rotation(&self, error: &std::io::Error) -> bool {
-        error.kind() == std::io::ErrorKind::Other
+    fn signals(
+        &self,
+        result: &Result<Res, std::io::Error>,
+        ask: &tower_http_retry::classify::Ask<'_>,
+    ) -> tower_http_retry::classify::Signals {
+        let mut signals = tower_http_retry::classify::default_signals(result, ask);
+        signals.rotation =
+            matches!(result, Err(error) if error.kind() == std::io::ErrorKind::Other);
+        signals
     }
 }
 

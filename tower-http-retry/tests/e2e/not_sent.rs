@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tower::{BoxError, Service, ServiceBuilder};
-use tower_http_retry::classify::{is_rotation_refusal, AsStdError, Classify, NotSent};
+use tower_http_retry::classify::{is_rotation_refusal, AsStdError, Ask, Classify, NotSent};
 use tower_http_retry::report::DelaySource;
 use tower_http_retry::retry::Retry;
 use tower_http_retry::{HttpClassifier, Outcome, RetryLayer, StopReason};
@@ -39,8 +39,18 @@ fn classify<E: AsStdError>(error: &E) -> Outcome {
     )
 }
 
-fn is_rotation<E: AsStdError>(error: &E) -> bool {
-    <HttpClassifier as Classify<Response<Incoming>, E>>::is_rotation(&HttpClassifier::new(), error)
+fn is_rotation(error: &(dyn Error + 'static)) -> bool {
+    /// The error's chain, borrowed, as the classifier reads it.
+    struct Chain<'a>(&'a (dyn Error + 'static));
+    impl AsStdError for Chain<'_> {
+        fn as_std_error(&self) -> Option<&(dyn Error + 'static)> {
+            Some(self.0)
+        }
+    }
+    let ask = Ask::new(Outcome::Transient, &std::time::SystemTime::now);
+    HttpClassifier::new()
+        .signals(&Err::<Response<Incoming>, _>(Chain(error)), &ask)
+        .rotation
 }
 
 /// The `h2::Error` in the chain, if any.
@@ -184,7 +194,7 @@ async fn a_goaway_through_a_plain_hyper_client_resends_gets_for_free_and_never_a
                     "{error:?}"
                 );
                 assert_eq!(classify(error), Outcome::Transient, "no proof: {error:?}");
-                assert!(is_rotation(error), "{error:?}");
+                assert!(is_rotation(&**error), "{error:?}");
                 assert!(is_rotation_refusal(&**error), "{error:?}");
                 assert_eq!(
                     (report.attempts, report.stop),

@@ -273,8 +273,14 @@ mod tests {
         fn classify_error(&self, _: &std::io::Error) -> Outcome {
             Outcome::Permanent
         }
-        fn refused_for(&self, _: &std::io::Error) -> Option<Duration> {
-            Some(300 * MS)
+        fn signals(
+            &self,
+            result: &Result<Res, std::io::Error>,
+            ask: &crate::classify::Ask<'_>,
+        ) -> crate::classify::Signals {
+            let mut signals = crate::classify::default_signals(result, ask);
+            signals.refused_for = result.is_err().then_some(300 * MS);
+            signals
         }
     }
 
@@ -285,6 +291,7 @@ mod tests {
             rotation: false,
             hint: ServerHint::NONE,
             refused_for: None,
+            congestion: false,
         }
     }
 

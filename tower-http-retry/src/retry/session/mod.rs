@@ -49,8 +49,8 @@ use super::deadline::Deadline;
 use super::nested::{mark_inner, retried_outside, NestedLayers, Restore};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
-use crate::classify::{Classify, NotSent, Outcome};
-use crate::hint::{ServerHint, UpstreamHeld};
+use crate::classify::{Ask, Classify, NotSent, Outcome, Signals};
+use crate::hint::UpstreamHeld;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{PassGuard, QueueWait};
 use crate::random::uniform;
@@ -502,23 +502,25 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         C: Classify<Res, E>,
     {
         let config = &self.config;
-        let hint = match result {
-            Ok(response) if classified != Outcome::Success => {
-                let hint = config
-                    .classifier
-                    .hint(response, (config.settings.wall_clock)());
-                if response.extensions().get::<UpstreamHeld>().is_some() {
-                    // A pool below keeps it for the upstream that sent it; the next attempt
-                    // goes to another.
-                    hint.with_retry_after(None).with_quota_reset(false)
-                } else {
-                    hint
-                }
-            }
-            // With pacing, a success says only whether it used up the quota.
-            Ok(response) if config.pacer.is_some() => quota_hint(config, response),
-            _ => ServerHint::NONE,
+        let signals = match result {
+            // Without pacing a success says nothing; with pacing, only whether it used up the
+            // quota.
+            Ok(_) if classified == Outcome::Success => match config.pacer {
+                Some(_) => quota_signals(config, result),
+                None => Signals::default(),
+            },
+            _ => signals_of(config, result, classified),
         };
+        let mut hint = signals.hint;
+        if let Ok(response) = result {
+            if classified != Outcome::Success
+                && response.extensions().get::<UpstreamHeld>().is_some()
+            {
+                // A pool below keeps it for the upstream that sent it; the next attempt goes
+                // to another.
+                hint = hint.with_retry_after(None).with_quota_reset(false);
+            }
+        }
         let mut outcome = classified;
         if outcome == Outcome::Permanent && result.is_ok() && hint.should_retry() == Some(true) {
             // The server says this response is worth another attempt, whatever its status.
@@ -526,8 +528,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         // A rotation without proof that the request was not processed: sent again as rotation
         // if the request may be repeated at all; the endpoint is up either way.
-        let rotation = classified == Outcome::Transient
-            && matches!(result, Err(error) if config.classifier.is_rotation(error));
+        let rotation = signals.rotation && classified == Outcome::Transient && result.is_err();
         if rotation {
             config.counters.unproven_rotation();
             if self.not_retryable.is_none() {
@@ -535,16 +536,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             }
         }
         let refused_for = match (outcome, result) {
-            (Outcome::Permanent, Err(error)) => config.classifier.refused_for(error),
+            (Outcome::Permanent, Err(_)) => signals.refused_for,
             _ => None,
         };
-        if let Err(error) = result {
+        if let (Err(_), Some(name)) = (result, signals.unknown_error) {
             // Counted and named, so that a new kind of error gets a rule (see `unknown_errors`).
-            if let Some(name) = self.config.classifier.unknown_error(error) {
-                decision!(error = %name, "an error no classification rule recognises");
-                self.config.counters.unknown_error();
-                self.trail().unknown_error(name);
-            }
+            decision!(error = %name, "an error no classification rule recognises");
+            self.config.counters.unknown_error();
+            self.trail().unknown_error(name);
         }
         Facts {
             classified,
@@ -552,24 +551,38 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             rotation,
             hint,
             refused_for,
+            congestion: signals.congestion && classified == Outcome::Transient && result.is_ok(),
         }
     }
+}
+
+/// What an outcome that is not a success says (`classified` by the classifier): its hint,
+/// congestion (asked with pacing's statuses), a refusal, a rotation, an unknown error.
+fn signals_of<C: Classify<Res, E>, Res: RetryResponse, E>(
+    config: &Config<C>,
+    result: &Result<Res, E>,
+    classified: Outcome,
+) -> Signals {
+    let congestion = config
+        .pacer
+        .as_ref()
+        .map_or(&[][..], |pacer| &pacer.rules().congestion[..]);
+    let ask = Ask::new(classified, &*config.settings.wall_clock).congestion(congestion);
+    config.classifier.signals(result, &ask)
 }
 
 /// What pacing reads of a success: when its used-up quota resets, if it says so and hints are
 /// honoured. Out of line: the success path without pacing does not carry it.
 #[inline(never)]
-fn quota_hint<C: Classify<Res, E>, Res: RetryResponse, E>(
+fn quota_signals<C: Classify<Res, E>, Res: RetryResponse, E>(
     config: &Config<C>,
-    response: &Res,
-) -> ServerHint {
+    result: &Result<Res, E>,
+) -> Signals {
     if config.settings.hint_policy.is_none() {
-        return ServerHint::NONE;
+        return Signals::default();
     }
-    let reset = config
-        .classifier
-        .quota_reset(response, &*config.settings.wall_clock);
-    ServerHint::NONE.with_retry_after(reset)
+    let ask = Ask::new(Outcome::Success, &*config.settings.wall_clock).quota(true);
+    config.classifier.signals(result, &ask)
 }
 
 /// The clock, read at most once and only when needed.

@@ -69,17 +69,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         self.config.pacer.as_ref()?;
         let config = Arc::clone(&self.config);
         let pacer = config.pacer.as_ref()?;
-        let congestion = match result {
-            Ok(response) if facts.classified == Outcome::Transient => config
-                .classifier
-                .is_congestion(response, &pacer.rules().congestion),
-            _ => false,
-        };
         // A rotation says the endpoint is up, whatever became of the request.
         let signal = if facts.rotation {
             Signal::Neutral
         } else {
-            signal_of(facts.classified, congestion, result)
+            signal_of(facts.classified, facts.congestion, result)
         };
         let hint = self.hint_delay(&facts.hint);
         let pass = self.waits.as_mut().and_then(|waits| waits.pass.take());

@@ -1,4 +1,4 @@
-//! A rotation without proof ([`Classify::is_rotation`]): the ladder resends it as rotation when
+//! A rotation without proof ([`Signals::rotation`](crate::classify::Signals::rotation)): the ladder resends it as rotation when
 //! the request may be repeated, and stops it otherwise; the pacer hears nothing of it.
 
 use super::tests::{builder, config, request, sleep, stop, Req, Res, MS};
@@ -19,8 +19,14 @@ impl Classify<Res, io::Error> for Rotations {
     fn classify_error(&self, error: &io::Error) -> Outcome {
         HttpClassifier::new().classify_error_chain(error)
     }
-    fn is_rotation(&self, error: &io::Error) -> bool {
-        error.kind() == io::ErrorKind::Other
+    fn signals(
+        &self,
+        result: &Result<Res, io::Error>,
+        ask: &crate::classify::Ask<'_>,
+    ) -> crate::classify::Signals {
+        let mut signals = crate::classify::default_signals(result, ask);
+        signals.rotation = matches!(result, Err(error) if error.kind() == io::ErrorKind::Other);
+        signals
     }
 }
 

@@ -19,15 +19,17 @@ pub(crate) struct Facts {
     /// concerns a request that may be repeated (then refused, not sent).
     pub(crate) outcome: Outcome,
     /// The classifier said the transient error is the server rotating its connection, without
-    /// proof that the request was not processed ([`Classify::is_rotation`]): the endpoint is up.
+    /// proof that the request was not processed ([`Signals::rotation`]): the endpoint is up.
     ///
-    /// [`Classify::is_rotation`]: crate::classify::Classify::is_rotation
+    /// [`Signals::rotation`]: crate::classify::Signals::rotation
     pub(crate) rotation: bool,
     /// What the response says about retrying it.
     pub(crate) hint: ServerHint,
     /// A circuit breaker refused the attempt, for this long (zero: its half-open probe is in
     /// flight).
     pub(crate) refused_for: Option<Duration>,
+    /// A transient response the classifier calls congestion (asked with pacing only).
+    pub(crate) congestion: bool,
 }
 
 impl Facts {
