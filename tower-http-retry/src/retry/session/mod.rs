@@ -50,6 +50,7 @@ use super::nested::{mark_inner, retried_outside, NestedLayers, Restore};
 use super::watch::AbortWatch;
 use crate::abort::{Forbidden, Listener};
 use crate::classify::{Ask, Classify, NotSent, Outcome, Signals};
+use crate::hint::ServerHint;
 use crate::hint::UpstreamHeld;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{PassGuard, QueueWait};
@@ -502,20 +503,26 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         C: Classify<Res, E>,
     {
         let config = &self.config;
-        let signals = match result {
+        if classified == Outcome::Success && result.is_ok() {
             // Without pacing a success says nothing; with pacing, only whether it used up the
             // quota.
-            Ok(_) if classified == Outcome::Success => match config.pacer {
-                Some(_) => quota_signals(config, result),
-                None => Signals::default(),
-            },
-            _ => signals_of(config, result, classified),
-        };
+            let hint = match config.pacer {
+                Some(_) => quota_hint(config, result),
+                None => ServerHint::NONE,
+            };
+            return Facts {
+                classified,
+                outcome: classified,
+                rotation: false,
+                hint,
+                refused_for: None,
+                congestion: false,
+            };
+        }
+        let signals = signals_of(config, result, classified);
         let mut hint = signals.hint;
         if let Ok(response) = result {
-            if classified != Outcome::Success
-                && response.extensions().get::<UpstreamHeld>().is_some()
-            {
+            if response.extensions().get::<UpstreamHeld>().is_some() {
                 // A pool below keeps it for the upstream that sent it; the next attempt goes
                 // to another.
                 hint = hint.with_retry_after(None).with_quota_reset(false);
@@ -574,15 +581,15 @@ fn signals_of<C: Classify<Res, E>, Res: RetryResponse, E>(
 /// What pacing reads of a success: when its used-up quota resets, if it says so and hints are
 /// honoured. Out of line: the success path without pacing does not carry it.
 #[inline(never)]
-fn quota_signals<C: Classify<Res, E>, Res: RetryResponse, E>(
+fn quota_hint<C: Classify<Res, E>, Res: RetryResponse, E>(
     config: &Config<C>,
     result: &Result<Res, E>,
-) -> Signals {
+) -> ServerHint {
     if config.settings.hint_policy.is_none() {
-        return Signals::default();
+        return ServerHint::NONE;
     }
     let ask = Ask::new(Outcome::Success, &*config.settings.wall_clock).quota(true);
-    config.classifier.signals(result, &ask)
+    config.classifier.signals(result, &ask).hint
 }
 
 /// The clock, read at most once and only when needed.
