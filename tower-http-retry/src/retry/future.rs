@@ -53,10 +53,9 @@ pin_project! {
                 State::Done => return,
                 State::Waiting { wait } => this
                     .session
-                    .wait_dropped(wait.interrupted(), Instant::now()),
-                State::Calling { .. } => {}
+                    .dropped(Some(wait.interrupted()), Instant::now()),
+                State::Calling { .. } => this.session.dropped(None, Instant::now()),
             }
-            this.session.cancel();
         }
     }
 }
@@ -64,10 +63,11 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<F, Res, E> {
-        // An attempt is in flight.
+        // An attempt is in flight, polled with the inner layers told `mark`.
         Calling {
             #[pin]
             future: F,
+            mark: Option<bool>,
         },
         // Between attempts. Boxed: only a request that waits pays for it, and the future of one
         // that succeeds at once stays small (it is moved several times between `call` and the
@@ -92,15 +92,17 @@ where
     S: Service<Req>,
     Req: RetryRequest,
 {
-    /// The first attempt is in flight (`future`); `service`, if kept, is the one retries go to.
+    /// The first attempt is in flight (`future`, polled with the inner layers told `mark`);
+    /// `service`, if kept, is the one retries go to.
     #[inline]
     pub(crate) fn calling(
         session: Session<Req, C>,
         future: Attempt<S::Future>,
+        mark: Option<bool>,
         service: Option<S>,
     ) -> Self {
         Self {
-            state: State::Calling { future },
+            state: State::Calling { future, mark },
             service,
             session,
         }
@@ -146,14 +148,12 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Calling { mut future } => {
-                    let mark = this.session.inner_layers_mark();
-                    let result = ready!(retrying(mark, || future.as_mut().poll(cx)));
-                    let classified = this.session.classify(&result);
-                    if this.session.first_try_success(&result, classified) {
+                StateProj::Calling { mut future, mark } => {
+                    let result = ready!(retrying(*mark, || future.as_mut().poll(cx)));
+                    let Some(classified) = this.session.classify_or_finish(&result) else {
                         this.state.set(State::Done);
                         return Poll::Ready(result);
-                    }
+                    };
                     // The decision on this outcome is the attempt's: its events in its span.
                     let _in_attempt = in_attempt(&*future);
                     match this
@@ -169,11 +169,11 @@ where
                         }
                         Next::Sleep {
                             delay,
-                            listener,
+                            watch,
                             token,
                         } => this.state.set(State::waiting(Wait::sleeping(
                             delay,
-                            listener.map(|l| this.session.sleep_watch(l)),
+                            watch,
                             Some(result),
                             token,
                         ))),
@@ -195,14 +195,14 @@ where
                         .as_mut()
                         .expect("a request that waits keeps a service");
                     let session = &mut *this.session;
-                    let abort = session.config().settings.abort.as_ref();
                     // Only a wait that watches an abort signal reads the endpoint.
-                    let authority = abort.and_then(|_| session.authority());
-                    let woke =
-                        ready!(wait
-                            .as_mut()
-                            .poll_wait(cx, abort, authority.as_deref(), service));
-                    drop(authority);
+                    let scope = session.abort_scope();
+                    let (abort, authority) = match &scope {
+                        Some((abort, authority)) => (Some(*abort), authority.as_deref()),
+                        None => (None, None),
+                    };
+                    let woke = ready!(wait.as_mut().poll_wait(cx, abort, authority, service));
+                    drop(scope);
                     let (queue, retrying) = (wait.queued_in(), wait.retrying());
                     match session.after_wait(woke, queue, retrying, Instant::now()) {
                         AfterWait::Queue {
@@ -214,8 +214,8 @@ where
                         AfterWait::Send => {
                             wait.as_mut().spend();
                             // The previous outcome is released here, as the next attempt is sent.
-                            let future = session.send(service);
-                            this.state.set(State::Calling { future });
+                            let (future, mark) = session.send(service);
+                            this.state.set(State::Calling { future, mark });
                         }
                         AfterWait::Stop(reason) => {
                             let result = wait.as_mut().take_last();
@@ -250,8 +250,8 @@ where
         };
         f.debug_struct("RetryFuture")
             .field("state", &state)
-            .field("attempts", &self.session.attempts())
-            .field("slept", &self.session.slept())
+            .field("attempts", &self.session.progress().0)
+            .field("slept", &self.session.progress().1)
             .finish_non_exhaustive()
     }
 }

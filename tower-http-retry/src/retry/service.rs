@@ -2,7 +2,7 @@
 
 use super::config::Config;
 use super::future::RetryFuture;
-use super::session::Session;
+use super::session::{First, Session};
 use super::stats::RetryStats;
 use crate::classify::{Classify, HttpClassifier};
 use crate::message::{RetryRequest, RetryResponse};
@@ -75,33 +75,41 @@ where
 
     fn call(&mut self, mut request: Req) -> Self::Future {
         let mut session = Session::new(Arc::clone(&self.config), &mut request);
-        if session.first_attempt_waits(&request) {
-            // The endpoint is down: the first attempt waits in its queue, holding nothing (as
-            // with the first-attempt jitter below). It joins the queue when first polled.
-            let fresh = self.inner.clone();
-            drop(std::mem::replace(&mut self.inner, fresh));
-            session.store(request);
-            return RetryFuture::gated(session, self.inner.clone());
-        }
-        if session.has_first_attempt_jitter() {
-            // The attempt goes to a clone made ready after the delay. The readied service is
-            // dropped now: kept here, whatever it reserved (a concurrency permit, a buffer slot)
-            // would be held through the delay, and the delayed attempt could wait on it forever.
-            let fresh = self.inner.clone();
-            drop(std::mem::replace(&mut self.inner, fresh));
-            session.store(request);
-            return RetryFuture::delayed(session, self.inner.clone());
-        }
-        if session.may_retry() {
-            let clone = self.inner.clone();
-            let mut ready = std::mem::replace(&mut self.inner, clone);
-            let sending = session.sending(&mut request);
-            let future = sending.sent(ready.call(request));
-            RetryFuture::calling(session, future, Some(ready))
-        } else {
-            let sending = session.sending(&mut request);
-            let future = sending.sent(self.inner.call(request));
-            RetryFuture::calling(session, future, None)
+        match session.first(&request) {
+            First::Gated => {
+                // The endpoint is down: the first attempt waits in its queue, holding nothing
+                // (as with the first-attempt jitter below). It joins the queue when first polled.
+                let fresh = self.inner.clone();
+                drop(std::mem::replace(&mut self.inner, fresh));
+                session.store(request);
+                RetryFuture::gated(session, self.inner.clone())
+            }
+            First::Delayed => {
+                // The attempt goes to a clone made ready after the delay. The readied service is
+                // dropped now: kept here, whatever it reserved (a concurrency permit, a buffer
+                // slot) would be held through the delay, and the delayed attempt could wait on
+                // it forever.
+                let fresh = self.inner.clone();
+                drop(std::mem::replace(&mut self.inner, fresh));
+                session.store(request);
+                RetryFuture::delayed(session, self.inner.clone())
+            }
+            First::Now { keep_service: true } => {
+                let clone = self.inner.clone();
+                let mut ready = std::mem::replace(&mut self.inner, clone);
+                let sending = session.sending(&mut request);
+                let mark = sending.mark();
+                let future = sending.sent(ready.call(request));
+                RetryFuture::calling(session, future, mark, Some(ready))
+            }
+            First::Now {
+                keep_service: false,
+            } => {
+                let sending = session.sending(&mut request);
+                let mark = sending.mark();
+                let future = sending.sent(self.inner.call(request));
+                RetryFuture::calling(session, future, mark, None)
+            }
         }
     }
 }

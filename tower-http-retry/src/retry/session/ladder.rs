@@ -192,7 +192,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         Ok(Next::Sleep {
             delay,
-            listener,
+            watch: listener.map(|listener| self.sleep_watch(listener)),
             token,
         })
     }

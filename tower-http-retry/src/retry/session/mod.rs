@@ -48,7 +48,7 @@ use super::config::Config;
 use super::deadline::Deadline;
 use super::nested::{mark_inner, retried_outside, NestedLayers, Restore};
 use super::watch::AbortWatch;
-use crate::abort::{Forbidden, Listener};
+use crate::abort::{AbortSignal, Forbidden, Listener};
 use crate::classify::{Ask, Classify, NotSent, Outcome, Signals};
 use crate::hint::ServerHint;
 use crate::hint::UpstreamHeld;
@@ -60,6 +60,7 @@ use crate::telemetry::{self, decision, Attempt, AttemptSpan};
 use http::uri::Authority;
 use http::Method;
 use rand::rngs::SmallRng;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -119,25 +120,48 @@ pub(crate) struct Sending {
     // Dropped after the span is left, as the mark was set before it was entered.
     inner: Option<Restore>,
     span: AttemptSpan,
+    mark: Option<bool>,
 }
 
+/// An attempt sent: the inner service's future, polled in the attempt's span, and the mark the
+/// inner layers are told while it is polled (see [`retrying`](super::nested::retrying)).
+pub(crate) type Sent<F> = (Attempt<F>, Option<bool>);
+
 impl Sending {
+    /// The mark the inner layers are told while the attempt is polled.
+    #[inline(always)]
+    pub(crate) fn mark(&self) -> Option<bool> {
+        self.mark
+    }
+
     /// The inner service's `future` for the attempt: the attempt's (polled in its span).
     #[inline(always)]
     pub(crate) fn sent<F>(self, future: F) -> Attempt<F> {
-        let Sending { inner, span } = self;
+        let Sending { inner, span, .. } = self;
         let attempt = span.attach(future);
         drop(inner);
         attempt
     }
 }
 
+/// How the first attempt goes.
+pub(crate) enum First {
+    /// Into its endpoint's queue (pacing knows the endpoint is down), joined at the first poll.
+    Gated,
+    /// After the first-attempt jitter ([`first_attempt_delay`](Session::first_attempt_delay)).
+    Delayed,
+    /// At once; `keep_service`: another attempt may follow, so a clone of the readied service
+    /// is kept for it.
+    Now { keep_service: bool },
+}
+
 /// What to do after an attempt.
 pub(crate) enum Next {
     Stop(StopReason),
+    /// Sleep `delay`, cut short by `watch` (an abort signal's), holding `token` (the budget's).
     Sleep {
         delay: Duration,
-        listener: Option<Listener>,
+        watch: Option<AbortWatch>,
         token: Option<Withdrawal>,
     },
     /// Wait in the endpoint's queue until the pacer lets the request go, or until `deadline`.
@@ -149,11 +173,23 @@ pub(crate) enum Next {
 }
 
 impl<Req, C> Session<Req, C> {
-    pub(crate) fn config(&self) -> &Config<C> {
-        &self.config
+    /// The abort signal a wait watches, if any, with the request's authority (a hold may
+    /// concern only it).
+    pub(crate) fn abort_scope(&self) -> Option<(&AbortSignal, Option<Cow<'_, Authority>>)>
+    where
+        Req: RetryRequest,
+    {
+        let abort = self.config.settings.abort.as_ref()?;
+        Some((abort, self.authority()))
     }
 
-    pub(crate) fn attempts(&self) -> u32 {
+    /// Attempts sent so far and the time slept between them (for `Debug`).
+    pub(crate) fn progress(&self) -> (u32, Duration) {
+        (self.attempts, self.slept())
+    }
+
+    #[cfg(test)]
+    fn attempts(&self) -> u32 {
         self.attempts
     }
 
@@ -182,7 +218,7 @@ impl<Req, C> Session<Req, C> {
 
     /// What ends a sleep before a retry: a shutdown, and a breaker's hold too unless pacing is
     /// on (then the hold pauses the endpoint, and the request, once awake, waits in its queue).
-    pub(crate) fn sleep_watch(&self, listener: Listener) -> AbortWatch {
+    fn sleep_watch(&self, listener: Listener) -> AbortWatch {
         if self.config.pacer.is_some() {
             AbortWatch::shutdown_only(listener)
         } else {
@@ -262,14 +298,20 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    pub(crate) fn has_first_attempt_jitter(&self) -> bool {
-        !self.config.settings.first_attempt_jitter.is_zero()
-    }
-
-    /// Whether a second attempt is possible at all (and the service worth keeping): even a
-    /// request that is not idempotent is sent again when it provably was not sent.
-    pub(crate) fn may_retry(&self) -> bool {
-        self.config.settings.max_attempts > 1
+    /// How the first attempt of `request` goes: into its endpoint's queue (pacing knows it is
+    /// down), after the first-attempt jitter, or at once.
+    #[inline(always)]
+    pub(crate) fn first(&mut self, request: &Req) -> First {
+        if self.first_attempt_waits(request) {
+            return First::Gated;
+        }
+        if !self.config.settings.first_attempt_jitter.is_zero() {
+            return First::Delayed;
+        }
+        // Even a request that is not idempotent is sent again when it provably was not sent.
+        First::Now {
+            keep_service: self.config.settings.max_attempts > 1,
+        }
     }
 
     /// Keeps `request` for an attempt that is sent later (after the first-attempt jitter).
@@ -278,7 +320,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// Sends the stored request to `service`, keeping a copy if another attempt may follow.
-    pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> Attempt<S::Future> {
+    pub(crate) fn send<S: Service<Req>>(&mut self, service: &mut S) -> Sent<S::Future> {
         let kept = std::mem::replace(&mut self.kept, Kept::Pending);
         let Kept::Copy(request) = kept else {
             unreachable!("a request is stored before every attempt");
@@ -292,9 +334,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         &mut self,
         mut request: Req,
         service: &mut S,
-    ) -> Attempt<S::Future> {
+    ) -> Sent<S::Future> {
         let sending = self.sending(&mut request);
-        sending.sent(service.call(request))
+        let mark = sending.mark();
+        (sending.sent(service.call(request)), mark)
     }
 
     /// Readies `request`'s next attempt for the inner service: counts and stamps it, keeps a
@@ -335,10 +378,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         self.config.counters.attempt(self.attempts, after);
         // The mark first, then the span, which the event is in: it carries the attempt's
         // method, address and port.
-        let inner = mark_inner(self.inner_layers_mark());
+        let mark = self.inner_layers_mark();
+        let inner = mark_inner(mark);
         let span = telemetry::enter_attempt(request, self.attempts);
         decision!(attempt = self.attempts, "sending attempt");
-        Sending { inner, span }
+        Sending { inner, span, mark }
     }
 
     /// Keeps `kept` of the attempt being sent, in the place left pending while it is sent.
@@ -360,7 +404,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// one that cannot (a POST, a body it cannot copy, an outer layer retrying) leaves the mark
     /// as it is, so an inner layer allowed to retry it does. An independent layer lets the
     /// layers inside it retry, whatever wraps it.
-    pub(crate) fn inner_layers_mark(&self) -> Option<bool> {
+    fn inner_layers_mark(&self) -> Option<bool> {
         let settings = &self.config.settings;
         match settings.nested {
             NestedLayers::Independent => Some(false),
@@ -371,7 +415,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// The authority of the request, which a hold of the abort signal may concern.
-    pub(crate) fn authority(&self) -> Option<std::borrow::Cow<'_, Authority>> {
+    pub(super) fn authority(&self) -> Option<std::borrow::Cow<'_, Authority>> {
         match &self.kept {
             Kept::Copy(request) => request.authority(),
             Kept::Method(_, authority) => authority.as_ref().map(std::borrow::Cow::Borrowed),
@@ -379,8 +423,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// The delay before the first attempt, `U(0, first_attempt_jitter)`, recorded (zero when
-    /// the abort signal forbids sleeping now), and the listener the wait is aborted with.
+    /// The delay before the first attempt (of the stored request), `U(0, first_attempt_jitter)`,
+    /// recorded (zero when the abort signal forbids sleeping now), and the listener the wait is
+    /// aborted with.
     pub(crate) fn first_attempt_delay(&mut self) -> (Duration, Option<Listener>) {
         let config = Arc::clone(&self.config);
         let mut forbidden = false;
@@ -421,9 +466,21 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         self.decide_classified(result, classified, now)
     }
 
+    /// The classifier's word on `result`, or `None` when that ends the request as the common
+    /// end, a success at the first try (see [`first_try_success`](Self::first_try_success)):
+    /// recorded, and the outcome is the caller's to return as it is.
+    #[inline(always)]
+    pub(crate) fn classify_or_finish<Res, E>(&mut self, result: &Result<Res, E>) -> Option<Outcome>
+    where
+        C: Classify<Res, E>,
+    {
+        let classified = self.classify(result);
+        (!self.first_try_success(result, classified)).then_some(classified)
+    }
+
     /// The classifier's word on `result`, for the request's method.
     #[inline]
-    pub(crate) fn classify<Res, E>(&self, result: &Result<Res, E>) -> Outcome
+    fn classify<Res, E>(&self, result: &Result<Res, E>) -> Outcome
     where
         C: Classify<Res, E>,
     {
@@ -442,11 +499,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// [`decide`](Self::decide) and [`finish`](Self::finish) do for it, without the ladder's
     /// machinery on the path of every request.
     #[inline]
-    pub(crate) fn first_try_success<Res, E>(
-        &mut self,
-        result: &Result<Res, E>,
-        classified: Outcome,
-    ) -> bool {
+    fn first_try_success<Res, E>(&mut self, result: &Result<Res, E>, classified: Outcome) -> bool {
         if classified != Outcome::Success
             || result.is_err()
             || self.attempts != 1

@@ -210,7 +210,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         );
         Next::Sleep {
             delay: retry.delay,
-            listener: retry.listener,
+            watch: retry.listener.map(|listener| self.sleep_watch(listener)),
             token: None,
         }
     }
@@ -268,7 +268,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// first polled ([`join_first_queue`](Self::join_first_queue)): a future not polled yet must
     /// not hold the head of the queue.
     #[inline]
-    pub(crate) fn first_attempt_waits(&self, request: &Req) -> bool {
+    pub(super) fn first_attempt_waits(&self, request: &Req) -> bool {
         // Checked before anything else: the path of every call when pacing is off.
         let Some(pacer) = self
             .config

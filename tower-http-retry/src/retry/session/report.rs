@@ -26,7 +26,7 @@ impl<Req, C> Session<Req, C> {
     }
 
     /// Total time slept (an aborted sleep counts the time it lasted).
-    pub(crate) fn slept(&self) -> Duration {
+    pub(super) fn slept(&self) -> Duration {
         self.waits
             .as_ref()
             .map_or(Duration::ZERO, |w| w.trail.slept())
@@ -57,7 +57,7 @@ impl<Req, C> Session<Req, C> {
     }
 
     /// The caller dropped the future before it finished: the counters and the slot say so.
-    pub(crate) fn cancel(&mut self) {
+    pub(super) fn cancel(&mut self) {
         let report = self.report(StopReason::Cancelled);
         if let Some(slot) = self.slot.take() {
             slot.fill(report);

@@ -174,14 +174,16 @@ where
 }
 
 impl<Req, C> Session<Req, C> {
-    /// The response future was dropped mid-wait (an outer timeout fired): the report shows the
-    /// time waited.
-    pub(crate) fn wait_dropped(&mut self, interrupted: Interrupted, now: Instant) {
+    /// The response future was dropped before it finished (an outer timeout fired), in a wait
+    /// that was doing `interrupted` if it was waiting: the report shows the time waited, and the
+    /// counters and the slot say it was cancelled.
+    pub(crate) fn dropped(&mut self, interrupted: Option<Interrupted>, now: Instant) {
         match interrupted {
-            Interrupted::Sleep(remaining) => self.cut_last_sleep(remaining),
-            Interrupted::Queue => self.left_queue(now),
-            Interrupted::Nothing => {}
+            Some(Interrupted::Sleep(remaining)) => self.cut_last_sleep(remaining),
+            Some(Interrupted::Queue) => self.left_queue(now),
+            Some(Interrupted::Nothing) | None => {}
         }
+        self.cancel();
     }
 }
 
