@@ -107,6 +107,7 @@ mod abort;
 pub mod body;
 pub mod circuit_breaker;
 pub mod classify;
+mod endpoints;
 mod error;
 pub mod hedge;
 pub mod hint;

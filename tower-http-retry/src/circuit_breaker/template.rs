@@ -50,6 +50,11 @@ impl<C> Template<C> {
     /// A new closed breaker, with its own random stream, for calls to `authority` when the
     /// template is per authority.
     pub(crate) fn make(&self, authority: Option<&Authority>) -> Arc<Shared<C>> {
+        Arc::new(self.shared(authority))
+    }
+
+    /// [`make`](Self::make), not yet shared.
+    pub(crate) fn shared(&self, authority: Option<&Authority>) -> Shared<C> {
         let hold = if self.per_authority {
             Hold::Authority(authority.cloned())
         } else {
@@ -61,10 +66,10 @@ impl<C> Template<C> {
             // Its metrics carry its authority when the layer lists it.
             config.labels = config.labels.for_endpoint(&endpoint_key(authority));
         }
-        Arc::new(Shared {
+        Shared {
             breaker: Breaker::new(config, abort, &self.random),
             classifier: Arc::clone(&self.classifier),
-        })
+        }
     }
 
     pub(crate) fn config(&self) -> &Config {

@@ -1,15 +1,20 @@
 //! The bounded map of the endpoints' latency sketches.
 
 use super::sketch::{Sketch, SketchRules};
+use crate::endpoints::{EndpointMap, Forget};
 use crate::pacing::endpoint_key;
 use http::uri::Authority;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// One endpoint's sketch, shared by the requests in flight to it.
 pub(crate) struct Endpoint {
     sketch: Mutex<Sketch>,
+    /// When a request last asked for it, and how long after that it may be forgotten (two
+    /// windows: an older sketch has nothing to say).
+    used: Mutex<Instant>,
+    stale_after: Duration,
 }
 
 impl Endpoint {
@@ -18,23 +23,28 @@ impl Endpoint {
     pub(crate) fn sketch(&self) -> MutexGuard<'_, Sketch> {
         self.sketch.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn used(&self) -> MutexGuard<'_, Instant> {
+        self.used.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
-/// An endpoint, and when a request last used it (for the eviction).
-type Entry = (Arc<Endpoint>, Instant);
+impl Forget for Endpoint {
+    fn rank(&self, _held: bool, now: Instant) -> Option<u8> {
+        (now.saturating_duration_since(*self.used()) >= self.stale_after).then_some(0)
+    }
+}
 
 /// The sketches of up to `max` endpoints (requests without an authority share one), keyed as
-/// the pacer keys its endpoints: a lookup borrows the authority and hashes it in one piece.
+/// the pacer keys its endpoints; a sketch unused for two windows may be forgotten to make room.
 pub(crate) struct Endpoints {
-    map: Mutex<HashMap<Box<str>, Entry>>,
-    max: usize,
+    map: EndpointMap<Endpoint>,
 }
 
 impl Endpoints {
     pub(crate) fn new(max: usize) -> Self {
         Self {
-            map: Mutex::default(),
-            max,
+            map: EndpointMap::new(max),
         }
     }
 
@@ -46,31 +56,21 @@ impl Endpoints {
         rules: &SketchRules,
         now: Instant,
     ) -> Option<Arc<Endpoint>> {
-        let key = endpoint_key(authority);
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((endpoint, used)) = map.get_mut(&*key) {
-            *used = now;
-            return Some(Arc::clone(endpoint));
-        }
-        if map.len() >= self.max {
-            let stale = rules.window * 2;
-            map.retain(|_, (_, used)| now.saturating_duration_since(*used) < stale);
-            if map.len() >= self.max {
-                return None;
-            }
-        }
-        let endpoint = Arc::new(Endpoint {
-            sketch: Mutex::new(Sketch::new(now)),
-        });
-        map.insert(key.into(), (Arc::clone(&endpoint), now));
+        let endpoint = self.map.get_or_insert_with(
+            &endpoint_key(authority),
+            || now,
+            || Endpoint {
+                sketch: Mutex::new(Sketch::new(now)),
+                used: Mutex::new(now),
+                stale_after: rules.window * 2,
+            },
+        )?;
+        *endpoint.used() = now;
         Some(endpoint)
     }
 
     /// Endpoints with a sketch now.
     pub(crate) fn len(&self) -> usize {
-        self.map
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.map.len()
     }
 }

@@ -14,13 +14,13 @@ use super::handle::{Endpoint, Lane};
 use super::mode::PacingMode;
 use super::rules::PacingRules;
 use super::shared::SharedState;
+use crate::endpoints::{EndpointMap, Forget};
 use crate::random::RandomSource;
 use crate::telemetry::Labels;
 use http::uri::Authority;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -28,18 +28,12 @@ use tokio::time::Instant;
 pub(crate) struct Pacer {
     config: Pacing,
     random: RandomSource,
-    map: Mutex<Map>,
+    map: EndpointMap<Endpoint>,
     /// How many endpoints are not [settled](EndpointState::is_settled); shared with each of
     /// them, which keeps it up to date whenever its state is unlocked.
     unsettled: Arc<AtomicUsize>,
     /// The keys of the layer's metrics, which its endpoints record under.
     labels: Labels,
-}
-
-#[derive(Default)]
-struct Map {
-    endpoints: HashMap<Box<str>, (Arc<Endpoint>, u64)>,
-    clock: u64,
 }
 
 /// The map's key for `authority`: its text, ASCII-lowercased (authorities compare without
@@ -77,10 +71,11 @@ pub struct PacingStats {
 
 impl Pacer {
     pub(crate) fn new(config: Pacing, random: RandomSource, labels: Labels) -> Self {
+        let max_endpoints = config.rules().max_endpoints;
         Self {
             config,
             random,
-            map: Mutex::default(),
+            map: EndpointMap::new(max_endpoints),
             unsettled: Arc::default(),
             labels,
         }
@@ -88,11 +83,6 @@ impl Pacer {
 
     pub(crate) fn rules(&self) -> &PacingRules {
         self.config.rules()
-    }
-
-    fn map(&self) -> MutexGuard<'_, Map> {
-        // Plain data with no invariant to break half-way: a poisoned lock is usable.
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether every endpoint is [settled](EndpointState::is_settled) (or there is none): then
@@ -105,47 +95,27 @@ impl Pacer {
     /// in it can be forgotten (the request is then not paced).
     pub(crate) fn lane(&self, authority: Option<&Authority>) -> Option<Lane> {
         let key = key(authority);
-        let mut map = self.map();
-        map.clock += 1;
-        let tick = map.clock;
-        if let Some((endpoint, used)) = map.endpoints.get_mut(&*key) {
-            *used = tick;
-            return Some(Lane(Arc::clone(endpoint)));
-        }
-        let now = Instant::now();
-        if map.endpoints.len() >= self.rules().max_endpoints && !evict(&mut map, now) {
-            return None;
-        }
-        let key: Arc<str> = Arc::from(key);
-        let link = self.config.store().map(|_| Link::default());
-        let labels = self.labels.for_endpoint(&key);
-        let mut state = EndpointState::new(now, self.random.stream(), link, labels);
-        if let Some(store) = self.config.store() {
-            // What the fleet is known to be doing, without a call.
-            if let Some(view) = store.cached(self.rules(), &key, now) {
-                state.shared = SharedState::from_view(&view, &state.clock, now);
+        let endpoint = self.map.get_or_insert_with(&key, Instant::now, || {
+            let now = Instant::now();
+            let key: Arc<str> = Arc::from(&*key);
+            let link = self.config.store().map(|_| Link::default());
+            let labels = self.labels.for_endpoint(&key);
+            let mut state = EndpointState::new(now, self.random.stream(), link, labels);
+            if let Some(store) = self.config.store() {
+                // What the fleet is known to be doing, without a call.
+                if let Some(view) = store.cached(self.rules(), &key, now) {
+                    state.shared = SharedState::from_view(&view, &state.clock, now);
+                }
             }
-        }
-        let endpoint = Endpoint::new(
-            self.config.clone(),
-            Arc::clone(&key),
-            state,
-            Arc::clone(&self.unsettled),
-        );
-        map.endpoints
-            .insert(Box::from(&*key), (Arc::clone(&endpoint), tick));
+            Endpoint::new(self.config.clone(), key, state, Arc::clone(&self.unsettled))
+        })?;
         Some(Lane(endpoint))
     }
 
     /// The endpoint of `authority` if the map has it (a success needs no new one). Counts as a
     /// use of it.
     pub(crate) fn existing(&self, authority: Option<&Authority>) -> Option<Lane> {
-        let mut map = self.map();
-        map.clock += 1;
-        let tick = map.clock;
-        let (endpoint, used) = map.endpoints.get_mut(&*key(authority))?;
-        *used = tick;
-        Some(Lane(Arc::clone(endpoint)))
+        self.map.get(&key(authority)).map(Lane)
     }
 
     /// Whether requests to `authority` wait for the pacer now (its endpoint is known and
@@ -157,11 +127,7 @@ impl Pacer {
         if store.is_none() && self.all_settled() {
             return false;
         }
-        let endpoint = self
-            .map()
-            .endpoints
-            .get(&*key(authority))
-            .map(|(endpoint, _)| Arc::clone(endpoint));
+        let endpoint = self.map.peek(&key(authority));
         match (endpoint, store) {
             (Some(endpoint), _) => Lane(endpoint).is_paced(),
             (None, None) => false,
@@ -182,7 +148,7 @@ impl Pacer {
         authority: Option<&Authority>,
         now: Instant,
     ) -> Option<Duration> {
-        let endpoint = Arc::clone(&self.map().endpoints.get(&*key(authority))?.0);
+        let endpoint = self.map.peek(&key(authority))?;
         let mut state = endpoint.lock();
         state.advance(endpoint.pacing(), now);
         let waiting = state.queue.len();
@@ -193,28 +159,23 @@ impl Pacer {
 
     /// The state of `authority`'s endpoint, if it has one.
     pub(crate) fn stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
-        let endpoint = self.map().endpoints.get(&*key(authority))?.0.clone();
+        let endpoint = self.map.peek(&key(authority))?;
         Some(stats(&endpoint))
     }
 }
 
 /// Forgets the least recently used endpoint that is open at `now` and that no request holds
-/// (no waiter, no pass in flight). Returns whether one was forgotten.
-fn evict(map: &mut Map, now: Instant) -> bool {
-    let victim = map
-        .endpoints
-        .iter()
-        .filter(|(_, (endpoint, _))| {
-            Arc::strong_count(endpoint) == 1 && {
-                // Nobody holds it, so nobody waits on it: its mode is moved on without a wake.
-                let mut state = endpoint.lock();
-                state.advance(endpoint.pacing(), now);
-                state.mode() == PacingMode::Open
-            }
-        })
-        .min_by_key(|(_, (_, used))| *used)
-        .map(|(key, _)| key.clone());
-    victim.is_some_and(|key| map.endpoints.remove(&key).is_some())
+impl Forget for Endpoint {
+    /// An endpoint nobody holds (so nobody waits on it) and that is open once moved on with time
+    /// (without a wake: nobody waits) may go.
+    fn rank(&self, held: bool, now: Instant) -> Option<u8> {
+        if held {
+            return None;
+        }
+        let mut state = self.lock();
+        state.advance(self.pacing(), now);
+        (state.mode() == PacingMode::Open).then_some(0)
+    }
 }
 
 /// The state and counters of `endpoint` now (its mode moved on with time).

@@ -89,8 +89,8 @@ impl Endpoint {
         key: Arc<str>,
         state: EndpointState,
         unsettled: Arc<AtomicUsize>,
-    ) -> Arc<Self> {
-        let endpoint = Arc::new(Self {
+    ) -> Self {
+        let endpoint = Self {
             config,
             key,
             state: Mutex::new(Slot {
@@ -98,7 +98,7 @@ impl Endpoint {
                 counted: false,
             }),
             unsettled,
-        });
+        };
         drop(endpoint.lock()); // counted if it starts paced
         endpoint
     }
