@@ -21,8 +21,13 @@ use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_core::backend::codec::Codec;
 use apalis_core::backend::WireFormatBackend;
-use apalis_postgres::{Config, PgPool, PostgresStorage};
-use sqlx::postgres::PgPoolOptions;
+use apalis_postgres::{Config, PostgresStorage};
+
+/// sqlx's types for a pool built by hand ([`setup`], then [`outbox`]), re-exported so that they
+/// are the versions this crate uses.
+pub use apalis_postgres::PgPool;
+/// See [`PgPool`].
+pub use sqlx::postgres::PgPoolOptions;
 use std::time::Duration;
 
 /// The outbox on Postgres.
@@ -87,28 +92,37 @@ pub async fn open(url: &str, options: PostgresOptions) -> Result<PostgresOutbox,
         .connect(url)
         .await
         .map_err(EngineError::new)?;
-    PostgresStorage::<()>::setup(&pool)
+    setup(&pool).await?;
+    Ok(outbox(&pool, options))
+}
+
+/// Sets up the schema on a pool built by hand (then [`outbox`]); [`open`] does it too:
+/// apalis's migrations (its own `apalis` schema) and the endpoints' shared health
+/// ([`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)). Idempotent; several
+/// processes may run it at once.
+pub async fn setup(pool: &PgPool) -> Result<(), EngineError> {
+    PostgresStorage::<()>::setup(pool)
         .await
         .map_err(EngineError::new)?;
     // Two processes opening at once may race on the new table's type: one of them fails, and
     // the table is there.
     if let Err(error) = sqlx::query(engine::CREATE_ENDPOINT_HEALTH)
-        .execute(&pool)
+        .execute(pool)
         .await
     {
         let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
             .bind(crate::health::ENDPOINT_HEALTH_TABLE)
-            .fetch_one(&pool)
+            .fetch_one(pool)
             .await
             .map_err(EngineError::new)?;
         if !exists {
             return Err(EngineError::new(error));
         }
     }
-    Ok(outbox(&pool, options))
+    Ok(())
 }
 
-/// Both queues on an open pool (apalis's migrations already run).
+/// Both queues on an open pool, its schema already set up by [`setup`] (or [`open`]).
 pub fn outbox(pool: &PgPool, options: PostgresOptions) -> PostgresOutbox {
     let config = |queue: &str| {
         Config::default()

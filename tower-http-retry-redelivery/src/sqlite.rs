@@ -5,7 +5,11 @@ use crate::health::HealthStore;
 use crate::record::Delivery;
 use crate::step::DeadLetter;
 use apalis_core::backend::BackendConfig;
-use apalis_sqlite::{Config, SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteStorage};
+use apalis_sqlite::{Config, SqliteStorage};
+
+/// sqlx's types for a pool built by hand ([`setup`], then [`outbox`]), re-exported so that they
+/// are the versions this crate uses.
+pub use apalis_sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use std::path::Path;
 use std::time::Duration;
 
@@ -71,8 +75,22 @@ pub async fn open(
         .pragma("journal_mode", "WAL")
         .pragma("synchronous", "NORMAL")
         .busy_timeout(options.busy_timeout);
-    // apalis's setup also sets `synchronous = OFF` on the connection it runs on: run it on one
-    // of its own, closed after, so that every connection of the pool keeps `NORMAL`.
+    setup(&connect).await?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(options.max_connections.max(1))
+        .connect_with(connect)
+        .await
+        .map_err(EngineError::new)?;
+    Ok(outbox(&pool, options))
+}
+
+/// Sets up the schema of the file `connect` opens, for a pool built by hand (then
+/// [`outbox`]); [`open`] does it too: apalis's tables, and the endpoints' shared health
+/// ([`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)). Idempotent, and tried
+/// again, bounded, while another process's workers hold the file's lock. It runs on a
+/// connection of its own, closed after: apalis's setup sets `synchronous = OFF` on the
+/// connection it runs on, which a pool's connection must not keep.
+pub async fn setup(connect: &SqliteConnectOptions) -> Result<(), EngineError> {
     let migrate = SqlitePoolOptions::new()
         .max_connections(1)
         .connect_with(connect.clone())
@@ -82,7 +100,7 @@ pub async fn open(
     // file: SQLite may refuse at once with SQLITE_BUSY, its busy handler not asked (a read
     // transaction that must become a write). The setup is idempotent: tried again, bounded.
     let mut tries = 0;
-    while let Err(error) = setup(&migrate).await {
+    while let Err(error) = setup_once(&migrate).await {
         tries += 1;
         if tries == SETUP_TRIES || !is_busy(&error) {
             return Err(EngineError::new(error));
@@ -90,17 +108,11 @@ pub async fn open(
         tokio::time::sleep(Duration::from_millis(50 * tries)).await;
     }
     migrate.close().await;
-    let pool = SqlitePoolOptions::new()
-        .max_connections(options.max_connections.max(1))
-        .connect_with(connect)
-        .await
-        .map_err(EngineError::new)?;
-    Ok(outbox(&pool, options))
+    Ok(())
 }
 
-/// apalis's schema, and the endpoints' shared health
-/// ([`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)).
-async fn setup(pool: &SqlitePool) -> Result<(), apalis_sqlite::Error> {
+/// apalis's schema, and the endpoints' shared health, once.
+async fn setup_once(pool: &SqlitePool) -> Result<(), apalis_sqlite::Error> {
     SqliteStorage::setup(pool).await?;
     sqlx::query(engine::CREATE_ENDPOINT_HEALTH)
         .execute(pool)
@@ -125,8 +137,8 @@ fn is_busy(error: &apalis_sqlite::Error) -> bool {
     )
 }
 
-/// The two queues on an open pool (its schema already set up, as [`open`] does: apalis's, and
-/// the [`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)).
+/// The two queues on an open pool, its schema already set up by [`setup`] (or [`open`]):
+/// apalis's, and the [`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE).
 pub fn outbox(pool: &SqlitePool, options: SqliteOptions) -> SqliteOutbox {
     let config = |queue: &str| {
         Config::default()

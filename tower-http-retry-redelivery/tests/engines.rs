@@ -586,6 +586,52 @@ on_engine!(
     open_postgres
 );
 
+/// A pool built by hand, as an application that shares its pool builds it: `setup` (twice:
+/// idempotent), then `outbox`, and the endpoints' health is kept in the engine as with `open`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_built_by_hand_is_set_up_with_the_health_table() {
+    use tower_http_retry_redelivery::sqlite::{
+        self, SqliteConnectOptions, SqliteOptions, SqlitePoolOptions,
+    };
+    let dir = TempDir(temp_dir("by-hand"));
+    let connect = SqliteConnectOptions::new()
+        .filename(dir.0.join("deliveries.db"))
+        .create_if_missing(true)
+        .pragma("journal_mode", "WAL");
+    sqlite::setup(&connect).await.unwrap();
+    sqlite::setup(&connect).await.unwrap();
+    let pool = SqlitePoolOptions::new()
+        .connect_with(connect)
+        .await
+        .unwrap();
+    let options = SqliteOptions {
+        heartbeat: HEARTBEAT,
+        ..SqliteOptions::default()
+    };
+    endpoint_health_is_kept_in_the_engine(sqlite::outbox(&pool, options)).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_pool_built_by_hand_is_set_up_with_the_health_table() {
+    use test_support::servers::{self, Server};
+    use tower_http_retry_redelivery::postgres::{self, PgPoolOptions, PostgresOptions};
+    let Some(binary) = servers::require(servers::POSTGRES, "postgres::by_hand") else {
+        return;
+    };
+    let port = servers::free_port();
+    let _server = Server::postgres(&binary, port);
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let pool = PgPoolOptions::new().connect(&url).await.unwrap();
+    postgres::setup(&pool).await.unwrap();
+    postgres::setup(&pool).await.unwrap();
+    let options = PostgresOptions {
+        heartbeat: HEARTBEAT,
+        ..PostgresOptions::default()
+    };
+    endpoint_health_is_kept_in_the_engine(postgres::outbox(&pool, options)).await;
+}
+
 /// apalis-redis 1.0 moves every due task to its queue in one Lua call that `unpack`s their ids,
 /// and past about 8,000 that call fails and stops every worker: a backlog that fell due while no
 /// worker ran must not. 9,000 deliveries stored and left to fall due, then a worker process's
