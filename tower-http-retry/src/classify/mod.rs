@@ -22,6 +22,7 @@
 //!
 //! The table of [`HttpClassifier`] is written on it, where rustdoc shows it.
 
+mod classifier;
 mod error_chain;
 mod marker;
 mod outcome;
@@ -29,9 +30,10 @@ mod signals;
 mod table;
 mod unsent;
 
+pub use classifier::{classify_fn, Classify, ClassifyFn};
 pub use error_chain::{is_rotation_refusal, AsStdError};
 pub use marker::{SerialDispatch, Unretryable};
-pub use outcome::{classify_fn, Classify, ClassifyFn, NotSent, Outcome};
+pub use outcome::{NotSent, Outcome};
 pub use signals::{default_signals, Ask, Signals};
 pub use table::HttpClassifier;
 pub use unsent::FailUnsent;

@@ -1,10 +1,11 @@
 //! The default HTTP classification table, [`HttpClassifier`], and how it classifies responses
 //! and errors (the error walk itself is in `error_chain.rs`).
 
+use super::classifier::Classify;
 use super::error_chain::{goaway_unproven, known_error, AsStdError};
 #[cfg(doc)]
 use super::marker::{SerialDispatch, Unretryable};
-use super::outcome::{Classify, NotSent, Outcome};
+use super::outcome::{NotSent, Outcome};
 use super::signals::{Ask, Signals};
 use crate::error::CircuitOpen;
 use crate::hint::{ServerHint, ServerHints};

@@ -86,7 +86,7 @@ pub struct RetryReport {
     /// durable queue that stores when to redeliver.
     pub resend_at: Option<SystemTime>,
     /// The last error of this request that no rule of the classifier recognised, named by the
-    /// classifier ([`Classify::unknown_error`](crate::classify::Classify::unknown_error);
+    /// classifier ([`Signals::unknown_error`](crate::classify::Signals::unknown_error);
     /// [`HttpClassifier`](crate::HttpClassifier) joins the `Display` of each link of its
     /// `source()` chain), so that a new error kind can be given a rule. `None` when there was
     /// none; [`RetryStats::unknown_errors`](crate::retry::RetryStats::unknown_errors) counts them.
