@@ -252,15 +252,33 @@ where
         }
     }
 
+    #[inline]
     fn signals(&self, result: &Result<Res, E>, ask: &Ask<'_>) -> Signals {
+        match result {
+            // The path of every success with pacing: kept small enough to be inlined, so that
+            // what the caller does not read is never made.
+            Ok(response) if ask.outcome == Outcome::Success => Signals {
+                hint: match ask.quota {
+                    true => ServerHint::NONE.with_retry_after(self.quota_reset(response, ask.now)),
+                    false => ServerHint::NONE,
+                },
+                ..Signals::default()
+            },
+            _ => self.failure_signals(result, ask),
+        }
+    }
+}
+
+impl HttpClassifier {
+    /// [`Classify::signals`] of an outcome that is not a success.
+    #[inline(never)]
+    fn failure_signals<Res: RetryResponse, E: AsStdError>(
+        &self,
+        result: &Result<Res, E>,
+        ask: &Ask<'_>,
+    ) -> Signals {
         let mut signals = Signals::default();
         match result {
-            Ok(response) if ask.outcome == Outcome::Success => {
-                if ask.quota {
-                    signals.hint =
-                        ServerHint::NONE.with_retry_after(self.quota_reset(response, ask.now));
-                }
-            }
             Ok(response) => {
                 signals.hint = self.hint(response, (ask.now)());
                 signals.congestion = ask.outcome == Outcome::Transient
