@@ -71,8 +71,8 @@ impl PoolLayer {
         self
     }
 
-    /// The scheme set on a request whose URI has none (an origin-form URI, as a server receives
-    /// it): `http` by default.
+    /// The scheme of the upstreams, set on every request (whatever scheme its URI had): `http`
+    /// by default.
     pub fn scheme(mut self, scheme: Scheme) -> Self {
         self.settings.scheme = scheme;
         self
@@ -137,13 +137,11 @@ where
     }
 }
 
-/// `uri` sent to `authority`, with `scheme` if it has none.
+/// `uri` sent to `authority` over `scheme` (the upstreams', whatever the caller's was).
 fn with_authority(uri: &Uri, authority: &Authority, scheme: &Scheme) -> Uri {
     let mut parts = uri.clone().into_parts();
     parts.authority = Some(authority.clone());
-    if parts.scheme.is_none() {
-        parts.scheme = Some(scheme.clone());
-    }
+    parts.scheme = Some(scheme.clone());
     if parts.path_and_query.is_none() {
         parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
     }
@@ -196,8 +194,13 @@ where
                         .hints
                         .read(status, response.headers(), SystemTime::now());
                     if let Some(after) = hint.retry_after() {
-                        upstreams.hold(*upstream, Instant::now(), after, settings.max_hold);
-                        response.extensions_mut().insert(UpstreamHeld::new());
+                        let now = Instant::now();
+                        upstreams.hold(*upstream, now, after, settings.max_hold);
+                        // Only when another upstream can take the retry: with none, the hint
+                        // is the request's to wait for, as without a pool.
+                        if upstreams.another_free(*upstream, now) {
+                            response.extensions_mut().insert(UpstreamHeld::new());
+                        }
                     }
                 }
                 Poll::Ready(Ok(response))

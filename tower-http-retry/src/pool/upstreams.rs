@@ -55,6 +55,12 @@ impl Upstreams {
         Err(first_free.expect("a pool has at least one upstream"))
     }
 
+    /// Whether an upstream other than `index` is free at `now` (the turn does not move).
+    pub(super) fn another_free(&self, index: usize, now: Instant) -> bool {
+        (0..self.list.len())
+            .any(|other| other != index && self.list[other].held_until(now).is_none())
+    }
+
     /// The authority of upstream `index`.
     pub(super) fn authority(&self, index: usize) -> &Authority {
         &self.list[index].authority
@@ -62,7 +68,11 @@ impl Upstreams {
 
     /// Upstream `index` asked at `now` to be left alone for `after` (at most `max_hold`).
     pub(super) fn hold(&self, index: usize, now: Instant, after: Duration, max_hold: Duration) {
-        let until = now + after.min(max_hold);
+        // A huge hint with no cap holds it as long as an instant can say.
+        let hold = after.min(max_hold);
+        let until = now
+            .checked_add(hold)
+            .unwrap_or_else(|| now + Duration::from_secs(u32::MAX.into()));
         let mut held = lock(&self.list[index].held_until);
         // A later hint replaces an earlier one, even a shorter one: the server's latest word.
         *held = Some(until);
@@ -127,5 +137,9 @@ mod tests {
             Err(now + Duration::from_secs(60)),
             "a hint is clamped to the longest hold"
         );
+        assert!(!upstreams.another_free(0, now));
+        // No cap and a hint of u64::MAX seconds: held, not a panic.
+        upstreams.hold(0, now, Duration::MAX, Duration::MAX);
+        assert!(!upstreams.another_free(1, now + Duration::from_secs(3_600)));
     }
 }
