@@ -23,6 +23,7 @@
 //! scenarios beyond one outage (flapping endpoints, a deadline with a redelivery queue).
 
 pub mod fleet_store;
+pub mod knee;
 
 mod endpoint;
 mod fleet;

@@ -214,6 +214,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     md.push_str(&fleets::shared_store(&p, &mut runs)?);
     md.push_str(&scenarios::flapping(&p, &mut runs)?);
     md.push_str(&scenarios::redelivery(&p, &mut runs)?);
+    md.push_str(&scenarios::knee(&mut runs)?);
     md.push_str(WHY);
     writeln!(
         md,

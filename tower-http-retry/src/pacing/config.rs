@@ -1,5 +1,6 @@
 //! [`Pacing`], the configuration of endpoint pacing, and its builder.
 
+use super::limit::AdaptiveConcurrency;
 use super::rate::{additive_increase, RateConfig};
 use super::rules::PacingRules;
 use super::store::PacingStore;
@@ -106,6 +107,7 @@ pub struct Pacing {
     rules: Arc<PacingRules>,
     /// Where a fleet keeps what it shares of each endpoint; `None`: this layer paces alone.
     store: Option<Arc<dyn PacingStore>>,
+    concurrency: Option<AdaptiveConcurrency>,
 }
 
 impl Pacing {
@@ -129,6 +131,11 @@ impl Pacing {
     /// The fleet's store, if the endpoints are paced with one.
     pub(crate) fn store(&self) -> Option<&Arc<dyn PacingStore>> {
         self.store.as_ref()
+    }
+
+    /// The adaptive limit on each endpoint's requests in flight, if it is on.
+    pub(crate) fn concurrency(&self) -> Option<AdaptiveConcurrency> {
+        self.concurrency
     }
 }
 
@@ -169,6 +176,7 @@ pub struct PacingBuilder {
     first_attempts: bool,
     congestion: Vec<StatusCode>,
     store: Option<Arc<dyn PacingStore>>,
+    concurrency: Option<AdaptiveConcurrency>,
 }
 
 impl Default for PacingBuilder {
@@ -188,6 +196,7 @@ impl Default for PacingBuilder {
                 .map(|code| StatusCode::from_u16(code).expect("a valid status"))
                 .to_vec(),
             store: None,
+            concurrency: None,
         }
     }
 }
@@ -291,6 +300,17 @@ impl PacingBuilder {
         self
     }
 
+    /// Limits each endpoint's requests in flight to a number learned from the latency of its
+    /// answers ([`AdaptiveConcurrency`]): an endpoint that slows down without failing gets
+    /// fewer requests at once, and those over its limit wait in its queue (with their deadline,
+    /// and handed back unsent as the queue hands back any request it cannot take). Off by
+    /// default. Every request to a paced layer's endpoints then passes through the endpoint's
+    /// lock, as requests after an outage do.
+    pub fn adaptive_concurrency(mut self, concurrency: AdaptiveConcurrency) -> Self {
+        self.concurrency = Some(concurrency);
+        self
+    }
+
     /// Checks every value.
     ///
     /// Fails, naming the field, on a zero or over-long interval, a zero count, or a threshold
@@ -304,6 +324,9 @@ impl PacingBuilder {
         at_least_one("pacing.max_waiters", self.max_waiters as u64)?;
         at_least_one("pacing.max_endpoints", self.max_endpoints as u64)?;
         in_range("pacing.loss_threshold", self.loss_threshold, 0.0, 1.0)?;
+        if let Some(concurrency) = &self.concurrency {
+            concurrency.check()?;
+        }
         let floor = 1.0 / self.probe_interval.as_secs_f64();
         Ok(Pacing {
             rules: Arc::new(PacingRules {
@@ -327,6 +350,7 @@ impl PacingBuilder {
                 },
             }),
             store: self.store,
+            concurrency: self.concurrency,
         })
     }
 }

@@ -11,6 +11,7 @@
 use super::config::Pacing;
 use super::endpoint::{EndpointState, Link};
 use super::handle::{Endpoint, Lane};
+use super::limit::Limit;
 use super::mode::PacingMode;
 use super::rules::PacingRules;
 use super::shared::SharedState;
@@ -67,6 +68,14 @@ pub struct PacingStats {
     pub probes: u64,
     /// Requests turned away (queue full, or a wait beyond their deadline).
     pub deferred: u64,
+    /// With [adaptive concurrency](crate::pacing::AdaptiveConcurrency): the limit on requests
+    /// in flight now.
+    pub limit: Option<u32>,
+    /// With adaptive concurrency: the requests in flight now.
+    pub in_flight: Option<u32>,
+    /// With adaptive concurrency: the no-load latency the limit is learned against, once an
+    /// answer came.
+    pub no_load: Option<Duration>,
 }
 
 impl Pacer {
@@ -85,6 +94,12 @@ impl Pacer {
         self.config.rules()
     }
 
+    /// Whether every request goes through its endpoint's queue: adaptive concurrency counts
+    /// what is in flight.
+    pub(crate) fn limits(&self) -> bool {
+        self.config.concurrency().is_some()
+    }
+
     /// Whether every endpoint is [settled](EndpointState::is_settled) (or there is none): then
     /// a success has nothing to record. An atomic load, no lock.
     pub(crate) fn all_settled(&self) -> bool {
@@ -101,6 +116,7 @@ impl Pacer {
             let link = self.config.store().map(|_| Link::default());
             let labels = self.labels.for_endpoint(&key);
             let mut state = EndpointState::new(now, self.random.stream(), link, labels);
+            state.limit = self.config.concurrency().map(|c| Limit::new(c, now));
             if let Some(store) = self.config.store() {
                 // What the fleet is known to be doing, without a call.
                 if let Some(view) = store.cached(self.rules(), &key, now) {
@@ -192,6 +208,9 @@ fn stats(endpoint: &Endpoint) -> PacingStats {
         waiting: state.queue.len(),
         probes: state.probes,
         deferred: state.deferred,
+        limit: state.limit.as_ref().map(Limit::current),
+        in_flight: state.limit.as_ref().map(Limit::in_flight),
+        no_load: state.limit.as_ref().and_then(Limit::no_load),
     }
 }
 

@@ -162,9 +162,19 @@ impl Endpoint {
         }
     }
 
-    /// Records what an outcome says; wakes the head of the queue if that may let it go.
-    pub(crate) fn record(self: &Arc<Self>, pass: Option<Pass>, signal: Signal, now: Instant) {
-        self.update(|state, config| state.record(config, pass, signal, now));
+    /// Records what an outcome says; wakes the head of the queue if that may let it go. `sent`:
+    /// when the attempt went, if the endpoint's limit counted it in flight.
+    pub(crate) fn record(
+        self: &Arc<Self>,
+        pass: Option<Pass>,
+        sent: Option<Instant>,
+        signal: Signal,
+        now: Instant,
+    ) {
+        self.update(|state, config| {
+            let freed = sent.is_some_and(|sent| state.finished(Some(now - sent), now));
+            state.record(config, pass, signal, now) || freed
+        });
     }
 }
 
@@ -200,7 +210,13 @@ impl Lane {
 
     /// Records what the outcome of an attempt that was not let through by the pacer says.
     pub(crate) fn record(&self, signal: Signal, now: Instant) {
-        self.0.record(None, signal, now);
+        self.0.record(None, None, signal, now);
+    }
+
+    /// Whether a request to this endpoint goes through its queue now: it is paced, or its
+    /// limit counts what is in flight (adaptive concurrency).
+    pub(crate) fn queues(&self) -> bool {
+        self.0.config.concurrency().is_some() || self.is_paced()
     }
 
     /// The retry budget said no while the endpoint is open: pace it.

@@ -45,6 +45,7 @@ mod config;
 mod endpoint;
 mod endpoints;
 mod handle;
+mod limit;
 mod mode;
 mod pass;
 mod queue;
@@ -56,6 +57,7 @@ pub mod store;
 
 pub use config::{Pacing, PacingBuilder};
 pub use endpoints::PacingStats;
+pub use limit::AdaptiveConcurrency;
 pub use mode::PacingMode;
 pub use rules::PacingRules;
 

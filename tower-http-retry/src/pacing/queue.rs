@@ -128,9 +128,11 @@ impl QueueWait {
                     crate::telemetry::queue_left(&state.labels, 1);
                     state.wake_head();
                     *this.done = true;
+                    let sent = state.limit.is_some().then_some(now);
                     return Poll::Ready(PassGuard {
                         endpoint: Arc::clone(this.endpoint),
                         pass: Some(pass),
+                        sent,
                     });
                 }
                 Release::Blocked | Release::At(_) | Release::Asked => {
@@ -171,10 +173,12 @@ impl QueueWait {
 }
 
 /// How an attempt was let through; its outcome is recorded with it. Dropped unrecorded (the
-/// request was cancelled), it gives a probe's slot back.
+/// request was cancelled), it gives a probe's slot back, and its place in flight.
 pub(crate) struct PassGuard {
     endpoint: Arc<Endpoint>,
     pass: Option<Pass>,
+    /// When it went, if the endpoint's limit counts it in flight.
+    sent: Option<Instant>,
 }
 
 impl PassGuard {
@@ -185,15 +189,22 @@ impl PassGuard {
 
     /// Records the attempt's outcome.
     pub(crate) fn record(mut self, signal: Signal, now: Instant) {
-        self.endpoint.record(self.pass.take(), signal, now);
+        let sent = self.sent.take();
+        self.endpoint.record(self.pass.take(), sent, signal, now);
     }
 }
 
 impl Drop for PassGuard {
     fn drop(&mut self) {
-        if let Some(pass) = self.pass.take() {
-            self.endpoint
-                .record(Some(pass), Signal::Neutral, Instant::now());
-        }
+        let Some(pass) = self.pass.take() else {
+            return;
+        };
+        let now = Instant::now();
+        let cancelled = self.sent.take().is_some();
+        self.endpoint.update(|state, config| {
+            // A cancelled attempt frees its place in flight but says nothing of the latency.
+            let freed = cancelled && state.finished(None, now);
+            state.record(config, Some(pass), Signal::Neutral, now) || freed
+        });
     }
 }

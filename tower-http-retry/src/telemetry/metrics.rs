@@ -21,6 +21,9 @@ const CIRCUITS: &str = "http_client_retry_circuits";
 const CIRCUIT_TRANSITIONS: &str = "http_client_retry_circuit_transitions_total";
 const CIRCUIT_REJECTIONS: &str = "http_client_retry_circuit_rejections_total";
 const HEDGES: &str = "http_client_retry_hedge_events_total";
+const LIMIT: &str = "http_client_retry_concurrency_limit";
+const IN_FLIGHT: &str = "http_client_retry_concurrency_in_flight";
+const NO_LOAD: &str = "http_client_retry_concurrency_no_load_seconds";
 
 static METADATA: Metadata<'static> =
     Metadata::new("tower_http_retry", Level::INFO, Some(module_path!()));
@@ -43,6 +46,9 @@ static METADATA: Metadata<'static> =
 /// | `http_client_retry_circuits` | gauge | circuits | `state`: `closed`, `open`, `half_open` | circuit breakers by state now (a keyed layer's one per authority it keeps; an open one whose time is up counts as open until its next call) |
 /// | `http_client_retry_circuit_transitions_total` | counter | transitions | `state`: `open` (a trip), `half_open`, `closed` | a circuit entered this state |
 /// | `http_client_retry_circuit_rejections_total` | counter | requests | | requests a circuit turned away (open, its probes taken, or not readied while open) |
+/// | `http_client_retry_concurrency_limit` | gauge | requests | `authority` | with [adaptive concurrency](crate::pacing::AdaptiveConcurrency), a listed endpoint's limit on requests in flight now |
+/// | `http_client_retry_concurrency_in_flight` | gauge | requests | `authority` | its requests in flight now (those over the limit wait in the queue the queue depth counts) |
+/// | `http_client_retry_concurrency_no_load_seconds` | gauge | seconds | `authority` | the no-load latency the limit is learned against |
 ///
 /// Every label has a bounded set of values: no path or status is a label, and an authority only
 /// where it is allowlisted, so a client talking to many hosts still makes a bounded number of
@@ -125,6 +131,21 @@ pub fn describe_metrics() {
             Some(Unit::Count),
             text("Requests turned away by an open or probing circuit."),
         );
+        r.describe_gauge(
+            name(LIMIT),
+            Some(Unit::Count),
+            text("An endpoint's adaptive limit on requests in flight."),
+        );
+        r.describe_gauge(
+            name(IN_FLIGHT),
+            Some(Unit::Count),
+            text("An endpoint's requests in flight under its adaptive limit."),
+        );
+        r.describe_gauge(
+            name(NO_LOAD),
+            Some(Unit::Seconds),
+            text("The no-load latency an endpoint's adaptive limit is learned against."),
+        );
         r.describe_counter(
             name(HEDGES),
             Some(Unit::Count),
@@ -196,6 +217,9 @@ struct LayerKeys {
     circuits: Vec<Key>,
     transitions: Vec<Key>,
     rejections: Key,
+    /// An endpoint's adaptive concurrency (limit, in flight, no-load latency): recorded for
+    /// listed authorities only, since a gauge of one endpoint's limit means nothing summed.
+    concurrency: Option<[Key; 3]>,
     /// The keys of each listed authority's endpoint, with its `authority` label.
     by_authority: Vec<(Box<str>, Labels)>,
 }
@@ -290,6 +314,8 @@ impl LayerKeys {
             circuits: each(CIRCUITS, "state", &mut STATES.into_iter()),
             transitions: each(CIRCUIT_TRANSITIONS, "state", &mut STATES.into_iter()),
             rejections: key(CIRCUIT_REJECTIONS, None),
+            concurrency: authority
+                .map(|_| [key(LIMIT, None), key(IN_FLIGHT, None), key(NO_LOAD, None)]),
             by_authority: Vec::new(),
         }
     }
@@ -512,6 +538,27 @@ pub(crate) fn queue_left(labels: &Labels, waiters: usize) {
     if waiters > 0 {
         gauge(Some(queue_key(labels)), -(waiters as f64));
     }
+}
+
+/// A listed endpoint's adaptive concurrency now: its limit, requests in flight and no-load
+/// latency.
+pub(crate) fn concurrency(labels: &Labels, limit: u32, in_flight: u32, no_load: Option<Duration>) {
+    let Some([limit_key, in_flight_key, no_load_key]) = labels
+        .0
+        .as_deref()
+        .and_then(|keys| keys.concurrency.as_ref())
+    else {
+        return;
+    };
+    metrics::with_recorder(|r| {
+        r.register_gauge(limit_key, &METADATA).set(f64::from(limit));
+        r.register_gauge(in_flight_key, &METADATA)
+            .set(f64::from(in_flight));
+        if let Some(no_load) = no_load {
+            r.register_gauge(no_load_key, &METADATA)
+                .set(no_load.as_secs_f64());
+        }
+    });
 }
 
 #[cfg(test)]

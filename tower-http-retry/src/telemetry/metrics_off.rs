@@ -60,3 +60,12 @@ pub(crate) fn circuit_rejected(_labels: &Labels) {}
 
 #[inline(always)]
 pub(crate) fn hedge(_event: &'static str) {}
+
+#[inline(always)]
+pub(crate) fn concurrency(
+    _labels: &Labels,
+    _limit: u32,
+    _in_flight: u32,
+    _no_load: Option<Duration>,
+) {
+}

@@ -36,8 +36,8 @@ mod span;
 pub use self::metrics::describe_metrics;
 pub(crate) use self::metrics::{
     attempt, budget_denied, budget_granted, budget_refunded, circuit, circuit_dropped,
-    circuit_rejected, delay, hedge, paced_endpoint, pacer_mode, queue_joined, queue_left, stop,
-    Labels,
+    circuit_rejected, concurrency, delay, hedge, paced_endpoint, pacer_mode, queue_joined,
+    queue_left, stop, Labels,
 };
 pub(crate) use self::span::{enter_attempt, in_attempt, Attempt, AttemptSpan};
 

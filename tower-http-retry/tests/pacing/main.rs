@@ -4,6 +4,7 @@
 
 use test_support as support;
 
+mod concurrency;
 mod deadline;
 mod defects;
 mod fleet;

@@ -12,6 +12,7 @@ mod link;
 pub(crate) use link::{Link, StoreNext};
 
 use super::clock::{Clock, Nanos};
+use super::limit::Limit;
 use super::mode::{trace, PacingMode};
 use super::pass::{Pass, Release};
 use super::rules::PacingRules;
@@ -65,6 +66,8 @@ pub(crate) struct EndpointState {
     /// Whether a timer moves the endpoint on while nobody calls it (see
     /// [`watch_idle`](Self::watch_idle)).
     pub(super) watched: bool,
+    /// With adaptive concurrency, the endpoint's limit on requests in flight.
+    pub(crate) limit: Option<Limit>,
 }
 
 impl Drop for EndpointState {
@@ -92,6 +95,7 @@ impl EndpointState {
             gauged: PacingMode::Open,
             labels,
             watched: false,
+            limit: None,
         }
     }
 
@@ -224,6 +228,9 @@ impl EndpointState {
         position: usize,
         now: Instant,
     ) -> Duration {
+        if let Some(limit) = self.limit.as_ref().filter(|_| self.shared.is_open()) {
+            return limit.predicted_wait(position);
+        }
         self.schedule(config, now)
             .release_at(position as f64 * self.share(now))
             .saturating_duration_since(now)
@@ -293,6 +300,41 @@ impl EndpointState {
 
     /// Whether the head of the queue may go at `now`. Taking a release moves the schedule on.
     pub(crate) fn try_release(&mut self, config: &PacingRules, now: Instant) -> Release {
+        let Some(limit) = &self.limit else {
+            return self.release(config, now);
+        };
+        if !limit.admits() {
+            // Blocked until a request in flight finishes: its outcome wakes the head.
+            return Release::Blocked;
+        }
+        let release = self.release(config, now);
+        if let (Release::Now(_), Some(limit)) = (release, &mut self.limit) {
+            limit.sent();
+            self.gauge_limit();
+        }
+        release
+    }
+
+    /// A request that went with adaptive concurrency came back after `latency` (`None`: it
+    /// was cancelled). Returns whether the head of the queue should look again (always: a
+    /// place in flight is free).
+    pub(crate) fn finished(&mut self, latency: Option<Duration>, now: Instant) -> bool {
+        if let Some(limit) = &mut self.limit {
+            limit.finished(latency, now);
+            self.gauge_limit();
+        }
+        true
+    }
+
+    fn gauge_limit(&self) {
+        if let Some(limit) = &self.limit {
+            let (current, in_flight) = (limit.current(), limit.in_flight());
+            crate::telemetry::concurrency(&self.labels, current, in_flight, limit.no_load());
+        }
+    }
+
+    /// Whether the pacer or the endpoint's limit lets the head of the queue go now.
+    fn release(&mut self, config: &PacingRules, now: Instant) -> Release {
         if self.link.is_some() {
             return self.release_linked(config, now);
         }

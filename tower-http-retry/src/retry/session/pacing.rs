@@ -254,7 +254,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let Some(lane) = pacer.lane(self.authority().as_deref()) else {
             return AfterSleep::Send;
         };
-        if !lane.is_paced() {
+        if !lane.queues() {
             return AfterSleep::Send;
         }
         match self.queue(&lane, now) {
@@ -270,15 +270,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     #[inline]
     pub(super) fn first_attempt_waits(&self, request: &Req) -> bool {
         // Checked before anything else: the path of every call when pacing is off.
-        let Some(pacer) = self
-            .config
-            .pacer
-            .as_ref()
-            .filter(|pacer| pacer.rules().first_attempts)
-        else {
+        let Some(pacer) = self.config.pacer.as_ref() else {
             return false;
         };
-        pacer.is_paced(request.authority().as_deref())
+        if pacer.limits() {
+            // Every attempt counts in flight: the first goes through the queue too.
+            return true;
+        }
+        pacer.rules().first_attempts && pacer.is_paced(request.authority().as_deref())
     }
 
     /// Where the first attempt goes at `now`, when its endpoint was down as it was made: into
@@ -292,7 +291,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let Some(lane) = pacer.lane(authority.as_ref()) else {
             return FirstQueue::Go;
         };
-        if !lane.is_paced() {
+        if !lane.queues() {
             return FirstQueue::Go;
         }
         let abort = config.settings.abort.as_ref();

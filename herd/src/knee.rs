@@ -1,0 +1,275 @@
+//! A server with a knee: a fixed number of workers with a fixed service time, so latency grows
+//! with the queue beyond its capacity and nothing fails unless a client's timeout fires. Offered
+//! load past the knee, a per-attempt timeout and a retry layer that retries timeouts: what an
+//! endpoint that slows down without failing meets, run through each way of bounding what is in
+//! flight to it, on a paused clock.
+//!
+//! The server keeps working on a request whose client gave up (as a real one does: the work is
+//! queued), so every timed-out attempt still costs a worker its service time.
+
+use http::{Request, Response};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{oneshot, Semaphore};
+use tokio::time::Instant;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_http_retry::pacing::{AdaptiveConcurrency, Pacing};
+use tower_http_retry::retry::RandomSource;
+use tower_http_retry::RetryLayer;
+
+/// The model and the load offered to it.
+#[derive(Clone, Copy, Debug)]
+pub struct Knee {
+    /// The server's workers.
+    pub workers: usize,
+    /// Each request's service time on a worker.
+    pub service: Duration,
+    /// The load offered, as a multiple of the server's capacity (`workers / service`).
+    pub offered: f64,
+    /// How long the load is offered.
+    pub length: Duration,
+    /// The per-attempt timeout.
+    pub timeout: Duration,
+    /// Attempts per request (the first and its retries).
+    pub attempts: u32,
+    /// From when a limit counts as settled.
+    pub settled_after: Duration,
+}
+
+impl Knee {
+    /// 8 workers of 5 ms (a knee at 1,600 requests a second), offered 1.5 times that for 30 s,
+    /// a per-attempt timeout at 4 times the no-load latency, timed-out attempts retried twice;
+    /// a limit counts as settled after 5 s.
+    pub fn harness() -> Self {
+        Self {
+            workers: 8,
+            service: Duration::from_millis(5),
+            offered: 1.5,
+            length: Duration::from_secs(30),
+            timeout: Duration::from_millis(20),
+            attempts: 3,
+            settled_after: Duration::from_secs(5),
+        }
+    }
+
+    /// Requests a second at the knee.
+    pub fn capacity(&self) -> f64 {
+        self.workers as f64 / self.service.as_secs_f64()
+    }
+}
+
+/// What bounds the requests in flight to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limiter {
+    /// Nothing: the retry layer and its timeout only.
+    None,
+    /// tower's `ConcurrencyLimit` at this guess, behind tower's `LoadShed`.
+    Fixed(usize),
+    /// The retry layer's adaptive concurrency (its pacer's queue, with a wait of at most one
+    /// timeout, and the request handed back unsent beyond).
+    Adaptive,
+}
+
+impl Limiter {
+    /// The row's name in the table.
+    pub fn label(self) -> String {
+        match self {
+            Limiter::None => "no limit".into(),
+            Limiter::Fixed(limit) => format!("tower `ConcurrencyLimit({limit})` + `LoadShed`"),
+            Limiter::Adaptive => "ours: `AdaptiveConcurrency::new()`".into(),
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct KneeRun {
+    /// Requests offered.
+    pub offered: u64,
+    /// Requests answered 200.
+    pub delivered: u64,
+    /// Attempts that reached the server.
+    pub sent: u64,
+    /// Attempts that timed out, and those after the limit counts as settled.
+    pub timeouts: u64,
+    pub timeouts_settled: u64,
+    /// Attempts after a request's first, and those after the limit counts as settled.
+    pub retries: u64,
+    pub retries_settled: u64,
+    /// The latency of every answered attempt (sent to answered).
+    pub attempt_latency: Vec<Duration>,
+    /// The latency of every delivered request (offered to delivered).
+    pub request_latency: Vec<Duration>,
+    /// Ours: the limit, read every 100 ms once settled.
+    pub limits: Vec<u32>,
+}
+
+impl KneeRun {
+    /// Delivered requests a second over the run, as a share of the knee's capacity.
+    pub fn goodput(&self, knee: &Knee) -> f64 {
+        self.delivered as f64 / knee.length.as_secs_f64() / knee.capacity()
+    }
+}
+
+/// The `q` quantile of `latencies` (nearest rank); zero when there is none.
+pub fn quantile(latencies: &[Duration], q: f64) -> Duration {
+    let mut sorted = latencies.to_vec();
+    sorted.sort_unstable();
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// The server: `workers` that each serve one request in `service`, first come first served.
+#[derive(Clone)]
+struct Server {
+    workers: Arc<Semaphore>,
+    service: Duration,
+}
+
+impl Server {
+    fn call(&self) -> oneshot::Receiver<()> {
+        let (answer, answered) = oneshot::channel();
+        let (workers, service) = (Arc::clone(&self.workers), self.service);
+        // Queued work goes on when its client gives up, as a real server's does.
+        tokio::spawn(async move {
+            let _worker = workers.acquire_owned().await;
+            tokio::time::sleep(service).await;
+            let _ = answer.send(());
+        });
+        answered
+    }
+}
+
+#[derive(Default)]
+struct Log {
+    run: KneeRun,
+    seen: HashSet<u64>,
+}
+
+/// Runs `limiter` against the model with `seed`, on a fresh paused-clock runtime.
+pub fn run_knee(knee: &Knee, limiter: Limiter, seed: u64) -> KneeRun {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime")
+        .block_on(simulate(*knee, limiter, seed))
+}
+
+async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
+    let start = Instant::now();
+    let settled = start + knee.settled_after;
+    let log = Arc::new(Mutex::new(Log::default()));
+    let server = Server {
+        workers: Arc::new(Semaphore::new(knee.workers)),
+        service: knee.service,
+    };
+    // One attempt: counted, timed, cut at the timeout.
+    let attempt = {
+        let log = Arc::clone(&log);
+        tower::service_fn(move |request: Request<String>| {
+            let (log, answered) = (Arc::clone(&log), server.call());
+            let id = request.headers()["x-id"]
+                .to_str()
+                .ok()
+                .and_then(|id| id.parse().ok());
+            let timeout = knee.timeout;
+            async move {
+                let sent = Instant::now();
+                {
+                    let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                    log.run.sent += 1;
+                    if !log.seen.insert(id.unwrap_or(0)) {
+                        log.run.retries += 1;
+                        log.run.retries_settled += u64::from(sent >= settled);
+                    }
+                }
+                match tokio::time::timeout(timeout, answered).await {
+                    Ok(_) => {
+                        let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                        log.run.attempt_latency.push(sent.elapsed());
+                        Ok::<_, BoxError>(Response::new(String::new()))
+                    }
+                    Err(elapsed) => {
+                        let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                        log.run.timeouts += 1;
+                        log.run.timeouts_settled += u64::from(Instant::now() >= settled);
+                        Err(elapsed.into())
+                    }
+                }
+            }
+        })
+    };
+    let retry = RetryLayer::builder()
+        .max_attempts(knee.attempts)
+        .random_source(RandomSource::seeded(seed));
+    let mut adaptive = None;
+    let client = match limiter {
+        Limiter::None => ServiceBuilder::new()
+            .layer(retry.fail_unsent().build().expect("a valid layer"))
+            .service(attempt)
+            .boxed_clone(),
+        Limiter::Fixed(limit) => ServiceBuilder::new()
+            .layer(retry.fail_unsent().build().expect("a valid layer"))
+            .map_err(BoxError::from)
+            .load_shed()
+            .concurrency_limit(limit)
+            .service(attempt)
+            .boxed_clone(),
+        Limiter::Adaptive => {
+            let pacing = Pacing::builder()
+                .adaptive_concurrency(AdaptiveConcurrency::new())
+                .max_queue_wait(knee.timeout)
+                .build()
+                .expect("valid pacing");
+            let layer = retry
+                .pacing(pacing)
+                .fail_unsent()
+                .build()
+                .expect("a valid layer");
+            adaptive = Some(layer.clone());
+            ServiceBuilder::new()
+                .layer(layer)
+                .service(attempt)
+                .boxed_clone()
+        }
+    };
+    let every = Duration::from_secs_f64(1.0 / (knee.capacity() * knee.offered));
+    let mut ticks = tokio::time::interval(every);
+    let mut requests = tokio::task::JoinSet::new();
+    let mut id = 0_u64;
+    let endpoint = "knee.test".parse().expect("an authority");
+    let mut read = start + knee.settled_after;
+    while start.elapsed() < knee.length {
+        ticks.tick().await;
+        if let Some(layer) = adaptive.as_ref().filter(|_| Instant::now() >= read) {
+            read += Duration::from_millis(100);
+            let limit = layer.pacing_stats(Some(&endpoint)).and_then(|s| s.limit);
+            let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+            log.run.limits.extend(limit);
+        }
+        id += 1;
+        let request = Request::get("http://knee.test/")
+            .header("x-id", id)
+            .body(String::new())
+            .expect("a valid request");
+        let (client, log) = (client.clone(), Arc::clone(&log));
+        requests.spawn(async move {
+            let offered = Instant::now();
+            let delivered = client.oneshot(request).await.is_ok();
+            let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+            log.run.offered += 1;
+            if delivered {
+                log.run.delivered += 1;
+                log.run.request_latency.push(offered.elapsed());
+            }
+        });
+    }
+    while requests.join_next().await.is_some() {}
+    let log = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
+    log.run
+}
