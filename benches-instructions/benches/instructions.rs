@@ -55,6 +55,7 @@ use tokio::runtime::{EnterGuard, Runtime};
 use tower::retry::budget::TpsBudget;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_http_retry::hedge::HedgeLayer;
+use tower_http_retry::pacing::AdaptiveConcurrency;
 use tower_http_retry::{CircuitBreakerLayer, Pacing, RetryLayer};
 use tower_http_retry_instructions::{noop_waker, poll_now, TowerPolicy};
 
@@ -200,6 +201,23 @@ fn ours_pacing() -> Box<dyn Batch> {
     })
 }
 
+/// Pacing with adaptive concurrency on a healthy endpoint: every request takes and gives back
+/// a place in flight through the endpoint's queue (not gated: stated beside `ours_pacing`).
+fn ours_limited() -> Box<dyn Batch> {
+    batch(|| {
+        RetryLayer::builder()
+            .pacing(
+                Pacing::builder()
+                    .adaptive_concurrency(AdaptiveConcurrency::new())
+                    .build()
+                    .expect("a valid configuration"),
+            )
+            .build()
+            .expect("a valid configuration")
+            .layer(endpoint())
+    })
+}
+
 fn ours_no_budget() -> Box<dyn Batch> {
     batch(|| {
         RetryLayer::builder()
@@ -293,6 +311,7 @@ fn check(batch: Box<dyn Batch>) {
 #[bench::tower_resilience_retry(tower_resilience_retry())]
 #[bench::ours_default(ours_default())]
 #[bench::ours_pacing(ours_pacing())]
+#[bench::ours_limited(ours_limited())]
 #[bench::ours_no_budget(ours_no_budget())]
 #[bench::circuit_breaker(circuit_breaker())]
 #[bench::hedge_armed(hedge_armed())]
@@ -306,12 +325,13 @@ fn success_x100(mut batch: Box<dyn Batch>) -> Box<dyn Batch> {
 library_benchmark_group!(name = success_path, benchmarks = success_x100);
 
 /// The bench ids above, in table order. The ratios are taken to the first two rows.
-const ROWS: [&str; 10] = [
+const ROWS: [&str; 11] = [
     "no_layer",
     "tower_retry_tps_budget",
     "tower_resilience_retry",
     "ours_default",
     "ours_pacing",
+    "ours_limited",
     "ours_no_budget",
     "circuit_breaker",
     "hedge_armed",

@@ -200,133 +200,15 @@ pub(crate) fn redelivery(p: &Params, runs: &mut usize) -> Result<String, std::fm
     Ok(out)
 }
 
-/// The section of a server with a knee: each way of bounding what is in flight to it, one row,
-/// seed 1 (the model has no randomness; ours draws its backoff from the seed).
+/// The section of a server with a knee, on the paused clock (the peers' rows, on the wall
+/// clock, are `--example knee_live`'s).
 pub(crate) fn knee(runs: &mut usize) -> Result<String, std::fmt::Error> {
-    use herd::knee::{quantile, run_knee, Knee, Limiter};
+    use herd::knee::{report, run_knee, Knee, Limiter};
     let knee = Knee::harness();
-    let no_load = Knee {
-        offered: 0.5,
-        ..knee
-    };
-    let mut out = String::new();
-    writeln!(
-        out,
-        "## A server with a knee: latency, not errors\n\n{} workers of {} ms (a knee at {:.0} \
-         requests a second), offered {}× that for {} s; a per-attempt timeout of {} ms (4× the \
-         no-load latency), timed-out attempts retried twice (`max_attempts({})`, the default \
-         budget); the server goes on with work whose client gave up. \"Settled\" is after {} s. \
-         Seed 1.\n",
-        knee.workers,
-        knee.service.as_millis(),
-        knee.capacity(),
-        knee.offered,
-        knee.length.as_secs(),
-        knee.timeout.as_millis(),
-        knee.attempts,
-        knee.settled_after.as_secs(),
-    )?;
-    writeln!(
-        out,
-        "| policy | delivered, share of the knee | attempt p50 | attempt p99 | request p99 \
-         | timeouts (settled) | retries (settled) | limit once settled: min / median / max |\n\
-         |---|---|---|---|---|---|---|---|"
-    )?;
-    let ms = |d: std::time::Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
     let rows = [
-        (
-            "no limit, offered 0.5× (the no-load latency)",
-            no_load,
-            Limiter::None,
-        ),
-        ("no limit", knee, Limiter::None),
-        (
-            "tower `ConcurrencyLimit(8)` + `LoadShed`",
-            knee,
-            Limiter::Fixed(knee.workers),
-        ),
-        (
-            "the same, `max_attempts(1)` (no retry)",
-            Knee {
-                attempts: 1,
-                ..knee
-            },
-            Limiter::Fixed(knee.workers),
-        ),
-        (
-            "ours: `AdaptiveConcurrency::new()`",
-            knee,
-            Limiter::Adaptive,
-        ),
+        Limiter::None,
+        Limiter::Fixed(knee.workers),
+        Limiter::Adaptive,
     ];
-    let mut results = Vec::new();
-    for (label, model, limiter) in rows {
-        let run = run_knee(&model, limiter, 1);
-        *runs += 1;
-        let limits = if run.limits.is_empty() {
-            "–".to_owned()
-        } else {
-            let mut limits = run.limits.clone();
-            limits.sort_unstable();
-            format!(
-                "{} / {} / {}",
-                limits[0],
-                limits[limits.len() / 2],
-                limits[limits.len() - 1]
-            )
-        };
-        writeln!(
-            out,
-            "| {label} | {:.1} % | {} | {} | {} | {} ({}) | {} ({}) | {limits} |",
-            100.0 * run.goodput(&knee),
-            ms(quantile(&run.attempt_latency, 0.5)),
-            ms(quantile(&run.attempt_latency, 0.99)),
-            ms(quantile(&run.request_latency, 0.99)),
-            run.timeouts,
-            run.timeouts_settled,
-            run.retries,
-            run.retries_settled,
-        )?;
-        results.push((limiter, run));
-    }
-    let no_load_p99 = quantile(&results[0].1.attempt_latency, 0.99);
-    let ours = &results[4].1;
-    let p99 = quantile(&ours.attempt_latency, 0.99);
-    let ratio = p99.as_secs_f64() / no_load_p99.as_secs_f64();
-    let verdict = |met: bool| if met { "met" } else { "missed" };
-    writeln!(
-        out,
-        "\nTargets for ours:\n\n| target | measured | verdict |\n|---|---|---|"
-    )?;
-    writeln!(
-        out,
-        "| attempt p99 ≤ 1.5× the no-load p99 | {ratio:.2}× | {} |",
-        verdict(ratio <= 1.5)
-    )?;
-    let goodput = ours.goodput(&knee);
-    writeln!(
-        out,
-        "| ≥ 95 % of the knee's throughput | {:.1} % | {} |",
-        100.0 * goodput,
-        verdict(goodput >= 0.95)
-    )?;
-    writeln!(
-        out,
-        "| 0 retries caused by timeouts once settled | {} | {} |\n",
-        ours.timeouts_settled,
-        verdict(ours.timeouts_settled == 0)
-    )?;
-    writeln!(
-        out,
-        "Why: the model's service time is fixed and its workers finish together, so an attempt \
-         over the knee waits a whole service time (2× the no-load latency, nothing between). \
-         Ours judges a window by its median latency, which stays at the no-load latency until \
-         half of a window waits: the limit settles between 9 and 16, not at 8, and the attempts \
-         over 8 take 2×. tower's fixed limit under the retry layer: a shed attempt is retried \
-         after its backoff on a service whose semaphore acquire stays queued, and tokio's fair \
-         semaphore hands a freed permit to that sleeping request, so permits sit unused (the \
-         same stack without retries delivers more). The peers' adaptive limiters (tower-acc, \
-         tower-resilience) are not rows yet.\n"
-    )?;
-    Ok(out)
+    report(&knee, &rows, run_knee, runs)
 }

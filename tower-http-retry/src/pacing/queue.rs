@@ -71,6 +71,25 @@ impl QueueWait {
         Ok(Self::new(Arc::clone(endpoint), id))
     }
 
+    /// With adaptive concurrency, the pass of a request that goes at once, without a place in
+    /// the queue: nobody waits and the limit and the pacer let it go now. `None`: it joins the
+    /// queue.
+    pub(crate) fn admit(lane: &Lane, now: Instant) -> Option<PassGuard> {
+        let endpoint = &lane.0;
+        let mut state = endpoint.lock();
+        if state.limit.is_none() || !state.queue.is_empty() {
+            return None;
+        }
+        match state.try_release(endpoint.pacing(), now) {
+            Release::Now(pass) => Some(PassGuard {
+                endpoint: Arc::clone(endpoint),
+                pass: Some(pass),
+                sent: Some(now),
+            }),
+            _ => None,
+        }
+    }
+
     fn new(endpoint: Arc<Endpoint>, id: u64) -> Self {
         Self {
             endpoint,

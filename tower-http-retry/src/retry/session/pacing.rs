@@ -257,6 +257,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         if !lane.queues() {
             return AfterSleep::Send;
         }
+        if let Some(pass) = QueueWait::admit(&lane, now) {
+            self.waits().pass = Some(pass);
+            return AfterSleep::Send;
+        }
         match self.queue(&lane, now) {
             Ok(wait) => AfterSleep::Queue(wait),
             Err(deferred) => AfterSleep::Deferred(lane, deferred),
@@ -292,6 +296,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             return FirstQueue::Go;
         };
         if !lane.queues() {
+            return FirstQueue::Go;
+        }
+        if let Some(pass) = QueueWait::admit(&lane, now) {
+            self.waits().pass = Some(pass);
             return FirstQueue::Go;
         }
         let abort = config.settings.abort.as_ref();

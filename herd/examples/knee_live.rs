@@ -1,0 +1,22 @@
+//! The server with a knee on the wall clock, every row in one run, the bench-only peers
+//! (tower-acc, tower-resilience) among them: they time their requests with
+//! `std::time::Instant`, so the paused clock of `--example herd` would show them no latency.
+//! About 4 minutes (8 rows of 30 s); prints the section docs/pacing.md quotes. Wall-clock
+//! figures vary with the machine and its load: compare rows of one run only.
+
+use herd::knee::{report, run_knee_live, Knee, Limiter};
+
+fn main() -> Result<(), std::fmt::Error> {
+    let knee = Knee::harness();
+    let rows = [
+        Limiter::None,
+        Limiter::Fixed(knee.workers),
+        Limiter::AccGradient2,
+        Limiter::AccVegas,
+        Limiter::ResilienceVegas,
+        Limiter::Adaptive,
+    ];
+    let mut runs = 0;
+    print!("{}", report(&knee, &rows, run_knee_live, &mut runs)?);
+    Ok(())
+}
