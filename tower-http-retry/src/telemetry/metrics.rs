@@ -66,91 +66,38 @@ static METADATA: Metadata<'static> =
 /// tower_http_retry::telemetry::describe_metrics();
 /// ```
 pub fn describe_metrics() {
-    fn text(s: &'static str) -> SharedString {
-        SharedString::const_str(s)
+    enum Kind {
+        Counter,
+        Gauge,
+        Histogram,
     }
-    let name = KeyName::from_const_str;
+    let described = [
+        (Kind::Counter, ATTEMPTS, Unit::Count, "Attempts sent, first attempts included."),
+        (Kind::Counter, RETRIES, Unit::Count, "Attempts after the first, by the source of the wait before them."),
+        (Kind::Counter, REQUESTS, Unit::Count, "Finished requests, by the reason the retry layer stopped."),
+        (Kind::Histogram, DELAY, Unit::Seconds, "Realised waits before retries, by their source."),
+        (Kind::Counter, BUDGET, Unit::Count, "Retry budget withdrawals, granted or denied."),
+        (Kind::Counter, REFUNDS, Unit::Count, "Granted budget tokens given back because the retry was not sent."),
+        (Kind::Counter, MODE_CHANGES, Unit::Count, "Pacing mode changes of an endpoint, by the mode entered."),
+        (Kind::Gauge, QUEUE_DEPTH, Unit::Count, "Requests waiting in pacing queues."),
+        (Kind::Gauge, PACED, Unit::Count, "Endpoints paced now, by pacing mode."),
+        (Kind::Gauge, CIRCUITS, Unit::Count, "Circuit breakers by state."),
+        (Kind::Counter, CIRCUIT_TRANSITIONS, Unit::Count, "Circuit breaker transitions, by the state entered (open: a trip)."),
+        (Kind::Counter, CIRCUIT_REJECTIONS, Unit::Count, "Requests turned away by an open or probing circuit."),
+        (Kind::Gauge, LIMIT, Unit::Count, "An endpoint's adaptive limit on requests in flight."),
+        (Kind::Gauge, IN_FLIGHT, Unit::Count, "An endpoint's requests in flight under its adaptive limit."),
+        (Kind::Gauge, NO_LOAD, Unit::Seconds, "The no-load latency an endpoint's adaptive limit is learned against."),
+        (Kind::Counter, HEDGES, Unit::Count, "Hedging, by event: armed, sent, won, refused_cap, refused_budget, refused_gate, paused."),
+    ];
     metrics::with_recorder(|r| {
-        r.describe_counter(
-            name(ATTEMPTS),
-            Some(Unit::Count),
-            text("Attempts sent, first attempts included."),
-        );
-        r.describe_counter(
-            name(RETRIES),
-            Some(Unit::Count),
-            text("Attempts after the first, by the source of the wait before them."),
-        );
-        r.describe_counter(
-            name(REQUESTS),
-            Some(Unit::Count),
-            text("Finished requests, by the reason the retry layer stopped."),
-        );
-        r.describe_histogram(
-            name(DELAY),
-            Some(Unit::Seconds),
-            text("Realised waits before retries, by their source."),
-        );
-        r.describe_counter(
-            name(BUDGET),
-            Some(Unit::Count),
-            text("Retry budget withdrawals, granted or denied."),
-        );
-        r.describe_counter(
-            name(REFUNDS),
-            Some(Unit::Count),
-            text("Granted budget tokens given back because the retry was not sent."),
-        );
-        r.describe_counter(
-            name(MODE_CHANGES),
-            Some(Unit::Count),
-            text("Pacing mode changes of an endpoint, by the mode entered."),
-        );
-        r.describe_gauge(
-            name(QUEUE_DEPTH),
-            Some(Unit::Count),
-            text("Requests waiting in pacing queues."),
-        );
-        r.describe_gauge(
-            name(PACED),
-            Some(Unit::Count),
-            text("Endpoints paced now, by pacing mode."),
-        );
-        r.describe_gauge(
-            name(CIRCUITS),
-            Some(Unit::Count),
-            text("Circuit breakers by state."),
-        );
-        r.describe_counter(
-            name(CIRCUIT_TRANSITIONS),
-            Some(Unit::Count),
-            text("Circuit breaker transitions, by the state entered (open: a trip)."),
-        );
-        r.describe_counter(
-            name(CIRCUIT_REJECTIONS),
-            Some(Unit::Count),
-            text("Requests turned away by an open or probing circuit."),
-        );
-        r.describe_gauge(
-            name(LIMIT),
-            Some(Unit::Count),
-            text("An endpoint's adaptive limit on requests in flight."),
-        );
-        r.describe_gauge(
-            name(IN_FLIGHT),
-            Some(Unit::Count),
-            text("An endpoint's requests in flight under its adaptive limit."),
-        );
-        r.describe_gauge(
-            name(NO_LOAD),
-            Some(Unit::Seconds),
-            text("The no-load latency an endpoint's adaptive limit is learned against."),
-        );
-        r.describe_counter(
-            name(HEDGES),
-            Some(Unit::Count),
-            text("Hedging, by event: armed, sent, won, refused_cap, refused_budget, refused_gate, paused."),
-        );
+        for (kind, name, unit, text) in described {
+            let (name, text) = (KeyName::from_const_str(name), SharedString::const_str(text));
+            match kind {
+                Kind::Counter => r.describe_counter(name, Some(unit), text),
+                Kind::Gauge => r.describe_gauge(name, Some(unit), text),
+                Kind::Histogram => r.describe_histogram(name, Some(unit), text),
+            }
+        }
     });
 }
 

@@ -281,3 +281,58 @@ fn an_endpoint_that_recovered_reads_open_once_traffic_stops() {
         drop((service, layer));
     });
 }
+
+#[test]
+fn adaptive_concurrency_shows_a_listed_endpoints_limit_in_flight_and_no_load_latency() {
+    with_recorder(true, |snapshotter| async move {
+        let pacing = Pacing::builder()
+            .adaptive_concurrency(tower_http_retry::pacing::AdaptiveConcurrency::new())
+            .build()
+            .unwrap();
+        let layer = RetryLayer::builder()
+            .pacing(pacing)
+            .metrics_authorities(["paced.test"])
+            .build()
+            .unwrap();
+        // 20 ms an answer; the other endpoint is not listed.
+        let slow = service_fn(|_: Req| async {
+            tokio::time::sleep(20 * MS).await;
+            Ok::<Res, std::io::Error>(http::Response::new(String::new()))
+        });
+        let service = layer.layer(slow);
+        for uri in ["http://paced.test/", "http://other.test/"] {
+            let mut tasks = JoinSet::new();
+            for _ in 0..30 {
+                let request = http::Request::get(uri).body(String::new()).unwrap();
+                tasks.spawn(service.clone().oneshot(request));
+            }
+            for answer in tasks.join_all().await {
+                assert_eq!(answer.unwrap().status(), 200);
+            }
+        }
+        let m = Readings::take(&snapshotter);
+        let listed = [("authority", "paced.test")];
+        let stats = layer
+            .pacing_stats(Some(&"paced.test".parse().unwrap()))
+            .unwrap();
+        let limit = m.gauge_of("http_client_retry_concurrency_limit", &listed);
+        assert_eq!(Some(limit as u32), stats.limit);
+        assert_eq!(
+            m.gauge_of("http_client_retry_concurrency_in_flight", &listed),
+            0.0
+        );
+        let no_load = m.gauge_of("http_client_retry_concurrency_no_load_seconds", &listed);
+        assert!((no_load - 0.020).abs() < 1e-6, "{no_load}");
+        for name in [
+            "http_client_retry_concurrency_limit",
+            "http_client_retry_concurrency_no_load_seconds",
+        ] {
+            assert_eq!(
+                m.series(name).len(),
+                1,
+                "the listed endpoint only: {:?}",
+                m.series(name)
+            );
+        }
+    });
+}
