@@ -172,7 +172,8 @@ impl Endpoint {
         now: Instant,
     ) {
         self.update(|state, config| {
-            let freed = sent.is_some_and(|sent| state.finished(Some(now - sent), now));
+            let latency = sent.map(|sent| now.saturating_duration_since(sent));
+            let freed = latency.is_some() && state.finished(latency, now);
             state.record(config, pass, signal, now) || freed
         });
     }

@@ -333,7 +333,7 @@ impl EndpointState {
         }
     }
 
-    /// Whether the pacer or the endpoint's limit lets the head of the queue go now.
+    /// Whether the pacer lets the head of the queue go now, the limit aside.
     fn release(&mut self, config: &PacingRules, now: Instant) -> Release {
         if self.link.is_some() {
             return self.release_linked(config, now);
