@@ -329,12 +329,13 @@ async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
 
 /// The markdown section of `rows` run by `run` (seed 1) after a row of no limit at half the
 /// knee (the no-load latency) and, after the fixed limit's, the same without retries: the
-/// table, ours against its targets when it is a row, and why rows miss. Counts each run in
+/// table, ours against its targets when it is a row, and `why` rows miss. Counts each run in
 /// `runs`.
 pub fn report(
     knee: &Knee,
     rows: &[Limiter],
     run: fn(&Knee, Limiter, u64) -> KneeRun,
+    why: &str,
     runs: &mut usize,
 ) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
@@ -356,9 +357,9 @@ pub fn report(
     )?;
     writeln!(
         out,
-        "| policy | delivered, share of the knee | attempt p50 | attempt p99 | request p99 \
+        "| policy | delivered/s | share of the knee | attempt p50 | attempt p99 | request p99 \
          | timeouts (settled) | retries (settled) | limit once settled: min / median / max |\n\
-         |---|---|---|---|---|---|---|---|"
+         |---|---|---|---|---|---|---|---|---|"
     )?;
     let no_load = Knee {
         offered: 0.5,
@@ -400,7 +401,8 @@ pub fn report(
         };
         writeln!(
             out,
-            "| {label} | {:.1} % | {} | {} | {} | {} ({}) | {} ({}) | {limits} |",
+            "| {label} | {:.0} | {:.1} % | {} | {} | {} | {} ({}) | {} ({}) | {limits} |",
+            result.delivered as f64 / knee.length.as_secs_f64(),
             100.0 * result.goodput(knee),
             ms(quantile(&result.attempt_latency, 0.5)),
             ms(quantile(&result.attempt_latency, 0.99)),
@@ -444,17 +446,6 @@ pub fn report(
             verdict(ours.timeouts_settled == 0)
         )?;
     }
-    writeln!(out, "\n{WHY}")?;
+    writeln!(out, "\n{why}")?;
     Ok(out)
 }
-
-/// Why the rows miss, as measured on the paused clock.
-const WHY: &str = "Why: the model's service time is fixed and its workers finish together, \
-    so an attempt over the knee waits a whole service time (2× the no-load latency, nothing \
-    between). Ours judges a window by its median latency, which stays at the no-load latency \
-    until half of a window waits: the limit settles between 9 and 16, not at 8, and the \
-    attempts over 8 take 2×. tower's fixed limit under the retry layer: a shed attempt is \
-    retried after its backoff on a service whose semaphore acquire stays queued, and tokio's \
-    fair semaphore hands a freed permit to that sleeping request, so permits sit unused (the \
-    same stack without retries delivers more). The peers' adaptive limiters time on the wall \
-    clock: their rows are `cargo run --release -p herd --example knee_live`'s (docs/pacing.md).\n";

@@ -210,5 +210,16 @@ pub(crate) fn knee(runs: &mut usize) -> Result<String, std::fmt::Error> {
         Limiter::Fixed(knee.workers),
         Limiter::Adaptive,
     ];
-    report(&knee, &rows, run_knee, runs)
+    report(&knee, &rows, run_knee, WHY, runs)
 }
+
+/// Why the knee's rows miss, as measured on the paused clock.
+const WHY: &str = "Why: the model's service time is fixed and its workers finish together, \
+    so an attempt over the knee waits a whole service time (2× the no-load latency, nothing \
+    between). Ours judges a window by its median latency, which stays at the no-load latency \
+    until half of a window waits: the limit settles between 9 and 16, not at 8, and the \
+    attempts over 8 take 2×. tower's fixed limit under the retry layer: a shed attempt is \
+    retried after its backoff on a service whose semaphore acquire stays queued, and tokio's \
+    fair semaphore hands a freed permit to that sleeping request, so permits sit unused (the \
+    same stack without retries delivers more). The peers' adaptive limiters time on the wall \
+    clock: their rows are `cargo run --release -p herd --example knee_live`'s (docs/pacing.md).\n";

@@ -321,9 +321,9 @@ impl HttpClassifier {
         response: &Res,
         now: std::time::SystemTime,
     ) -> ServerHint {
-        let hint = self.hints.read(response.status(), response.headers(), now);
+        let (status, headers) = (response.status(), response.headers());
         self.hints
-            .or_retry_info(hint, response.extensions().get().copied())
+            .read_answer(status, headers, response.extensions(), now)
     }
 
     /// A success's used-up quota's reset: its reset headers for a status below 400 (the clock

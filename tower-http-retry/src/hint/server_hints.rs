@@ -162,6 +162,19 @@ impl ServerHints {
         self
     }
 
+    /// What an answer says: its status and headers read as [`read`](Self::read) does, completed
+    /// by the body's [`RetryInfo`] a body reader left in its `extensions`.
+    pub(crate) fn read_answer(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        extensions: &http::Extensions,
+        now: SystemTime,
+    ) -> ServerHint {
+        let hint = self.read(status, headers, now);
+        self.or_retry_info(hint, extensions.get().copied())
+    }
+
     /// `hint`, read from the headers, completed by the body's `info` when it is read: a header
     /// that said when wins, and a malformed `info` is counted only when it was the hint to read,
     /// as an unreadable header is.

@@ -190,9 +190,10 @@ where
                 let mut response = ready!(future.poll(cx)).map_err(Into::into)?;
                 let status = response.status();
                 if status == http::StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-                    let hint = settings
-                        .hints
-                        .read(status, response.headers(), SystemTime::now());
+                    // The headers, and a JSON body's `RetryInfo` a body reader below left.
+                    let (headers, extensions) = (response.headers(), response.extensions());
+                    let now = SystemTime::now();
+                    let hint = settings.hints.read_answer(status, headers, extensions, now);
                     if let Some(after) = hint.retry_after() {
                         let now = Instant::now();
                         upstreams.hold(*upstream, now, after, settings.max_hold);
@@ -210,5 +211,80 @@ where
                 .expect("a refused pool future is polled once")
                 .into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hint::RetryInfo;
+    use std::sync::Mutex;
+    use tower::ServiceExt;
+
+    type Upstream = tower::util::BoxCloneSyncService<Request<String>, Response<String>, BoxError>;
+
+    /// Upstreams that answer what `answer` makes of a 200 for the authority, logging the
+    /// authority each request went to.
+    fn upstreams(answer: fn(&str, &mut Response<String>)) -> (Upstream, Arc<Mutex<Vec<String>>>) {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&log);
+        let service = tower::service_fn(move |request: Request<String>| {
+            let authority = request.uri().authority().map(ToString::to_string);
+            let authority = authority.unwrap_or_default();
+            let mut response = Response::new(String::new());
+            answer(&authority, &mut response);
+            seen.lock().unwrap().push(authority);
+            async move { Ok::<_, BoxError>(response) }
+        });
+        (Upstream::new(service), log)
+    }
+
+    fn get() -> Request<String> {
+        Request::get("/").body(String::new()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_retry_info_holds_its_upstream_as_a_header_does() {
+        // a.test is overloaded and says so in its body only.
+        let (upstream, log) = upstreams(|authority, response| {
+            if authority == "a.test:80" {
+                *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+                let info = RetryInfo::after(Duration::from_secs(7));
+                response.extensions_mut().insert(info);
+            }
+        });
+        let addresses = ["a.test:80".parse().unwrap(), "b.test:80".parse().unwrap()];
+        let pool = PoolLayer::new(addresses).unwrap().layer(upstream);
+        let first = pool.clone().oneshot(get()).await.unwrap();
+        assert!(
+            first.extensions().get::<UpstreamHeld>().is_some(),
+            "the other is free"
+        );
+        // a.test is held for 7 s: both next requests go to b.test.
+        drop(pool.clone().oneshot(get()).await.unwrap());
+        drop(pool.clone().oneshot(get()).await.unwrap());
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["a.test:80", "b.test:80", "b.test:80"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pool_of_one_leaves_the_hint_to_the_retry_layer() {
+        let (upstream, _) = upstreams(|_, response| {
+            *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+            let after = http::HeaderValue::from_static("7");
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, after);
+        });
+        let pool = PoolLayer::new(["a.test:80".parse().unwrap()])
+            .unwrap()
+            .layer(upstream);
+        let answer = pool.oneshot(get()).await.unwrap();
+        assert!(
+            answer.extensions().get::<UpstreamHeld>().is_none(),
+            "no other upstream to take the retry: the retry layer waits the hint"
+        );
     }
 }
