@@ -22,6 +22,6 @@ fn main() -> Result<(), std::fmt::Error> {
 }
 
 const WHY: &str = "On the wall clock tokio's timers round each 5-ms service up (the no-load \
-    row's latency), so the knee is below the nominal 1,600 a second and every share above is of \
-    the nominal knee: compare rows of one run. A timeout below each limiter is an error it sees \
-    (a latency sample for ours), not a dropped future.\n";
+    row's p50), so the knee is below the nominal 1,600 a second (the load offered stays 2,400 a \
+    second) and each share is of the knee so measured: compare rows of one run. A timeout below \
+    each limiter is an error it sees (a latency sample for ours), not a dropped future.\n";
