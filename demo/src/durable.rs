@@ -147,11 +147,6 @@ pub trait WorkerEngine: Outbox + Reclaim {
     ) -> impl Future<Output = ()>;
 }
 
-/// The deliveries a worker handles at once: what a `kill -9` leaves to the engine, and what the
-/// pacer holds in memory while an endpoint recovers (unbounded, a worker took every due
-/// delivery: 9,997 of 10,000 in the drain).
-pub const IN_HAND: usize = 10;
-
 macro_rules! worker_engine {
     ($outbox:ty) => {
         impl WorkerEngine for $outbox {
@@ -161,9 +156,10 @@ macro_rules! worker_engine {
                 redelivery: Worker<Self>,
                 stop: impl Future<Output = ()> + Send + 'static,
             ) {
-                let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
-                    .backend(self.queue().clone())
-                    .layer(tower::limit::ConcurrencyLimitLayer::new(IN_HAND))
+                // At most `IN_HAND` (10) deliveries in hand: what a `kill -9` leaves to the
+                // engine, and what the pacer holds while an endpoint recovers.
+                let worker = self
+                    .worker(name)
                     .build(move |delivery: Delivery| redelivery.handle(delivery));
                 let stop = async move {
                     stop.await;

@@ -16,13 +16,19 @@ use crate::step::DeadLetter;
 use apalis_core::backend::codec::Codec;
 use apalis_core::backend::ext::poll_strategy::{IntervalStrategy, PollWith};
 use apalis_core::backend::finalize::Durable;
+use apalis_core::backend::{Backend, BackendConfig};
 use apalis_core::backend::{Filter, ListTasks, TaskSink, WireFormatBackend};
+use apalis_core::layers::{Identity, Stack};
 use apalis_core::task::builder::TaskBuilder;
 use apalis_core::task::status::Status;
+use apalis_core::worker::builder::WorkerBuilder;
+use apalis_core::worker::context::WorkerContext;
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tower::limit::ConcurrencyLimitLayer;
 
 /// An engine's queue as workers take from it: woken every `poll_interval` while idle.
 ///
@@ -72,7 +78,66 @@ impl<Q, D> ApalisOutbox<Q, D> {
     pub fn dead(&self) -> &D {
         &self.dead
     }
+
+    /// A worker of the deliveries, registered as `run` (a name [`start_run`] gave), holding at
+    /// most [`IN_HAND`] taken deliveries at once: what a `kill -9` gives back to the engine,
+    /// and what the pacer holds in memory while an endpoint recovers. Add layers if you wish,
+    /// then `build` it with the handler:
+    ///
+    /// ```rust,no_run
+    /// # #[cfg(feature = "sqlite")]
+    /// # async fn run(
+    /// #     outbox: tower_http_retry_redelivery::sqlite::SqliteOutbox,
+    /// #     redelivery: tower_http_retry_redelivery::Redelivery<
+    /// #         tower::util::BoxCloneSyncService<http::Request<bytes::Bytes>, http::Response<()>, tower::BoxError>,
+    /// #         tower_http_retry_redelivery::sqlite::SqliteOutbox,
+    /// #     >,
+    /// # ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use tower_http_retry_redelivery::start_run;
+    ///
+    /// let worker = outbox
+    ///     .worker(start_run(&outbox, "worker-1").await?)
+    ///     .build(move |delivery| {
+    ///         let redelivery = redelivery.clone();
+    ///         async move { redelivery.handle(delivery).await }
+    ///     });
+    /// worker.run().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Without the bound, an apalis worker takes the next batch as soon as the last is handed
+    /// out: one process held 199 taken deliveries, and 5,178 with 5,000 due to a dead endpoint.
+    pub fn worker(
+        &self,
+        run: impl Into<WorkerContext>,
+    ) -> WorkerBuilder<Delivery, Q, Stack<ConcurrencyLimitLayer, Identity>>
+    where
+        Q: Backend + BackendConfig<Args = Delivery> + Clone,
+    {
+        let in_hand = NonZeroUsize::new(IN_HAND).expect("IN_HAND is not zero");
+        self.worker_holding(run, in_hand)
+    }
+
+    /// [`worker`](Self::worker), holding at most `in_hand` taken deliveries at once.
+    pub fn worker_holding(
+        &self,
+        run: impl Into<WorkerContext>,
+        in_hand: NonZeroUsize,
+    ) -> WorkerBuilder<Delivery, Q, Stack<ConcurrencyLimitLayer, Identity>>
+    where
+        Q: Backend + BackendConfig<Args = Delivery> + Clone,
+    {
+        WorkerBuilder::new(run)
+            .backend(self.queue.clone())
+            .layer(ConcurrencyLimitLayer::new(in_hand.get()))
+    }
 }
+
+/// The taken deliveries a worker of [`ApalisOutbox::worker`] holds at once: one fetch's batch
+/// at the engines' default `batch_size` (a worker with a larger batch:
+/// [`ApalisOutbox::worker_holding`]).
+pub const IN_HAND: usize = 10;
 
 /// The engine failed to store or read a delivery.
 #[derive(Debug)]

@@ -21,7 +21,6 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! use apalis_core::worker::builder::WorkerBuilder;
 //! use bytes::Bytes;
 //! use tower::Layer;
 //! use tower_http_retry_redelivery::{sqlite, start_run, RecordRules, Redelivery, Schedule};
@@ -37,10 +36,9 @@
 //! let request = http::Request::post("https://hooks.example/in").body(Bytes::from("{}"))?;
 //! redelivery.enqueue(RecordRules::new().record("msg_1", request)?).await?;
 //!
-//! let worker = WorkerBuilder::new(start_run(&outbox, "worker-1").await?)
-//!     .backend(outbox.queue().clone())
-//!     // At most 10 deliveries in hand: what a kill re-sends, and what the pacer holds.
-//!     .layer(tower::limit::ConcurrencyLimitLayer::new(10))
+//! // At most 10 deliveries in hand (`IN_HAND`): what a kill re-sends, and what the pacer holds.
+//! let worker = outbox
+//!     .worker(start_run(&outbox, "worker-1").await?)
 //!     .build(move |delivery| {
 //!         let redelivery = redelivery.clone();
 //!         async move { redelivery.handle(delivery).await }
@@ -74,6 +72,7 @@ pub mod step;
 
 pub use engine::{
     dead_letters, replay, start_run, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim,
+    IN_HAND,
 };
 pub use outbox::Outbox;
 pub use record::{Delivery, RecordRules};

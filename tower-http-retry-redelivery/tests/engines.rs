@@ -306,6 +306,43 @@ async fn the_receiver_stops_a_delivery_or_disables_its_endpoint<Q, D>(
     assert_eq!(redelivery.stats().endpoints_disabled, 1);
 }
 
+/// 40 deliveries due at once to a receiver that takes 300 ms an answer: a worker from
+/// `ApalisOutbox::worker` never holds more than `IN_HAND` of them, and delivers them all.
+async fn a_worker_holds_at_most_its_deliveries_in_hand<O: Outbox>(
+    outbox: O,
+    start_worker: fn(&str, &Handle<O>) -> RunningWorker,
+) {
+    const N: u64 = 40;
+    let slow = TestServer::start(|_| Reply::status(200).after(Duration::from_millis(300))).await;
+    let schedule = Schedule::from_delays([0, 1].map(Duration::from_secs)).unwrap();
+    let redelivery = Redelivery::new(client(&schedule), outbox, schedule);
+    for n in 0..N {
+        let request = http::Request::post(slow.uri("/hook"))
+            .body(Bytes::from("{}"))
+            .unwrap();
+        let record = rules().record(format!("hand_{n}"), request).unwrap();
+        redelivery.enqueue(record).await.unwrap();
+    }
+    let worker = start_worker("hand-1", &redelivery);
+    let delivered = until(Duration::from_secs(30), || {
+        redelivery.stats().delivered == N
+    })
+    .await;
+    drop(worker);
+    let stats = redelivery.stats();
+    assert!(delivered, "{stats:?}");
+    let most = stats.handling_peak;
+    let bound = tower_http_retry_redelivery::IN_HAND as u64;
+    assert!(
+        most <= bound,
+        "{most} deliveries in hand at once, over {bound}"
+    );
+    assert!(
+        most > 1,
+        "the worker handled deliveries side by side: {most}"
+    );
+}
+
 /// More dead letters than one page of any engine's listing (500), all written within about a
 /// second: every one read back, once, and one written twice kept once.
 async fn a_long_dead_letter_queue_reads_back_whole<Q, D>(outbox: ApalisOutbox<Q, D>)
@@ -427,11 +464,11 @@ macro_rules! on_engine {
 
             pub(super) fn start_worker(name: &str, redelivery: &Handle<$outbox>) -> RunningWorker {
                 let redelivery = redelivery.clone();
-                let worker = apalis_core::worker::builder::WorkerBuilder::new(name)
-                    .backend(redelivery.outbox().queue().clone())
-                    .build(move |delivery: tower_http_retry_redelivery::Delivery| {
+                let worker = redelivery.outbox().worker(name).build(
+                    move |delivery: tower_http_retry_redelivery::Delivery| {
                         redelivery.handle(delivery)
-                    });
+                    },
+                );
                 run_on_thread(move |stopped| async move {
                     let _ = worker
                         .run_until(async move {
@@ -452,6 +489,14 @@ macro_rules! on_engine {
                     start_worker,
                 )
                 .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_worker_holds_at_most_its_deliveries_in_hand() {
+                let Some((outbox, _engine)) = $open("in-hand").await else {
+                    return;
+                };
+                super::a_worker_holds_at_most_its_deliveries_in_hand(outbox, start_worker).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
