@@ -79,9 +79,11 @@ impl<Q, D> ApalisOutbox<Q, D> {
         &self.dead
     }
 
-    /// A worker of the deliveries, registered as `run` (a name [`start_run`] gave), holding at
-    /// most [`IN_HAND`] taken deliveries at once: what a `kill -9` gives back to the engine,
-    /// and what the pacer holds in memory while an endpoint recovers. Add layers if you wish,
+    /// A worker of the deliveries, registered as `run` (a name [`start_run`] gave), handling at
+    /// most [`IN_HAND`] deliveries at once (tower's `ConcurrencyLimitLayer`: apalis fetches no
+    /// more while they are handled, so the worker holds at most that plus one fetched batch):
+    /// what a `kill -9` gives back to the engine, and what the pacer holds in memory while an
+    /// endpoint recovers. Add layers if you wish,
     /// then `build` it with the handler:
     ///
     /// ```rust,no_run
@@ -119,7 +121,7 @@ impl<Q, D> ApalisOutbox<Q, D> {
         self.worker_holding(run, in_hand)
     }
 
-    /// [`worker`](Self::worker), holding at most `in_hand` taken deliveries at once.
+    /// [`worker`](Self::worker), handling at most `in_hand` deliveries at once.
     pub fn worker_holding(
         &self,
         run: impl Into<WorkerContext>,
@@ -134,8 +136,8 @@ impl<Q, D> ApalisOutbox<Q, D> {
     }
 }
 
-/// The taken deliveries a worker of [`ApalisOutbox::worker`] holds at once: one fetch's batch
-/// at the engines' default `batch_size` (a worker with a larger batch:
+/// The deliveries a worker of [`ApalisOutbox::worker`] handles at once: one fetch's batch at
+/// the engines' default `batch_size` (a worker with a larger batch:
 /// [`ApalisOutbox::worker_holding`]).
 pub const IN_HAND: usize = 10;
 

@@ -225,30 +225,7 @@ pub fn decide(
     let report = &result.report;
     let resend_at = report.resend_at.map_or(now, |at| at.max(now));
     if report.attempts == 0 && !report.stop.is_final() {
-        // The schedule runs on while the pacer holds a delivery back: one held past the time
-        // its last slot would have had is dead-lettered as if that slot had failed. Its span
-        // starts where the sent path's does: the first attempt, or the store.
-        let end = schedule.end(
-            delivery
-                .first_attempt_since_stored()
-                .unwrap_or(delivery.enqueued_at()),
-        );
-        if now >= end {
-            return Step::DeadLetter(DeadLetter {
-                delivery,
-                reason: DeadReason::ScheduleExhausted,
-                at: unix_ms(now),
-            });
-        }
-        let due = report
-            .resend_at
-            .unwrap_or(now + schedule.slot_sequence().deadline)
-            .min(end)
-            .max(now);
-        return Step::StoreAgain {
-            delivery: delivery.deferred(due),
-            sent: false,
-        };
+        return held_back(delivery, report.resend_at, schedule, now);
     }
     let outcome = result.outcome(delivery.slot());
     let dead = |delivery: Delivery, reason| {
@@ -294,6 +271,38 @@ pub fn decide(
             sent: true,
         },
         None => dead(delivery, DeadReason::ScheduleExhausted),
+    }
+}
+
+/// A delivery the pacer held back unsent, with when to send it again (`resend_at`): stored
+/// again in the same slot. The schedule runs on while the pacer holds a delivery back: one held
+/// past the time its last slot would have had is dead-lettered as if that slot had failed. Its
+/// span starts where the sent path's does: the first attempt, or the store.
+fn held_back(
+    delivery: Delivery,
+    resend_at: Option<SystemTime>,
+    schedule: &Schedule,
+    now: SystemTime,
+) -> Step {
+    let end = schedule.end(
+        delivery
+            .first_attempt_since_stored()
+            .unwrap_or(delivery.enqueued_at()),
+    );
+    if now >= end {
+        return Step::DeadLetter(DeadLetter {
+            delivery,
+            reason: DeadReason::ScheduleExhausted,
+            at: unix_ms(now),
+        });
+    }
+    let due = resend_at
+        .unwrap_or(now + schedule.slot_sequence().deadline)
+        .min(end)
+        .max(now);
+    Step::StoreAgain {
+        delivery: delivery.deferred(due),
+        sent: false,
     }
 }
 

@@ -307,7 +307,8 @@ async fn the_receiver_stops_a_delivery_or_disables_its_endpoint<Q, D>(
 }
 
 /// 40 deliveries due at once to a receiver that takes 300 ms an answer: a worker from
-/// `ApalisOutbox::worker` never holds more than `IN_HAND` of them, and delivers them all.
+/// `ApalisOutbox::worker` never handles more than `IN_HAND` of them at once, and delivers them
+/// all.
 async fn a_worker_holds_at_most_its_deliveries_in_hand<O: Outbox>(
     outbox: O,
     start_worker: fn(&str, &Handle<O>) -> RunningWorker,

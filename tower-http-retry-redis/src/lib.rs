@@ -387,21 +387,7 @@ where
         for _ in 0..MAX_TRIES {
             let clock = self.clock_now().await?;
             let mut record = found.record.clone();
-            // Before this call's events: the leases of a call that went unanswered, which
-            // nobody holds (a second layer on this store handle racing this call within one
-            // round trip could see its fresh probe ended early: one probe more for the fleet).
-            let orphans = match lock(&self.cache).get(endpoint) {
-                Some(entry) => entry.orphans(&self.rules, &found.record, clock),
-                None => Vec::new(),
-            };
-            let applied = if orphans.is_empty() {
-                self.rules.apply(pacing, &mut record, events, clock, now)
-            } else {
-                let all: Vec<Event> = orphans.iter().chain(events).cloned().collect();
-                let mut applied = self.rules.apply(pacing, &mut record, &all, clock, now);
-                applied.replies.drain(..orphans.len());
-                applied
-            };
+            let applied = self.apply_to(pacing, endpoint, &mut record, events, clock, now);
             let changed = record != found.record;
             if !changed && fresh {
                 self.remember(endpoint, found.version, record, events, &applied, now);
@@ -440,6 +426,32 @@ where
             }
         }
         Err(StoreError::Contention(MAX_TRIES).into())
+    }
+
+    /// Applies `events` to `record` (the state last heard of), after the leases of a call that
+    /// went unanswered, which nobody holds (a second layer on this store handle racing this call
+    /// within one round trip could see its fresh probe ended early: one probe more for the
+    /// fleet). The replies are this call's events' only.
+    fn apply_to(
+        &self,
+        pacing: &PacingRules,
+        endpoint: &str,
+        record: &mut Record,
+        events: &[Event],
+        clock: StoreClock,
+        now: Instant,
+    ) -> Applied {
+        let orphans = match lock(&self.cache).get(endpoint) {
+            Some(entry) => entry.orphans(&self.rules, record, clock),
+            None => Vec::new(),
+        };
+        if orphans.is_empty() {
+            return self.rules.apply(pacing, record, events, clock, now);
+        }
+        let all: Vec<Event> = orphans.iter().chain(events).cloned().collect();
+        let mut applied = self.rules.apply(pacing, record, &all, clock, now);
+        applied.replies.drain(..orphans.len());
+        applied
     }
 
     /// The clock, measured by a first read if no call has measured it yet.

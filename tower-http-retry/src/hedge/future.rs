@@ -271,6 +271,19 @@ where
     }
 }
 
+/// The first copy outlived its delay (a tail, or a brownout): the endpoint's sketch hears of
+/// it; `true` when hedging to the endpoint is paused, and no hedge goes.
+fn first_copy_outlived<C>(endpoint: Option<&Arc<Endpoint>>, config: &Config<C>) -> bool {
+    let Some(endpoint) = endpoint else {
+        return false;
+    };
+    let mut sketch = endpoint.sketch();
+    if sketch.outlived(&config.rules, Instant::now()) {
+        config.counters.count(Event::Pause);
+    }
+    sketch.paused()
+}
+
 /// Moves the sending of the next hedge on: `true` when one was sent now.
 fn send_hedge<S, Req, C>(
     race: &mut Race<S, Req>,
@@ -293,18 +306,9 @@ where
                 if timer.as_mut().poll(cx).is_pending() {
                     return false;
                 }
-                if race.copies == 1 {
-                    // The first copy outlived its delay: a tail, or a brownout.
-                    if let Some(endpoint) = endpoint {
-                        let mut sketch = endpoint.sketch();
-                        if sketch.outlived(&config.rules, Instant::now()) {
-                            config.counters.count(Event::Pause);
-                        }
-                        if sketch.paused() {
-                            race.phase = Phase::Stopped;
-                            return false;
-                        }
-                    }
+                if race.copies == 1 && first_copy_outlived(endpoint, config) {
+                    race.phase = Phase::Stopped;
+                    return false;
                 }
                 race.phase = match config.admit(race.authority.as_ref()) {
                     Ok(admission) => Phase::Readying(admission),

@@ -12,7 +12,8 @@ use std::fmt;
 ///
 /// The crate's layers are gates: a [`RetryLayer`] allows a hedge while its pacer leaves the
 /// endpoint open (none while the endpoint is probed, ramped or paused: those sends are the
-/// pacer's to count), a [`CircuitBreakerLayer`] or [`KeyedCircuitBreakerLayer`] while the
+/// pacer's to count; with [adaptive concurrency](crate::pacing::AdaptiveConcurrency), none
+/// while the endpoint's limit is reached or requests wait for it), a [`CircuitBreakerLayer`] or [`KeyedCircuitBreakerLayer`] while the
 /// endpoint's circuit is closed (none while it is open or half-open: a hedge must not become a
 /// probe). A gate of one's own (a rate limiter's spare capacity, a load shedder) implements it.
 ///
@@ -38,8 +39,15 @@ pub trait HedgeGate: Send + Sync + fmt::Debug + 'static {
 
 impl<C: Send + Sync + fmt::Debug + 'static> HedgeGate for RetryLayer<C> {
     fn allows(&self, authority: Option<&Authority>) -> bool {
-        self.pacing_stats(authority)
-            .map_or(true, |stats| stats.mode == PacingMode::Open)
+        self.pacing_stats(authority).map_or(true, |stats| {
+            // With adaptive concurrency, also none while the limit is reached or requests
+            // wait for a place: a hedge is a request in flight the limit does not count.
+            let room = match (stats.limit, stats.in_flight) {
+                (Some(limit), Some(in_flight)) => in_flight < limit && stats.waiting == 0,
+                _ => true,
+            };
+            stats.mode == PacingMode::Open && room
+        })
     }
 }
 

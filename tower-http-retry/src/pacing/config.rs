@@ -306,6 +306,14 @@ impl PacingBuilder {
     /// and handed back unsent as the queue hands back any request it cannot take). Off by
     /// default. Every request to a paced layer's endpoints then passes through the endpoint's
     /// lock, as requests after an outage do.
+    ///
+    /// Turn away a request predicted to wait long with [`max_queue_wait`](Self::max_queue_wait),
+    /// and bound the wait of one that joins with a deadline: without either, a request over the
+    /// limit waits as long as it takes. Hand back what the queue turns away with
+    /// [`fail_unsent`](crate::retry::RetryLayerBuilder::fail_unsent): without it, a first attempt
+    /// the queue cannot take is sent all the same, outside the limit, as after an outage. With
+    /// the limit on, first attempts go through the queue whatever
+    /// [`first_attempts`](Self::first_attempts) says.
     pub fn adaptive_concurrency(mut self, concurrency: AdaptiveConcurrency) -> Self {
         self.concurrency = Some(concurrency);
         self

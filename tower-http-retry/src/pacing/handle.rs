@@ -173,7 +173,8 @@ impl Endpoint {
     ) {
         self.update(|state, config| {
             let latency = sent.map(|sent| now.saturating_duration_since(sent));
-            let freed = latency.is_some() && state.finished(latency, now);
+            let success = signal == Signal::Success;
+            let freed = latency.is_some() && state.finished(latency, success, now);
             state.record(config, pass, signal, now) || freed
         });
     }

@@ -62,14 +62,15 @@ impl Default for AdaptiveConcurrency {
 }
 
 impl AdaptiveConcurrency {
-    /// The defaults: a limit of 10 to start, between 2 and 1,000; windows of at least 100 ms;
-    /// a median within 1.25 times the no-load latency counts as no queue; the no-load latency
-    /// measured again every 60 s.
+    /// The defaults: a limit between 2 and 1,000, 10 once the no-load latency is first
+    /// measured (a window at the floor); windows of at least 100 ms; a median within 1.25 times
+    /// the no-load latency counts as no queue; the no-load latency measured again every 60 s.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The limit of an endpoint first met.
+    /// The limit of an endpoint first met, once its first window (at the floor, [`min`](Self::min),
+    /// to measure the no-load latency) has closed.
     pub fn initial(mut self, limit: u32) -> Self {
         self.initial = limit;
         self
@@ -145,12 +146,18 @@ pub(crate) struct Limit {
     window: Window,
     /// When the no-load latency is next measured again; `None` while it is (first at the start).
     next_probe: Option<Instant>,
+    /// When the last measurement of the no-load latency began: answers to requests sent before
+    /// it, under the old limit, are no sample of it.
+    probe_began: Instant,
 }
 
 #[derive(Debug)]
 struct Window {
     opened: Instant,
     samples: Vec<Duration>,
+    /// Its fastest success: a failure may be fast for reasons other than an idle endpoint
+    /// (a proxy's instant 502, a refused connection).
+    fastest_success: Option<Duration>,
     /// Whether the requests in flight reached the limit in it.
     used: bool,
 }
@@ -160,6 +167,7 @@ impl Window {
         Self {
             opened: now,
             samples: Vec::new(),
+            fastest_success: None,
             used: false,
         }
     }
@@ -176,6 +184,7 @@ impl Limit {
             // The first window measures the no-load latency: a limit learned against a latency
             // already queued would settle that much higher.
             next_probe: None,
+            probe_began: now,
         }
     }
 
@@ -219,13 +228,29 @@ impl Limit {
     }
 
     /// A request that went came back after `latency` (`None`: it was cancelled, which says
-    /// nothing of the endpoint). Returns whether the limit changed.
-    pub(crate) fn finished(&mut self, latency: Option<Duration>, now: Instant) -> bool {
+    /// nothing of the endpoint), a `success` or not (a timeout is a sample at the timeout; only
+    /// a success can tell the no-load latency). Returns whether a window closed.
+    pub(crate) fn finished(
+        &mut self,
+        latency: Option<Duration>,
+        success: bool,
+        now: Instant,
+    ) -> bool {
         self.in_flight = self.in_flight.saturating_sub(1);
         let Some(latency) = latency else {
             return false;
         };
-        self.no_load = Some(self.no_load.map_or(latency, |fastest| fastest.min(latency)));
+        let measuring = self.next_probe.is_none();
+        let sent = now.checked_sub(latency);
+        if measuring && sent.is_some_and(|sent| sent < self.probe_began) {
+            // Sent under the limit before the measurement began: loaded, not no-load.
+            return false;
+        }
+        if success {
+            let fastest = |known: Option<Duration>| Some(known.map_or(latency, |f| f.min(latency)));
+            self.no_load = fastest(self.no_load);
+            self.window.fastest_success = fastest(self.window.fastest_success);
+        }
         self.window.samples.push(latency);
         let samples = self.window.samples.len();
         let closes = samples >= WINDOW_SAMPLES
@@ -242,20 +267,25 @@ impl Limit {
         let middle = samples.len() / 2;
         let median = *samples.select_nth_unstable(middle).1;
         match self.next_probe {
-            // Measured again: the fastest answer of a window with little in flight.
+            // Measured again: the fastest success of a window with little in flight.
             None => {
-                self.no_load = samples.iter().min().copied();
+                self.no_load = window.fastest_success.or(self.no_load);
                 self.next_probe = Some(now + self.config.probe_every);
             }
             Some(at) if now >= at => {
                 self.next_probe = None;
+                self.probe_began = now;
                 return;
             }
             Some(_) => {}
         }
-        let no_load = self.no_load.unwrap_or(median).as_secs_f64();
-        let median = median.as_secs_f64().max(f64::MIN_POSITIVE);
-        let gradient = (self.config.tolerance * no_load / median).clamp(0.5, 1.0);
+        let no_load = self.no_load.unwrap_or(median);
+        let gradient = if median <= no_load {
+            1.0 // no queue (and no division by a zero latency)
+        } else {
+            let ratio = no_load.as_secs_f64() / median.as_secs_f64();
+            (self.config.tolerance * ratio).clamp(0.5, 1.0)
+        };
         let limit = if gradient >= 1.0 {
             if window.used {
                 self.limit + self.limit.sqrt()
@@ -289,7 +319,7 @@ mod tests {
                     limit.sent();
                 }
                 now += latency / current;
-                limit.finished(Some(latency), now);
+                limit.finished(Some(latency), true, now);
             }
         }
         now
@@ -320,7 +350,7 @@ mod tests {
         let window = |limit: &mut Limit, latency: Duration, at: Duration| {
             for _ in 0..MIN_SAMPLES {
                 limit.sent();
-                limit.finished(Some(latency), start + at);
+                limit.finished(Some(latency), true, start + at);
             }
         };
         // The no-load latency measured, then a window with no queue, then one of timeouts.
@@ -336,10 +366,10 @@ mod tests {
         let now = Instant::now();
         let mut limit = Limit::new(AdaptiveConcurrency::new(), now);
         limit.sent();
-        assert!(!limit.finished(None, now));
+        assert!(!limit.finished(None, false, now));
         for i in 0..2 * MIN_SAMPLES as u32 {
             limit.sent();
-            limit.finished(Some(5 * MS), now + 20 * MS * i);
+            limit.finished(Some(5 * MS), true, now + 20 * MS * i);
         }
         assert_eq!(limit.current(), 10);
         assert_eq!(limit.in_flight(), 0);
@@ -355,9 +385,10 @@ mod tests {
         let mut now = Instant::now();
         let answer = |limit: &mut Limit, latency: Duration, now: &mut Instant| {
             for _ in 0..WINDOW_SAMPLES {
+                // One at a time: each sent as the last is answered.
                 limit.sent();
-                *now += MS;
-                limit.finished(Some(latency), *now);
+                *now += latency;
+                limit.finished(Some(latency), true, *now);
             }
         };
         answer(&mut limit, 5 * MS, &mut now);
@@ -368,6 +399,62 @@ mod tests {
         answer(&mut limit, 9 * MS, &mut now);
         assert_eq!(limit.no_load(), Some(9 * MS));
         assert!(limit.current() >= 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fast_failure_is_no_no_load_latency_and_zero_latencies_are_no_queue() {
+        let start = Instant::now();
+        let mut limit = Limit::new(AdaptiveConcurrency::new().initial(40), start);
+        // A proxy's instant 502 among 20-ms successes.
+        limit.sent();
+        limit.finished(Some(MS), false, start + 20 * MS);
+        for i in 1..=MIN_SAMPLES as u32 {
+            limit.sent();
+            limit.finished(Some(20 * MS), true, start + 100 * MS + i * MS);
+        }
+        assert_eq!(limit.no_load(), Some(20 * MS));
+        // An in-process endpoint answers in no time: nothing queues, the limit stays.
+        let mut instant = Limit::new(AdaptiveConcurrency::new().initial(40), start);
+        for round in 1..=3_u32 {
+            for _ in 0..MIN_SAMPLES {
+                instant.sent();
+                instant.finished(Some(Duration::ZERO), true, start + 100 * MS * round);
+            }
+        }
+        assert_eq!(instant.current(), 40);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_sent_before_a_measurement_began_are_no_sample_of_it() {
+        let start = Instant::now();
+        let config = AdaptiveConcurrency::new().probe_every(Duration::from_secs(1));
+        let mut limit = Limit::new(config, start);
+        for i in 1..=MIN_SAMPLES as u32 {
+            limit.sent();
+            limit.finished(Some(5 * MS), true, start + 100 * MS + i * MS);
+        }
+        // Past the probe time: the window that closes then starts a measurement.
+        let probe = start + Duration::from_secs(2);
+        for _ in 0..MIN_SAMPLES {
+            limit.sent();
+            limit.finished(Some(5 * MS), true, probe);
+        }
+        assert_eq!(limit.current(), 2, "measuring at the floor");
+        // Loaded answers sent before the measurement began, then unloaded ones.
+        for _ in 0..WINDOW_SAMPLES {
+            limit.sent();
+            limit.finished(Some(50 * MS), true, probe + 10 * MS);
+        }
+        assert_eq!(
+            limit.current(),
+            2,
+            "still measuring: the loaded answers did not count"
+        );
+        for i in 1..=MIN_SAMPLES as u32 {
+            limit.sent();
+            limit.finished(Some(6 * MS), true, probe + 200 * MS + i * MS);
+        }
+        assert_eq!(limit.no_load(), Some(6 * MS));
     }
 
     #[test]

@@ -222,7 +222,7 @@ impl Drop for PassGuard {
         let cancelled = self.sent.take().is_some();
         self.endpoint.update(|state, config| {
             // A cancelled attempt frees its place in flight but says nothing of the latency.
-            let freed = cancelled && state.finished(None, now);
+            let freed = cancelled && state.finished(None, false, now);
             state.record(config, Some(pass), Signal::Neutral, now) || freed
         });
     }

@@ -135,3 +135,29 @@ fn an_invalid_limit_fails_at_build_time() {
         "{error}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn no_hedge_goes_while_the_limit_is_reached() {
+    use tower_http_retry::hedge::HedgeGate;
+    let workers = Workers::new();
+    let layer = limited();
+    let client = layer.layer(workers.service());
+    let endpoint = "slow.test".parse().expect("an authority");
+    assert!(layer.allows(Some(&endpoint)), "an endpoint not met yet");
+    let mut requests = JoinSet::new();
+    for _ in 0..40 {
+        let client = client.clone();
+        requests.spawn(async move { client.oneshot(request()).await.map(|r| r.status()) });
+    }
+    tokio::time::sleep(MS).await;
+    let stats = layer.pacing_stats(Some(&endpoint)).expect("an endpoint");
+    assert!(stats.waiting > 0, "{stats:?}");
+    assert!(
+        !layer.allows(Some(&endpoint)),
+        "the limit is reached: no hedge"
+    );
+    while let Some(answer) = requests.join_next().await {
+        assert!(answer.expect("no panic").expect("answered").is_success());
+    }
+    assert!(layer.allows(Some(&endpoint)), "room again");
+}

@@ -71,10 +71,14 @@ pub(crate) struct EndpointState {
 }
 
 impl Drop for EndpointState {
-    /// An endpoint forgotten (or its pacer dropped) leaves the paced endpoints' gauge.
+    /// An endpoint forgotten (or its pacer dropped) leaves the paced endpoints' gauge, and its
+    /// limit's gauges read 0.
     fn drop(&mut self) {
         let open = PacingMode::Open.as_str();
         crate::telemetry::paced_endpoint(&self.labels, self.gauged.as_str(), open);
+        if self.limit.is_some() {
+            crate::telemetry::concurrency(&self.labels, 0, 0, None);
+        }
     }
 }
 
@@ -288,6 +292,14 @@ impl EndpointState {
     }
 
     fn resend_on(&self, schedule: &Schedule, position: f64, now: Instant) -> Resend {
+        if let Some(limit) = self.limit.as_ref().filter(|_| self.shared.is_open()) {
+            // Open, but over its limit: the place's turn for a place in flight, spread over
+            // one round of the no-load latency.
+            return Resend {
+                after: limit.predicted_wait(position as usize),
+                spread: limit.no_load().unwrap_or_default(),
+            };
+        }
         let share = self.share(now);
         let place = position * share;
         let gap = schedule.gap_at(place);
@@ -316,11 +328,16 @@ impl EndpointState {
     }
 
     /// A request that went with adaptive concurrency came back after `latency` (`None`: it
-    /// was cancelled). Returns whether the head of the queue should look again (always: a
-    /// place in flight is free).
-    pub(crate) fn finished(&mut self, latency: Option<Duration>, now: Instant) -> bool {
+    /// was cancelled), a `success` or not. Returns whether the head of the queue should look
+    /// again (always: a place in flight is free).
+    pub(crate) fn finished(
+        &mut self,
+        latency: Option<Duration>,
+        success: bool,
+        now: Instant,
+    ) -> bool {
         if let Some(limit) = &mut self.limit {
-            limit.finished(latency, now);
+            limit.finished(latency, success, now);
             self.gauge_limit();
         }
         true

@@ -521,3 +521,33 @@ fn a_limit_that_refuses_in_runs_is_never_an_outage_but_nothing_taken_for_an_inte
     assert_eq!(called_down(&limit(5, 10), &gone), Some(interval));
     assert_eq!(called_down(&[Signal::Success], &gone), Some(interval));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_over_the_limit_is_told_its_turn_not_now() {
+    use crate::pacing::limit::Limit;
+    use crate::pacing::AdaptiveConcurrency;
+    let config = config();
+    let start = Instant::now();
+    let mut s = state(start);
+    let mut limit = Limit::new(AdaptiveConcurrency::new(), start);
+    // The first window measures 20 ms at the floor (2 in flight).
+    for i in 1..=8 {
+        limit.sent();
+        limit.finished(Some(20 * MS), true, start + 100 * MS + i * MS);
+    }
+    s.limit = Some(limit);
+    let now = start + 200 * MS;
+    while matches!(s.try_release(&config, now), Release::Now(_)) {}
+    assert_eq!(
+        s.try_release(&config, now),
+        Release::Blocked,
+        "10 in flight"
+    );
+    // Five wait; the next is turned away: its turn comes with the next round, 20 ms away.
+    for _ in 0..5 {
+        s.enqueue(&config);
+    }
+    let resend = s.turn_away(&config, now);
+    assert_eq!(resend.after, 20 * MS);
+    assert_eq!(resend.spread, 20 * MS);
+}

@@ -277,8 +277,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let Some(pacer) = self.config.pacer.as_ref() else {
             return false;
         };
-        if pacer.limits() {
-            // Every attempt counts in flight: the first goes through the queue too.
+        if pacer.limits() && self.config.settings.first_attempt_jitter.is_zero() {
+            // Every attempt counts in flight: the first goes through the queue too (after its
+            // jitter, when it has one: the queue is joined when the jitter's sleep ends).
             return true;
         }
         pacer.rules().first_attempts && pacer.is_paced(request.authority().as_deref())
