@@ -311,7 +311,8 @@ impl PacingBuilder {
     /// and bound the wait of one that joins with a deadline: without either, a request over the
     /// limit waits as long as it takes. Hand back what the queue turns away with
     /// [`fail_unsent`](crate::retry::RetryLayerBuilder::fail_unsent): without it, a first attempt
-    /// the queue cannot take is sent all the same, outside the limit, as after an outage. With
+    /// the queue cannot take is sent all the same, as after an outage (counted in flight, over
+    /// the limit). With
     /// the limit on, first attempts go through the queue whatever
     /// [`first_attempts`](Self::first_attempts) says.
     pub fn adaptive_concurrency(mut self, concurrency: AdaptiveConcurrency) -> Self {

@@ -90,6 +90,26 @@ impl QueueWait {
         }
     }
 
+    /// With adaptive concurrency, the pass of a first attempt the queue turned away and that is
+    /// sent all the same (its classifier cannot hand it back): it counts in flight, over the
+    /// limit if need be, so that the limit sees what reaches the endpoint. `None` without a
+    /// limit. Its outcome is booked as an unpaced request's.
+    pub(crate) fn counted(lane: &Lane, now: Instant) -> Option<PassGuard> {
+        let endpoint = &lane.0;
+        let mut state = endpoint.lock();
+        state.limit.as_mut()?.sent();
+        Some(PassGuard {
+            endpoint: Arc::clone(endpoint),
+            pass: None,
+            sent: Some(now),
+        })
+    }
+
+    /// The endpoint whose queue this is.
+    pub(crate) fn lane(&self) -> Lane {
+        Lane(Arc::clone(&self.endpoint))
+    }
+
     fn new(endpoint: Arc<Endpoint>, id: u64) -> Self {
         Self {
             endpoint,
@@ -215,15 +235,17 @@ impl PassGuard {
 
 impl Drop for PassGuard {
     fn drop(&mut self) {
-        let Some(pass) = self.pass.take() else {
+        let (pass, cancelled) = (self.pass.take(), self.sent.take().is_some());
+        if pass.is_none() && !cancelled {
             return;
-        };
+        }
         let now = Instant::now();
-        let cancelled = self.sent.take().is_some();
         self.endpoint.update(|state, config| {
             // A cancelled attempt frees its place in flight but says nothing of the latency.
             let freed = cancelled && state.finished(None, false, now);
-            state.record(config, Some(pass), Signal::Neutral, now) || freed
+            let recorded =
+                pass.is_some_and(|pass| state.record(config, Some(pass), Signal::Neutral, now));
+            recorded || freed
         });
     }
 }

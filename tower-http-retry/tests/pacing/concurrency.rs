@@ -161,3 +161,45 @@ async fn no_hedge_goes_while_the_limit_is_reached() {
     }
     assert!(layer.allows(Some(&endpoint)), "room again");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_turned_away_and_sent_all_the_same_is_counted_in_flight() {
+    // No `fail_unsent`: what the queue turns away (a wait over 1 ms) is sent anyway.
+    let layer = RetryLayer::builder()
+        .pacing(
+            Pacing::builder()
+                .adaptive_concurrency(AdaptiveConcurrency::new().initial(4).max(4))
+                .max_queue_wait(MS)
+                .build()
+                .expect("valid pacing"),
+        )
+        .build()
+        .expect("a valid layer");
+    let workers = Workers::new();
+    let client = layer.layer(workers.service());
+    let endpoint = "slow.test".parse().expect("an authority");
+    // The no-load latency learned first, one request at a time.
+    for _ in 0..10 {
+        client.clone().oneshot(request()).await.expect("answered");
+        tokio::time::sleep(20 * MS).await;
+    }
+    let mut requests = JoinSet::new();
+    for _ in 0..12 {
+        let client = client.clone();
+        requests.spawn(async move { client.oneshot(request()).await.map(|r| r.status()) });
+    }
+    tokio::time::sleep(MS).await;
+    let stats = layer.pacing_stats(Some(&endpoint)).expect("an endpoint");
+    let held = workers.held.load(Ordering::SeqCst);
+    assert_eq!(
+        stats.in_flight,
+        Some(held),
+        "everything at the endpoint is counted"
+    );
+    assert!(held > 4, "sent over the limit of 4: {held}");
+    while let Some(answer) = requests.join_next().await {
+        assert!(answer.expect("no panic").expect("answered").is_success());
+    }
+    let stats = layer.pacing_stats(Some(&endpoint)).expect("an endpoint");
+    assert_eq!(stats.in_flight, Some(0));
+}

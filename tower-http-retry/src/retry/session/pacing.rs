@@ -344,6 +344,14 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 }
 
 impl<Req, C> Session<Req, C> {
+    /// A first attempt turned away is sent all the same (its classifier cannot hand it back):
+    /// with adaptive concurrency it counts in flight, over the limit if need be.
+    pub(super) fn send_turned_away(&mut self, lane: &Lane, now: Instant) {
+        if let Some(pass) = QueueWait::counted(lane, now) {
+            self.waits().pass = Some(pass);
+        }
+    }
+
     /// The request is to be sent again after `resend`: its own jitter spreads it within the
     /// place the pacer gave it.
     pub(super) fn resend_in(&mut self, resend: Resend) {

@@ -97,9 +97,15 @@ where
                     deadline: self.deadline(),
                     listener,
                 },
-                FirstQueue::TurnedAway(lane, resend) => self
-                    .hand_back(resend, now, || lane.turned_away(now))
-                    .map_or(AfterWait::Ready, AfterWait::Done),
+                FirstQueue::TurnedAway(lane, resend) => {
+                    match self.hand_back(resend, now, || lane.turned_away(now)) {
+                        Some(output) => AfterWait::Done(output),
+                        None => {
+                            self.send_turned_away(&lane, now);
+                            AfterWait::Ready
+                        }
+                    }
+                }
                 FirstQueue::Go => AfterWait::Ready,
             },
             Woke::Slept => {
@@ -120,8 +126,13 @@ where
                         }
                         // A first attempt has no outcome to return: handed back unsent if the
                         // classifier can, else sent.
-                        self.hand_back(deferred.resend, now, || lane.turned_away(now))
-                            .map_or(AfterWait::Ready, AfterWait::Done)
+                        match self.hand_back(deferred.resend, now, || lane.turned_away(now)) {
+                            Some(output) => AfterWait::Done(output),
+                            None => {
+                                self.send_turned_away(&lane, now);
+                                AfterWait::Ready
+                            }
+                        }
                     }
                     AfterSleep::Send => AfterWait::Ready,
                 }
@@ -143,8 +154,13 @@ where
                 // A first attempt has no outcome to return: handed back unsent if the
                 // classifier can, else sent.
                 let resend = queue.resend_after(now);
-                self.hand_back(resend, now, || queue.deferred())
-                    .map_or(AfterWait::Ready, AfterWait::Done)
+                match self.hand_back(resend, now, || queue.deferred()) {
+                    Some(output) => AfterWait::Done(output),
+                    None => {
+                        self.send_turned_away(&queue.lane(), now);
+                        AfterWait::Ready
+                    }
+                }
             }
             // Ready only after the deadline (another request held the permit): the retry is not
             // sent and its token goes back. A first attempt, which has no outcome to return
