@@ -11,9 +11,9 @@ use tokio::time::Instant;
 /// One endpoint's sketch, shared by the requests in flight to it.
 pub(crate) struct Endpoint {
     sketch: Mutex<Sketch>,
-    /// When a request last asked for it, and how long after that it may be forgotten (two
-    /// windows: an older sketch has nothing to say).
-    used: Mutex<Instant>,
+    /// How long after its current window began it may be forgotten: every request moves the
+    /// window on, so three windows mean unused for two at least (an older sketch has nothing
+    /// to say).
     stale_after: Duration,
 }
 
@@ -23,15 +23,12 @@ impl Endpoint {
     pub(crate) fn sketch(&self) -> MutexGuard<'_, Sketch> {
         self.sketch.lock().unwrap_or_else(PoisonError::into_inner)
     }
-
-    fn used(&self) -> MutexGuard<'_, Instant> {
-        self.used.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 impl Forget for Endpoint {
     fn rank(&self, _held: bool, now: Instant) -> Option<u8> {
-        (now.saturating_duration_since(*self.used()) >= self.stale_after).then_some(0)
+        let began = self.sketch().began();
+        (now.saturating_duration_since(began) >= self.stale_after).then_some(0)
     }
 }
 
@@ -61,16 +58,49 @@ impl Endpoints {
             || now,
             || Endpoint {
                 sketch: Mutex::new(Sketch::new(now)),
-                used: Mutex::new(now),
-                stale_after: rules.window * 2,
+                stale_after: rules.window * 3,
             },
         )?;
-        *endpoint.used() = now;
         Some(endpoint)
     }
 
     /// Endpoints with a sketch now.
     pub(crate) fn len(&self) -> usize {
         self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sketch_is_forgotten_only_once_unused_for_two_windows() {
+        let rules = SketchRules {
+            quantile: 0.95,
+            floor: Duration::from_millis(1),
+            window: Duration::from_secs(30),
+            min_samples: 20,
+            pause_share: 0.5,
+        };
+        let (a, b) = ("a.test".parse().unwrap(), "b.test".parse().unwrap());
+        let endpoints = Endpoints::new(1);
+        let start = Instant::now();
+        let window = rules.window;
+        let used = endpoints.get(Some(&a), &rules, start).unwrap();
+        // A request moves the sketch's window on, as the service's arming does.
+        used.sketch().arm(&rules, start + window + window / 2);
+        drop(used);
+        let soon = start + window * 3;
+        assert!(
+            endpoints.get(Some(&b), &rules, soon).is_none(),
+            "a used 1.5 windows ago"
+        );
+        let later = start + window * 4;
+        assert!(
+            endpoints.get(Some(&b), &rules, later).is_some(),
+            "a unused for 2.5 windows"
+        );
+        assert_eq!(endpoints.len(), 1);
     }
 }

@@ -102,6 +102,12 @@ impl Sketch {
         self.since_read = 0;
     }
 
+    /// When the current window began: a request moves it on, so it is at most a window before
+    /// the sketch's last use.
+    pub(crate) fn began(&self) -> Instant {
+        self.began
+    }
+
     /// A request to this endpoint finished after `latency`.
     pub(crate) fn record(&mut self, rules: &SketchRules, latency: Duration, now: Instant) {
         self.rotate(rules, now);
