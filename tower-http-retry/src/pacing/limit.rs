@@ -3,15 +3,15 @@
 //! state). Pure: every method takes the sample or `now`, so it is unit-tested without a runtime.
 //!
 //! The rule is a gradient: over each window of answers, the median latency is set against the
-//! no-load latency the endpoint showed (the fastest answer since the last probe of it). While
+//! no-load latency the endpoint showed (its fastest success since the last measurement). While
 //! the median stays within `tolerance` of it the limit grows by its square root (only if the
 //! window used the limit: an endpoint nobody loads learns nothing); beyond, the limit is scaled
 //! by their ratio (never below half). A closed queue at a limit `L` over the endpoint's own
 //! concurrency `C` answers in `L / C` times the no-load latency, so the limit settles at
 //! `tolerance × C`. A timed-out attempt is a sample at its timeout, not nothing. Every
 //! `probe_every` the limit drops to its floor for one window, so the no-load latency is measured
-//! again while little is in flight (an endpoint that got slower for good is not throttled by an
-//! old minimum forever).
+//! again while little is in flight, from the answers to requests sent after the measurement
+//! began (an endpoint that got slower for good is not throttled by an old minimum forever).
 
 use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
 use std::time::Duration;
@@ -141,7 +141,7 @@ pub(crate) struct Limit {
     config: AdaptiveConcurrency,
     limit: f64,
     in_flight: u32,
-    /// The no-load latency: the fastest answer since the last probe of it.
+    /// The no-load latency: the fastest success since its last measurement.
     no_load: Option<Duration>,
     window: Window,
     /// When the no-load latency is next measured again; `None` while it is (first at the start).
