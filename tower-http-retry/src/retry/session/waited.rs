@@ -7,7 +7,7 @@ use super::Session;
 use crate::abort::{Forbidden, Listener};
 use crate::classify::Classify;
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacing::{PassGuard, QueueWait};
+use crate::pacing::{Lane, PassGuard, QueueWait, Resend};
 use crate::report::StopReason;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -98,45 +98,11 @@ where
                     listener,
                 },
                 FirstQueue::TurnedAway(lane, resend) => {
-                    match self.hand_back(resend, now, || lane.turned_away(now)) {
-                        Some(output) => AfterWait::Done(output),
-                        None => {
-                            self.send_turned_away(&lane, now);
-                            AfterWait::Ready
-                        }
-                    }
+                    self.first_turned_away(&lane, resend, now, || lane.turned_away(now))
                 }
                 FirstQueue::Go => AfterWait::Ready,
             },
-            Woke::Slept => {
-                self.sleep_ended();
-                match self.queue_after_sleep(now) {
-                    // Paced meanwhile: the pacer, not the budget, lets it go.
-                    AfterSleep::Queue(queue) => AfterWait::Queue {
-                        queue,
-                        deadline: self.deadline(),
-                        listener: None,
-                    },
-                    AfterSleep::Deferred(lane, deferred) => {
-                        if retrying {
-                            // Paced meanwhile and no room in the queue: not sent ahead of the
-                            // probes, handed back with when to retry.
-                            self.resend_in(deferred.resend);
-                            return AfterWait::Stop(StopReason::Deferred);
-                        }
-                        // A first attempt has no outcome to return: handed back unsent if the
-                        // classifier can, else sent.
-                        match self.hand_back(deferred.resend, now, || lane.turned_away(now)) {
-                            Some(output) => AfterWait::Done(output),
-                            None => {
-                                self.send_turned_away(&lane, now);
-                                AfterWait::Ready
-                            }
-                        }
-                    }
-                    AfterSleep::Send => AfterWait::Ready,
-                }
-            }
+            Woke::Slept => self.after_sleep(retrying, now),
             Woke::Released(pass) => {
                 self.released(pass, now);
                 AfterWait::Ready
@@ -151,16 +117,8 @@ where
                     self.resend_in(queue.defer(now));
                     return AfterWait::Stop(StopReason::Deferred);
                 }
-                // A first attempt has no outcome to return: handed back unsent if the
-                // classifier can, else sent.
                 let resend = queue.resend_after(now);
-                match self.hand_back(resend, now, || queue.deferred()) {
-                    Some(output) => AfterWait::Done(output),
-                    None => {
-                        self.send_turned_away(&queue.lane(), now);
-                        AfterWait::Ready
-                    }
-                }
+                self.first_turned_away(&queue.lane(), resend, now, || queue.deferred())
             }
             // Ready only after the deadline (another request held the permit): the retry is not
             // sent and its token goes back. A first attempt, which has no outcome to return
@@ -170,6 +128,56 @@ where
             }
             Woke::Ready => AfterWait::Send,
             Woke::NotReady(error) => AfterWait::StopWith(Err(error), StopReason::NotReady),
+        }
+    }
+
+    /// The step after a sleep (a retry's backoff, a first attempt's jitter) that ended at `now`.
+    fn after_sleep<Res, E>(&mut self, retrying: bool, now: Instant) -> AfterWait<Res, E>
+    where
+        Res: RetryResponse,
+        C: Classify<Res, E>,
+    {
+        self.sleep_ended();
+        match self.queue_after_sleep(now) {
+            // Paced meanwhile (or limited): the pacer, not the budget, lets it go.
+            AfterSleep::Queue(queue) => AfterWait::Queue {
+                queue,
+                deadline: self.deadline(),
+                listener: None,
+            },
+            AfterSleep::Deferred(_, deferred) if retrying => {
+                // Paced meanwhile and no room in the queue: not sent ahead of the probes, handed
+                // back with when to retry.
+                self.resend_in(deferred.resend);
+                AfterWait::Stop(StopReason::Deferred)
+            }
+            AfterSleep::Deferred(lane, deferred) => {
+                self.first_turned_away(&lane, deferred.resend, now, || lane.turned_away(now))
+            }
+            AfterSleep::Send => AfterWait::Ready,
+        }
+    }
+
+    /// A first attempt the pacer turned away (or whose deadline came in the queue) has no
+    /// outcome to return: handed back unsent if the classifier can (`count` books it to the
+    /// pacer), else sent, counted in flight by a limit.
+    fn first_turned_away<Res, E>(
+        &mut self,
+        lane: &Lane,
+        resend: Resend,
+        now: Instant,
+        count: impl FnOnce(),
+    ) -> AfterWait<Res, E>
+    where
+        Res: RetryResponse,
+        C: Classify<Res, E>,
+    {
+        match self.hand_back(resend, now, count) {
+            Some(output) => AfterWait::Done(output),
+            None => {
+                self.send_turned_away(lane, now);
+                AfterWait::Ready
+            }
         }
     }
 
