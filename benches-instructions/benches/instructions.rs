@@ -55,115 +55,10 @@ use tokio::runtime::{EnterGuard, Runtime};
 use tower::retry::budget::TpsBudget;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_http_retry::hedge::HedgeLayer;
-use tower_http_retry::pacing::AdaptiveConcurrency;
 use tower_http_retry::{CircuitBreakerLayer, Pacing, RetryLayer};
 use tower_http_retry_instructions::{noop_waker, poll_now, TowerPolicy};
 
-/// Calls per counted batch.
-const CALLS: usize = 100;
-
-type Req = Request<String>;
-type Resp = Response<String>;
-
-/// The same small GET in every row. The URI is parsed, as a real client's would be, so copying the
-/// request bumps reference counts; the empty body copies without allocating.
-fn request() -> Req {
-    Request::get("http://example.test/ping")
-        .body(String::new())
-        .expect("a valid request")
-}
-
-/// The inner service: always ready, answers `200` at once.
-fn endpoint() -> impl Service<Req, Response = Resp, Error = Infallible> + Clone {
-    service_fn(|_: Req| ready(Ok(Response::new(String::new()))))
-}
-
-/// A batch of calls prepared outside the counted function. A trait object, so that one benchmark
-/// function serves every stack; its single dynamic call per batch is the only cost it adds.
-trait Batch {
-    /// Sends every prepared request and keeps the responses (the counted part).
-    fn run(&mut self);
-    /// Asserts that every call was answered with a `200`, so a row cannot count a failure.
-    fn check(&self);
-}
-
-struct Calls<S> {
-    service: S,
-    requests: Vec<Req>,
-    // Capacity reserved beforehand: keeping a response does not allocate.
-    responses: Vec<Resp>,
-    waker: Waker,
-    _runtime: EnterGuard<'static>,
-}
-
-impl<S> Batch for Calls<S>
-where
-    S: Service<Req, Response = Resp>,
-    S::Error: Debug,
-{
-    fn run(&mut self) {
-        for request in self.requests.drain(..) {
-            let response = call(&mut self.service, request, &self.waker);
-            self.responses.push(response);
-        }
-    }
-
-    fn check(&self) {
-        assert_eq!(self.responses.len(), CALLS);
-        for response in &self.responses {
-            assert_eq!(response.status(), StatusCode::OK);
-        }
-    }
-}
-
-fn call<S>(service: &mut S, request: Req, waker: &Waker) -> Resp
-where
-    S: Service<Req, Response = Resp>,
-    S::Error: Debug,
-{
-    let call = async { service.ready().await?.call(request).await };
-    poll_now(call, waker).expect("the call succeeds")
-}
-
-/// Builds the stack inside an entered runtime, makes one warm-up call, and prepares the batch.
-fn batch<S>(stack: impl FnOnce() -> S) -> Box<dyn Batch>
-where
-    S: Service<Req, Response = Resp> + 'static,
-    S::Error: Debug,
-{
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime");
-    // The process runs one row and exits; the runtime lives until then.
-    let runtime: &'static Runtime = Box::leak(Box::new(runtime));
-    let entered = runtime.enter();
-    let mut service = stack();
-    let waker = noop_waker();
-    let warm_up = call(&mut service, request(), &waker);
-    assert_eq!(warm_up.status(), StatusCode::OK);
-    Box::new(Calls {
-        service,
-        requests: (0..CALLS).map(|_| request()).collect(),
-        responses: Vec::with_capacity(CALLS),
-        waker,
-        _runtime: entered,
-    })
-}
-
-fn no_layer() -> Box<dyn Batch> {
-    batch(endpoint)
-}
-
-fn tower_retry_tps_budget() -> Box<dyn Batch> {
-    batch(|| {
-        let policy = TowerPolicy {
-            budget: Arc::new(TpsBudget::default()),
-            delay: Duration::from_millis(100),
-        };
-        tower::retry::Retry::new(policy, endpoint())
-    })
-}
+include!("support/harness.rs");
 
 /// tower-resilience's retry as its docs configure it (3 attempts, exponential backoff from
 /// 100 ms), with its token-bucket budget (10 tokens a second, 100 at most), the nearest to
@@ -195,23 +90,6 @@ fn ours_pacing() -> Box<dyn Batch> {
     batch(|| {
         RetryLayer::builder()
             .pacing(Pacing::new())
-            .build()
-            .expect("a valid configuration")
-            .layer(endpoint())
-    })
-}
-
-/// Pacing with adaptive concurrency on a healthy endpoint: every request takes and gives back
-/// a place in flight through the endpoint's queue (not gated: stated beside `ours_pacing`).
-fn ours_limited() -> Box<dyn Batch> {
-    batch(|| {
-        RetryLayer::builder()
-            .pacing(
-                Pacing::builder()
-                    .adaptive_concurrency(AdaptiveConcurrency::new())
-                    .build()
-                    .expect("a valid configuration"),
-            )
             .build()
             .expect("a valid configuration")
             .layer(endpoint())
@@ -311,7 +189,6 @@ fn check(batch: Box<dyn Batch>) {
 #[bench::tower_resilience_retry(tower_resilience_retry())]
 #[bench::ours_default(ours_default())]
 #[bench::ours_pacing(ours_pacing())]
-#[bench::ours_limited(ours_limited())]
 #[bench::ours_no_budget(ours_no_budget())]
 #[bench::circuit_breaker(circuit_breaker())]
 #[bench::hedge_armed(hedge_armed())]
@@ -325,13 +202,12 @@ fn success_x100(mut batch: Box<dyn Batch>) -> Box<dyn Batch> {
 library_benchmark_group!(name = success_path, benchmarks = success_x100);
 
 /// The bench ids above, in table order. The ratios are taken to the first two rows.
-const ROWS: [&str; 11] = [
+const ROWS: [&str; 10] = [
     "no_layer",
     "tower_retry_tps_budget",
     "tower_resilience_retry",
     "ours_default",
     "ours_pacing",
-    "ours_limited",
     "ours_no_budget",
     "circuit_breaker",
     "hedge_armed",
@@ -339,75 +215,7 @@ const ROWS: [&str; 11] = [
     "ours_retry_hedge",
 ];
 
-/// Where gungraun keeps its output: `GUNGRAUN_HOME`, else `$CARGO_TARGET_DIR/gungraun`, else
-/// `gungraun` in the target directory this binary was built in (`<target>/release/deps/<bench>`).
-fn gungraun_home() -> Option<PathBuf> {
-    if let Some(home) = env::var_os("GUNGRAUN_HOME") {
-        return Some(home.into());
-    }
-    if let Some(target) = env::var_os("CARGO_TARGET_DIR") {
-        return Some(Path::new(&target).join("gungraun"));
-    }
-    let exe = env::current_exe().ok()?;
-    Some(exe.ancestors().nth(3)?.join("gungraun"))
-}
-
-/// The instruction count (`Ir`) of one row, from the `summary:` line of its callgrind profile.
-fn instructions(home: &Path, row: &str) -> Option<u64> {
-    let bench = format!("success_x100.{row}");
-    let profile = home
-        .join(env!("CARGO_PKG_NAME"))
-        .join("instructions")
-        .join("success_path")
-        .join(&bench)
-        .join(format!("callgrind.{bench}.out"));
-    let text = fs::read_to_string(profile).ok()?;
-    let events = text.lines().find_map(|line| line.strip_prefix("events:"))?;
-    let column = events.split_whitespace().position(|event| event == "Ir")?;
-    let summary = text
-        .lines()
-        .find_map(|line| line.strip_prefix("summary:"))?;
-    summary.split_whitespace().nth(column)?.parse().ok()
-}
-
-/// Runs once, after all rows: prints instructions per call, their ratios to `tower::retry` and to the
-/// baseline, and what each layer adds to the baseline. (gungraun hides this output unless it runs
-/// with `--nocapture`.)
-fn print_table() {
-    let Some(home) = gungraun_home() else {
-        eprintln!("instructions: cannot find the gungraun output directory");
-        return;
-    };
-    let per_call: Vec<Option<f64>> = ROWS
-        .iter()
-        .map(|row| instructions(&home, row).map(|count| count as f64 / CALLS as f64))
-        .collect();
-    let (Some(baseline), Some(tower)) = (per_call[0], per_call[1]) else {
-        eprintln!(
-            "instructions: the profiles of the first two rows are missing under {}",
-            home.display()
-        );
-        return;
-    };
-    println!();
-    println!("instructions per successful call (callgrind, {CALLS} calls per row)");
-    println!(
-        "{:<24} {:>10} {:>15} {:>11} {:>13} {:>20}",
-        "row", "instr/call", "vs tower_retry", "vs no_layer", "added/call", "added vs tower's"
-    );
-    for (row, per_call) in ROWS.iter().zip(per_call) {
-        match per_call {
-            Some(n) => println!(
-                "{row:<24} {n:>10.1} {:>14.2}x {:>10.2}x {:>13.1} {:>19.2}x",
-                n / tower,
-                n / baseline,
-                n - baseline,
-                (n - baseline) / (tower - baseline)
-            ),
-            None => println!("{row:<24} {:>10}", "missing"),
-        }
-    }
-}
+include!("support/table.rs");
 
 main!(
     teardown = print_table();
