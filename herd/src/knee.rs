@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::time::Instant;
-use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_http_retry::pacing::{AdaptiveConcurrency, Pacing};
-use tower_http_retry::retry::RandomSource;
+use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
 use tower_http_retry::RetryLayer;
 
 /// The model and the load offered to it.
@@ -162,6 +162,28 @@ struct Log {
     seen: HashSet<u64>,
 }
 
+/// A client of the model: one attempt, each cut at its timeout.
+type Attempt = tower::util::BoxCloneService<Request<String>, Response<String>, BoxError>;
+
+/// The retry layer over tower's `LoadShed` over a peer's `limit`, over `attempt`: how each
+/// limiter that sheds what it refuses is stacked.
+fn shed<L>(retry: RetryLayerBuilder, limit: L, attempt: Attempt) -> Attempt
+where
+    L: Layer<Attempt>,
+    L::Service: Service<Request<String>, Response = Response<String>> + Clone + Send + 'static,
+    <L::Service as Service<Request<String>>>::Error: Into<BoxError>,
+    <L::Service as Service<Request<String>>>::Future: Send + 'static,
+{
+    ServiceBuilder::new()
+        .layer(retry.fail_unsent().build().expect("a valid layer"))
+        .map_err(BoxError::from)
+        .load_shed()
+        .map_err(Into::<BoxError>::into)
+        .layer(limit)
+        .service(attempt)
+        .boxed_clone()
+}
+
 /// Runs `limiter` against the model with `seed`, on a fresh paused-clock runtime (not the
 /// peers', which time on the wall clock).
 pub fn run_knee(knee: &Knee, limiter: Limiter, seed: u64) -> KneeRun {
@@ -192,7 +214,7 @@ async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
         service: knee.service,
     };
     // One attempt: counted, timed, cut at the timeout.
-    let attempt = {
+    let attempt: Attempt = {
         let log = Arc::clone(&log);
         tower::service_fn(move |request: Request<String>| {
             let (log, answered) = (Arc::clone(&log), server.call());
@@ -226,6 +248,7 @@ async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
                 }
             }
         })
+        .boxed_clone()
     };
     let retry = RetryLayer::builder()
         .max_attempts(knee.attempts)
@@ -236,43 +259,28 @@ async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
             .layer(retry.fail_unsent().build().expect("a valid layer"))
             .service(attempt)
             .boxed_clone(),
-        Limiter::Fixed(limit) => ServiceBuilder::new()
-            .layer(retry.fail_unsent().build().expect("a valid layer"))
-            .map_err(BoxError::from)
-            .load_shed()
-            .concurrency_limit(limit)
-            .service(attempt)
-            .boxed_clone(),
-        Limiter::AccGradient2 => ServiceBuilder::new()
-            .layer(retry.fail_unsent().build().expect("a valid layer"))
-            .map_err(BoxError::from)
-            .load_shed()
-            .layer(tower_acc::ConcurrencyLimitLayer::new(
-                tower_acc::Gradient2::default(),
-            ))
-            .service(attempt)
-            .boxed_clone(),
-        Limiter::AccVegas => ServiceBuilder::new()
-            .layer(retry.fail_unsent().build().expect("a valid layer"))
-            .map_err(BoxError::from)
-            .load_shed()
-            .layer(tower_acc::ConcurrencyLimitLayer::new(
-                tower_acc::Vegas::default(),
-            ))
-            .service(attempt)
-            .boxed_clone(),
-        Limiter::ResilienceVegas => ServiceBuilder::new()
-            .layer(retry.fail_unsent().build().expect("a valid layer"))
-            .map_err(BoxError::from)
-            .load_shed()
-            .map_err(BoxError::from)
-            .layer(tower_resilience_adaptive::AdaptiveLimiterLayer::new(
-                tower_resilience_adaptive::Vegas::builder()
-                    .build()
-                    .expect("valid defaults"),
-            ))
-            .service(attempt)
-            .boxed_clone(),
+        Limiter::Fixed(limit) => shed(
+            retry,
+            tower::limit::ConcurrencyLimitLayer::new(limit),
+            attempt,
+        ),
+        Limiter::AccGradient2 => shed(
+            retry,
+            tower_acc::ConcurrencyLimitLayer::new(tower_acc::Gradient2::default()),
+            attempt,
+        ),
+        Limiter::AccVegas => shed(
+            retry,
+            tower_acc::ConcurrencyLimitLayer::new(tower_acc::Vegas::default()),
+            attempt,
+        ),
+        Limiter::ResilienceVegas => {
+            let vegas = tower_resilience_adaptive::Vegas::builder()
+                .build()
+                .expect("valid defaults");
+            let limit = tower_resilience_adaptive::AdaptiveLimiterLayer::new(vegas);
+            shed(retry, limit, attempt)
+        }
         Limiter::Adaptive => {
             let pacing = Pacing::builder()
                 .adaptive_concurrency(AdaptiveConcurrency::new())

@@ -35,6 +35,7 @@
     unreachable_pub
 )]
 
+mod away;
 mod builder;
 mod cache;
 mod health;
@@ -563,35 +564,6 @@ where
             Fallback::enter(&entry.record, pacing, &self.rules, clock, now, fleet)
         });
         fallback.apply(&self.rules, events, now, error)
-    }
-
-    /// Redis failed: the fallback from now on, logged and counted once per episode.
-    fn lost(&self, error: &StoreError, now: Instant) {
-        if self.health.lost(error, now) {
-            bump(&self.counters.fallbacks);
-            self.metrics.fallback();
-            #[cfg(feature = "tracing")]
-            tracing::warn!(
-                target: "tower_http_retry::pacer",
-                prefix = %self.prefix,
-                %error,
-                "pacing store lost: each endpoint paced locally at this process's share"
-            );
-        }
-    }
-
-    /// Redis answered: rejoined, if it was away.
-    fn joined(&self) {
-        if self.health.joined() {
-            bump(&self.counters.rejoins);
-            self.metrics.rejoin();
-            #[cfg(feature = "tracing")]
-            tracing::info!(
-                target: "tower_http_retry::pacer",
-                prefix = %self.prefix,
-                "pacing store back: the fleet's shared state is used again"
-            );
-        }
     }
 }
 

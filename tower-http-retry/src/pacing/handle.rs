@@ -172,10 +172,12 @@ impl Endpoint {
         now: Instant,
     ) {
         self.update(|state, config| {
-            let latency = sent.map(|sent| now.saturating_duration_since(sent));
-            let success = signal == Signal::Success;
-            let freed = latency.is_some() && state.finished(latency, success, now);
-            state.record(config, pass, signal, now) || freed
+            if let Some(sent) = sent {
+                let latency = now.saturating_duration_since(sent);
+                state.finished(Some(latency), signal == Signal::Success, now);
+            }
+            // A place in flight freed: the head looks again.
+            state.record(config, pass, signal, now) || sent.is_some()
         });
     }
 }

@@ -242,10 +242,12 @@ impl Drop for PassGuard {
         let now = Instant::now();
         self.endpoint.update(|state, config| {
             // A cancelled attempt frees its place in flight but says nothing of the latency.
-            let freed = cancelled && state.finished(None, false, now);
+            if cancelled {
+                state.finished(None, false, now);
+            }
             let recorded =
                 pass.is_some_and(|pass| state.record(config, Some(pass), Signal::Neutral, now));
-            recorded || freed
+            recorded || cancelled
         });
     }
 }

@@ -328,19 +328,13 @@ impl EndpointState {
     }
 
     /// A request that went with adaptive concurrency came back after `latency` (`None`: it
-    /// was cancelled), a `success` or not. Returns whether the head of the queue should look
-    /// again (always: a place in flight is free).
-    pub(crate) fn finished(
-        &mut self,
-        latency: Option<Duration>,
-        success: bool,
-        now: Instant,
-    ) -> bool {
+    /// was cancelled), a `success` or not: a place in flight is free, and the head of the
+    /// queue should look again.
+    pub(crate) fn finished(&mut self, latency: Option<Duration>, success: bool, now: Instant) {
         if let Some(limit) = &mut self.limit {
             limit.finished(latency, success, now);
             self.gauge_limit();
         }
-        true
     }
 
     fn gauge_limit(&self) {

@@ -33,6 +33,8 @@ mod report;
 #[cfg(test)]
 mod rotation_tests;
 #[cfg(test)]
+mod stop_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 mod trail;
 mod verdict;
