@@ -1,6 +1,7 @@
-//! [`RetryFuture`]: one logical request, from its first attempt to its last outcome. The
-//! decisions are the [session's](super::session), the waits between attempts are
-//! [`Wait`](super::wait::Wait)'s; this file is the poll plumbing.
+//! [`RetryFuture`]: one logical request, from its first attempt to its last outcome. This file is
+//! the poll plumbing: each poll that ends something (an attempt, a [`Wait`](super::wait::Wait)
+//! between attempts) becomes an [`Event`], the [session](super::session) decides the
+//! [`Step`] from it and `now` ([`Session::decide`]), and the future takes the step.
 //!
 //! ```text
 //!  call ──> Calling ──── success / permanent / a reason to stop ────> Done
@@ -14,12 +15,12 @@
 //! ```
 
 use super::nested::retrying;
-use super::session::{AfterWait, Next, Session};
+use super::session::{Event, Session, Step, WaitEnded};
 use super::wait::Wait;
 use super::watch::AbortWatch;
 use crate::classify::Classify;
 use crate::message::{RetryRequest, RetryResponse};
-use crate::telemetry::{in_attempt, Attempt};
+use crate::telemetry::{ended_span, Attempt};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -147,94 +148,138 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            match this.state.as_mut().project() {
+            // What ended (an attempt, a wait) is an event; the session decides the step.
+            let (step, answered) = match this.state.as_mut().project() {
                 StateProj::Calling { mut future, mark } => {
                     let result = ready!(retrying(*mark, || future.as_mut().poll(cx)));
-                    let Some(classified) = this.session.classify_or_finish(&result) else {
+                    let event = Event::Answered(&result, ended_span(&*future));
+                    let step = this.session.decide(event, Instant::now);
+                    if let Step::Respond = step {
+                        // The common end, taken here so that the outcome is not moved on the
+                        // way (a move is a copy). `Respond` holds nothing: forgotten, the step's
+                        // drop (which reads what a step may hold) is not paid on every request.
+                        std::mem::forget(step);
                         this.state.set(State::Done);
                         return Poll::Ready(result);
-                    };
-                    // The decision on this outcome is the attempt's: its events in its span.
-                    let _in_attempt = in_attempt(&*future);
-                    match this
-                        .session
-                        .decide_classified(&result, classified, Instant::now)
-                    {
-                        Next::Stop(reason) => {
-                            this.state.set(State::Done);
-                            if this.session.finished_first_try(reason) {
-                                return Poll::Ready(result);
-                            }
-                            return Poll::Ready(this.session.finish(result, reason));
-                        }
-                        Next::Sleep {
-                            delay,
-                            watch,
-                            token,
-                        } => this.state.set(State::waiting(Wait::sleeping(
-                            delay,
-                            watch,
-                            Some(result),
-                            token,
-                        ))),
-                        Next::Queue {
-                            wait,
-                            listener,
-                            deadline,
-                        } => this.state.set(State::waiting(Wait::queued(
-                            wait,
-                            deadline,
-                            listener,
-                            Some(result),
-                        ))),
                     }
+                    (step, Some(result))
                 }
                 StateProj::Waiting { wait } => {
                     let service = this
                         .service
                         .as_mut()
                         .expect("a request that waits keeps a service");
-                    let session = &mut *this.session;
                     // Only a wait that watches an abort signal reads the endpoint.
-                    let scope = session.abort_scope();
+                    let scope = this.session.abort_scope();
                     let (abort, authority) = match &scope {
                         Some((abort, authority)) => (Some(*abort), authority.as_deref()),
                         None => (None, None),
                     };
                     let woke = ready!(wait.as_mut().poll_wait(cx, abort, authority, service));
                     drop(scope);
-                    let (queue, retrying) = (wait.queued_in(), wait.retrying());
-                    match session.after_wait(woke, queue, retrying, Instant::now()) {
-                        AfterWait::Queue {
-                            queue,
-                            deadline,
-                            listener,
-                        } => wait.as_mut().queue(queue, deadline, listener),
-                        AfterWait::Ready => wait.as_mut().ready(),
-                        AfterWait::Send => {
-                            wait.as_mut().spend();
-                            // The previous outcome is released here, as the next attempt is sent.
-                            let (future, mark) = session.send(service);
-                            this.state.set(State::Calling { future, mark });
-                        }
-                        AfterWait::Stop(reason) => {
-                            let result = wait.as_mut().take_last();
-                            this.state.set(State::Done);
-                            return Poll::Ready(session.finish(result, reason));
-                        }
-                        AfterWait::StopWith(result, reason) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(session.finish(result, reason));
-                        }
-                        AfterWait::Done(output) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(output);
-                        }
-                    }
+                    let event = Event::Woke(WaitEnded {
+                        woke,
+                        queue: wait.queued_in(),
+                        retrying: wait.retrying(),
+                    });
+                    (this.session.decide(event, Instant::now), None)
                 }
                 StateProj::Done => panic!("RetryFuture polled after completion"),
+            };
+            let state = this.state.as_mut();
+            if let Some(output) = take_step(step, answered, state, this.service, this.session) {
+                return Poll::Ready(output);
             }
         }
+    }
+}
+
+/// The state of a [`RetryFuture`] over `S`.
+type StateOf<S, Req> = State<
+    Attempt<<S as Service<Req>>::Future>,
+    <S as Service<Req>>::Response,
+    <S as Service<Req>>::Error,
+>;
+
+/// Takes `step`, where `answered` is the outcome of the attempt that just ended (none after a
+/// wait): the request's output when the step ends it.
+fn take_step<S, Req, C>(
+    step: Step<S::Response, S::Error>,
+    answered: Option<Result<S::Response, S::Error>>,
+    mut state: Pin<&mut StateOf<S, Req>>,
+    service: &mut Option<S>,
+    session: &mut Session<Req, C>,
+) -> Option<Result<S::Response, S::Error>>
+where
+    S: Service<Req>,
+    S::Response: RetryResponse,
+    Req: RetryRequest,
+{
+    match step {
+        Step::Respond => {}
+        Step::Sleep {
+            delay,
+            watch,
+            token,
+        } => {
+            let wait = Wait::sleeping(delay, watch, answered, token);
+            state.set(State::waiting(wait));
+            return None;
+        }
+        Step::Queue {
+            queue,
+            deadline,
+            listener,
+        } => {
+            match answered {
+                Some(_) => {
+                    let wait = Wait::queued(queue, deadline, listener, answered);
+                    state.set(State::waiting(wait));
+                }
+                None => waiting(state).queue(queue, deadline, listener),
+            }
+            return None;
+        }
+        Step::Ready => {
+            waiting(state).ready();
+            return None;
+        }
+        Step::Send => {
+            waiting(state.as_mut()).spend();
+            let service = service
+                .as_mut()
+                .expect("a request that waits keeps a service");
+            // The previous outcome is released here, as the next attempt is sent.
+            let (future, mark) = session.send(service);
+            state.set(State::Calling { future, mark });
+            return None;
+        }
+        Step::Stop(reason) => {
+            let result = match answered {
+                Some(result) => result,
+                None => waiting(state.as_mut()).take_last(),
+            };
+            state.set(State::Done);
+            return Some(session.finish(result, reason));
+        }
+        Step::StopWith(result, reason) => {
+            state.set(State::Done);
+            return Some(session.finish(result, reason));
+        }
+        Step::Done(output) => {
+            state.set(State::Done);
+            return Some(output);
+        }
+    }
+    state.set(State::Done);
+    answered
+}
+
+/// The wait that `state` is in: the step after a wait acts on it.
+fn waiting<F, Res, E>(state: Pin<&mut State<F, Res, E>>) -> Pin<&mut Wait<Res, E>> {
+    match state.project() {
+        StateProj::Waiting { wait } => wait.as_mut(),
+        _ => unreachable!("only a wait between attempts is taken this step"),
     }
 }
 

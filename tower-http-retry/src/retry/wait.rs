@@ -2,7 +2,7 @@
 //! the place in the endpoint's queue, the abort watch, the deadline timer, the budget token the
 //! retry will spend, and the last outcome, returned if the wait ends in a stop. It only waits:
 //! [`Wait::poll_wait`] resolves to how the wait ended ([`Woke`]), the session decides the next
-//! step ([`AfterWait`](super::session::AfterWait)), and the response future sets it here
+//! step ([`Step`](super::session::Step)), and the response future sets it here
 //! ([`queue`](Wait::queue), [`ready`](Wait::ready), [`spend`](Wait::spend),
 //! [`take_last`](Wait::take_last)).
 

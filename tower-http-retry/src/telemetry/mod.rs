@@ -39,7 +39,7 @@ pub(crate) use self::metrics::{
     circuit_rejected, concurrency, delay, hedge, paced_endpoint, pacer_mode, queue_joined,
     queue_left, stop, Labels,
 };
-pub(crate) use self::span::{enter_attempt, in_attempt, Attempt, AttemptSpan};
+pub(crate) use self::span::{ended_span, enter_attempt, Attempt, AttemptSpan, EndedSpan};
 
 /// A decision of the retry core, as a `tracing` debug event (feature `tracing`; nothing
 /// without it).

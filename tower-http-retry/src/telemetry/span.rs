@@ -76,10 +76,22 @@ pub(crate) struct InAttempt {
     _entered: tracing::span::EnteredSpan,
 }
 
-/// Enters `attempt`'s span again, for the decision on its outcome.
-pub(crate) fn in_attempt<F>(attempt: &Attempt<F>) -> InAttempt {
-    InAttempt {
-        _entered: attempt.span.clone().entered(),
+/// The span of an attempt that ended, for the decision on its outcome to enter if it takes one
+/// (a success at the first try takes none).
+pub(crate) struct EndedSpan<'a>(&'a tracing::Span);
+
+/// `attempt`'s span, to be entered for the decision on its outcome.
+#[inline]
+pub(crate) fn ended_span<F>(attempt: &Attempt<F>) -> EndedSpan<'_> {
+    EndedSpan(&attempt.span)
+}
+
+impl EndedSpan<'_> {
+    /// Enters the span again.
+    pub(crate) fn enter(&self) -> InAttempt {
+        InAttempt {
+            _entered: self.0.clone().entered(),
+        }
     }
 }
 

@@ -26,8 +26,19 @@ impl AttemptSpan {
 /// The span of an attempt that ended, entered for the decision on its outcome: nothing.
 pub(crate) struct InAttempt;
 
-/// Enters an ended attempt's span: nothing to enter.
+/// The span of an attempt that ended: nothing.
+pub(crate) struct EndedSpan<'a>(std::marker::PhantomData<&'a ()>);
+
+/// An ended attempt's span: nothing.
 #[inline(always)]
-pub(crate) fn in_attempt<F>(_attempt: &F) -> InAttempt {
-    InAttempt
+pub(crate) fn ended_span<F>(_attempt: &F) -> EndedSpan<'_> {
+    EndedSpan(std::marker::PhantomData)
+}
+
+impl EndedSpan<'_> {
+    /// Enters nothing.
+    #[inline(always)]
+    pub(crate) fn enter(&self) -> InAttempt {
+        InAttempt
+    }
 }

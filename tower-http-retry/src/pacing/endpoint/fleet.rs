@@ -1,7 +1,7 @@
 //! The fleet side of an endpoint: what [`EndpointState`] does with its [`Link`] when a store
 //! keeps the fleet's state (releases from the fleet, the calls to make, the answers adopted).
 
-use super::link::{Link, NotBefore, Slots, StoreNext, REPORT_EVERY, SLOT_GRACE, STALE_GROWTH};
+use super::link::{Granted, Link, NotBefore, StoreNext, REPORT_EVERY, STALE_GROWTH};
 use super::EndpointState;
 use crate::pacing::mode::{trace, PacingMode};
 use crate::pacing::pass::{Pass, Release};
@@ -127,38 +127,7 @@ impl EndpointState {
                 _ => StoreNext::Nothing,
             };
         }
-        let outbox = std::mem::take(&mut link.outbox);
-        let mut events = Vec::with_capacity(4 + outbox.done.len());
-        if let Some(jitter) = outbox.down {
-            events.push(Event::Down { jitter });
-        }
-        if let Some(until) = outbox.pause {
-            events.push(Event::Pause { until });
-        }
-        if let Some(until) = outbox.hint {
-            events.push(Event::Hint { until });
-        }
-        for (lease, success) in outbox.done {
-            events.push(Event::ProbeDone { lease, success });
-        }
-        if counted > 0 {
-            // Since the last report, unless the outcomes began well after it.
-            let since = match (link.reported_at, outbox.oldest) {
-                (Some(reported), Some(oldest)) if oldest <= reported + config.ramp_interval => {
-                    reported
-                }
-                (_, Some(oldest)) => oldest,
-                (reported, None) => reported.unwrap_or(now),
-            };
-            events.push(Event::Report {
-                successes: outbox.successes,
-                losses: outbox.losses,
-                over: now
-                    .saturating_duration_since(since)
-                    .max(config.ramp_interval),
-            });
-            link.reported_at = Some(now);
-        }
+        let mut events = link.drain_outbox(config, now);
         if ask || done {
             let want = u32::try_from(waiting).unwrap_or(u32::MAX);
             let jitter: f64 = rng.random();
@@ -213,55 +182,12 @@ impl EndpointState {
             link.blocked_since = None;
         }
         if let Some(release) = applied.release() {
-            link.wanted = false;
-            link.not_before = None;
-            let blocked_since = link.blocked_since.take();
-            match release {
-                store::Release::Probe(lease) if waiting => link.ticket = Some(lease),
-                store::Release::Probe(lease) => {
-                    // Nobody to send it: the lease goes back.
-                    link.outbox.done.push((lease, false));
-                    link.outbox.urgent = true;
-                }
-                store::Release::Slots { first, gap, count } => {
-                    // The first slot was due when the store granted it: the round trip does not
-                    // make it too late to use (else a fresh stream, whose first slot is a burst
-                    // window back, would drop every grant on arrival and ask again forever).
-                    let due = answered.checked_sub(SLOT_GRACE).unwrap_or(first);
-                    link.slots = Some(Slots {
-                        next: first.max(due),
-                        gap,
-                        left: count,
-                        rate,
-                    });
-                }
-                store::Release::At(at) => {
-                    link.not_before = Some(NotBefore {
-                        at,
-                        mode: after,
-                        rate,
-                    });
-                }
-                store::Release::Blocked { until } => {
-                    // A probe's success starts the fleet's ramp, which this process hears of
-                    // only when it asks (or its cached view is read again). The longer every
-                    // lease has been held, the less likely a probe ends within a round trip
-                    // (an endpoint that swallows requests): it asks again after as long again,
-                    // up to a probe interval.
-                    let since = blocked_since.unwrap_or(now);
-                    if waiting {
-                        link.blocked_since = Some(since);
-                    }
-                    let wait = config.wait_for_probe(now.saturating_duration_since(since));
-                    let at = until.min(now + wait);
-                    link.not_before = Some(NotBefore {
-                        at,
-                        mode: after,
-                        rate,
-                    });
-                }
-                store::Release::Unpaced => {}
-            }
+            let granted = Granted {
+                waiting,
+                mode: after,
+                rate,
+            };
+            link.granted(config, release, granted, now, answered);
         } else if link
             .slots
             .is_some_and(|slots| rate * STALE_GROWTH < slots.rate)

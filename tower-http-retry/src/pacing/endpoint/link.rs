@@ -22,7 +22,7 @@
 use crate::pacing::mode::PacingMode;
 use crate::pacing::rules::PacingRules;
 use crate::pacing::shared::Signal;
-use crate::pacing::store::{Event, Lease};
+use crate::pacing::store::{self, Event, Lease};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -109,7 +109,110 @@ pub(crate) enum StoreNext {
     Timer(Instant),
 }
 
+/// What a process was when the store's release reached it: whether requests wait, the mode it
+/// adopted, its rate.
+pub(super) struct Granted {
+    pub(super) waiting: bool,
+    pub(super) mode: PacingMode,
+    pub(super) rate: f64,
+}
+
 impl Link {
+    /// Takes the outbox as the events of the next call: the down report, the pause, the hint, the
+    /// probes ended, and the outcomes counted since the last report (which is then now).
+    pub(super) fn drain_outbox(&mut self, config: &PacingRules, now: Instant) -> Vec<Event> {
+        let outbox = std::mem::take(&mut self.outbox);
+        let counted = outbox.successes + outbox.losses;
+        let mut events = Vec::with_capacity(4 + outbox.done.len());
+        if let Some(jitter) = outbox.down {
+            events.push(Event::Down { jitter });
+        }
+        if let Some(until) = outbox.pause {
+            events.push(Event::Pause { until });
+        }
+        if let Some(until) = outbox.hint {
+            events.push(Event::Hint { until });
+        }
+        for (lease, success) in outbox.done {
+            events.push(Event::ProbeDone { lease, success });
+        }
+        if counted > 0 {
+            // Since the last report, unless the outcomes began well after it.
+            let since = match (self.reported_at, outbox.oldest) {
+                (Some(reported), Some(oldest)) if oldest <= reported + config.ramp_interval => {
+                    reported
+                }
+                (_, Some(oldest)) => oldest,
+                (reported, None) => reported.unwrap_or(now),
+            };
+            events.push(Event::Report {
+                successes: outbox.successes,
+                losses: outbox.losses,
+                over: now
+                    .saturating_duration_since(since)
+                    .max(config.ramp_interval),
+            });
+            self.reported_at = Some(now);
+        }
+        events
+    }
+
+    /// The store answered a call made at `now` (at `answered`) with `release`: kept for the
+    /// head (a probe, slots), or when to ask again.
+    pub(super) fn granted(
+        &mut self,
+        config: &PacingRules,
+        release: store::Release,
+        granted: Granted,
+        now: Instant,
+        answered: Instant,
+    ) {
+        let Granted {
+            waiting,
+            mode,
+            rate,
+        } = granted;
+        self.wanted = false;
+        self.not_before = None;
+        let blocked_since = self.blocked_since.take();
+        match release {
+            store::Release::Probe(lease) if waiting => self.ticket = Some(lease),
+            store::Release::Probe(lease) => {
+                // Nobody to send it: the lease goes back.
+                self.outbox.done.push((lease, false));
+                self.outbox.urgent = true;
+            }
+            store::Release::Slots { first, gap, count } => {
+                // The first slot was due when the store granted it: the round trip does not
+                // make it too late to use (else a fresh stream, whose first slot is a burst
+                // window back, would drop every grant on arrival and ask again forever).
+                let due = answered.checked_sub(SLOT_GRACE).unwrap_or(first);
+                self.slots = Some(Slots {
+                    next: first.max(due),
+                    gap,
+                    left: count,
+                    rate,
+                });
+            }
+            store::Release::At(at) => self.not_before = Some(NotBefore { at, mode, rate }),
+            store::Release::Blocked { until } => {
+                // A probe's success starts the fleet's ramp, which this process hears of
+                // only when it asks (or its cached view is read again). The longer every
+                // lease has been held, the less likely a probe ends within a round trip
+                // (an endpoint that swallows requests): it asks again after as long again,
+                // up to a probe interval.
+                let since = blocked_since.unwrap_or(now);
+                if waiting {
+                    self.blocked_since = Some(since);
+                }
+                let wait = config.wait_for_probe(now.saturating_duration_since(since));
+                let at = until.min(now + wait);
+                self.not_before = Some(NotBefore { at, mode, rate });
+            }
+            store::Release::Unpaced => {}
+        }
+    }
+
     /// An outcome was recorded: `lease` if it was a probe's, `paced`: whether the endpoint was
     /// paced (an open endpoint's outcomes are nobody's business), `down`: the jitter of a down
     /// report, if the process's run reached the outage rule.

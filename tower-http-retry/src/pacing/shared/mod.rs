@@ -224,6 +224,35 @@ impl SharedState {
             .is_some_and(|at| now.saturating_sub(at) < within)
     }
 
+    /// A pause that ended by `now` (read late: nobody asked when it ended) ended at its `until`,
+    /// and the endpoint has had no demand since: it ramps, and opens, as it would have then.
+    fn end_pause(&mut self, rules: &Rules<'_>, demand: bool, now: Nanos) {
+        let Mode::Paused { until, resume } = self.mode else {
+            return;
+        };
+        if now < until {
+            return;
+        }
+        self.enter_ramping(rules, until);
+        if let Mode::Ramping { idle_since, .. } = &mut self.mode {
+            *idle_since = (!demand).then_some(until);
+        }
+        if let (
+            Some(cut),
+            Mode::Ramping {
+                ramp,
+                last_accepted,
+                ..
+            },
+        ) = (resume, &mut self.mode)
+        {
+            *ramp = cut;
+            // Until an interval has been measured, the endpoint is taken to accept the
+            // rate resumed with: another pause right away cuts from it, not from nothing.
+            *last_accepted = cut.rate(&rules.pacing.rate);
+        }
+    }
+
     /// Moves the mode on with time: a pause that ended, a measuring interval that closed, a
     /// ramp that kept up with the demand. `demand`: requests wait for a release (besides the
     /// one asking, when one asks).
@@ -239,30 +268,7 @@ impl SharedState {
         } else {
             now
         };
-        if let Mode::Paused { until, resume } = self.mode {
-            if now >= until {
-                // Read late (nobody asked when it ended), the pause ended at `until`, and the
-                // endpoint has had no demand since: it ramps, and opens, as it would have then.
-                self.enter_ramping(rules, until);
-                if let Mode::Ramping { idle_since, .. } = &mut self.mode {
-                    *idle_since = (!demand).then_some(until);
-                }
-                if let (
-                    Some(cut),
-                    Mode::Ramping {
-                        ramp,
-                        last_accepted,
-                        ..
-                    },
-                ) = (resume, &mut self.mode)
-                {
-                    *ramp = cut;
-                    // Until an interval has been measured, the endpoint is taken to accept the
-                    // rate resumed with: another pause right away cuts from it, not from nothing.
-                    *last_accepted = cut.rate(&rules.pacing.rate);
-                }
-            }
-        }
+        self.end_pause(rules, demand, now);
         let reported = self.reported_accepted(now);
         let Mode::Ramping {
             ramp,

@@ -206,36 +206,16 @@ impl SharedState {
         };
         let first_slot = ((lower - phase) / peers).ceil() * peers + phase;
         let Some(first_offset) = self.slot_offset(rules, first_slot, reach) else {
-            // Beyond this batch's reach: ask again then (in slow start, whose rate doubles
-            // every interval, within an interval).
-            let at = match ramp {
-                Ramp::SlowStart { .. } => reach,
-                Ramp::Cubic { .. } => self
-                    .slot_time(rules, first_slot, now.saturating_add(MAX_AHEAD * 4))
-                    .map_or(reach, |at| at.saturating_sub(period).max(now)),
-            };
+            let at = self.ask_again(rules, ramp, first_slot, period, now);
             if want > 1 {
                 self.demand_until = self.demand_until.max(at);
             }
             return Grant::At(at);
         };
-        // Slots as offsets from the clock's reading, so that the gap is exact.
-        let mut last = (first_slot, first_offset);
-        let mut count = 1u32;
-        let mut spacing = None;
-        while !fresh && count < want {
-            let slot = last.0 + peers;
-            let Some(at) = self.slot_offset(rules, slot, reach) else {
-                break;
-            };
-            let step = at - last.1;
-            let spaced = *spacing.get_or_insert(step);
-            if (step - spaced).abs() > spaced * SPACING_DRIFT {
-                break;
-            }
-            last = (slot, at);
-            count += 1;
-        }
+        // A fresh stream takes one slot (its share is set once its peers are known).
+        let wanted = if fresh { 1 } else { want };
+        let (last, count) =
+            self.evenly_spaced(rules, (first_slot, first_offset), peers, reach, wanted);
         let first = self.at_offset(first_offset);
         let last_at = self.at_offset(last.1);
         (self.peers[index].last, self.peers[index].last_at) = (last.0, last_at);
@@ -251,6 +231,56 @@ impl SharedState {
             first: first.max(now.saturating_sub(BURST_WINDOW)),
             gap,
             count,
+        }
+    }
+
+    /// Up to `want` slots of one peer (`peers` apart on the slot clock) from `first` (a slot and
+    /// its offset from the clock's reading, so that the gap is exact), within `reach` and as long
+    /// as they stay evenly spaced (within [`SPACING_DRIFT`]): the last one, and how many.
+    fn evenly_spaced(
+        &self,
+        rules: &Rules<'_>,
+        first: (f64, f64),
+        peers: f64,
+        reach: Nanos,
+        want: u32,
+    ) -> ((f64, f64), u32) {
+        let mut last = first;
+        let mut count = 1u32;
+        let mut spacing = None;
+        while count < want {
+            let slot = last.0 + peers;
+            let Some(at) = self.slot_offset(rules, slot, reach) else {
+                break;
+            };
+            let step = at - last.1;
+            let spaced = *spacing.get_or_insert(step);
+            if (step - spaced).abs() > spaced * SPACING_DRIFT {
+                break;
+            }
+            last = (slot, at);
+            count += 1;
+        }
+        (last, count)
+    }
+
+    /// When to ask again for a batch of `period` whose first slot, `slot`, is beyond its reach:
+    /// a period before that slot's time (now at the earliest); in slow start, whose rate doubles
+    /// every interval, at the end of the period.
+    fn ask_again(
+        &self,
+        rules: &Rules<'_>,
+        ramp: &Ramp,
+        slot: f64,
+        period: Nanos,
+        now: Nanos,
+    ) -> Nanos {
+        let reach = now.saturating_add(period);
+        match ramp {
+            Ramp::SlowStart { .. } => reach,
+            Ramp::Cubic { .. } => self
+                .slot_time(rules, slot, now.saturating_add(MAX_AHEAD * 4))
+                .map_or(reach, |at| at.saturating_sub(period).max(now)),
         }
     }
 

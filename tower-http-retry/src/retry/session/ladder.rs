@@ -315,7 +315,7 @@ mod tests {
         // `decide` neither, without pacing.
         let mut session = sent(&config, Method::GET);
         assert!(matches!(
-            session.decide(&response(200), never),
+            session.answer(&response(200), never),
             Next::Stop(StopReason::Success)
         ));
     }
@@ -336,7 +336,7 @@ mod tests {
         }
         let error = std::io::Error::other("refused");
         let mut session: Session<Req, Refusing> = sent(&config, Method::POST);
-        let next = session.decide(&Err::<Res, _>(error), Instant::now);
+        let next = session.answer(&Err::<Res, _>(error), Instant::now);
         assert!(matches!(next, Next::Stop(StopReason::CircuitOpen)));
     }
 

@@ -1,9 +1,11 @@
 //! The decision engine: everything one logical request remembers between attempts, and what
 //! it does after each one.
 //!
-//! After an attempt, a success at the first try without pacing ends at once
-//! ([`first_try_success`](Session::first_try_success): the counters, the budget's deposit, a
-//! waiting slot); any other outcome goes to [`decide_classified`](Session::decide_classified),
+//! One entry point takes every decision: [`decide`](Session::decide) turns an event (an attempt
+//! answered, a wait between attempts ended: `step.rs`) and `now` into the next step, which the
+//! response future takes. After an attempt, a success at the first try without pacing ends at
+//! once ([`first_try_success`](Session::first_try_success): the counters, the budget's deposit,
+//! a waiting slot); any other outcome goes to [`decide_classified`](Session::decide_classified),
 //! which reads the outcome's facts, lets the pacer
 //! learn from them (with pacing), and climbs the ladder (`ladder.rs`), which gives a verdict:
 //! stop with a reason, or retry after a delay from a source. After a transient outcome the
@@ -32,6 +34,7 @@ mod pacing;
 mod report;
 #[cfg(test)]
 mod rotation_tests;
+mod step;
 #[cfg(test)]
 mod stop_tests;
 #[cfg(test)]
@@ -40,7 +43,7 @@ mod trail;
 mod verdict;
 mod waited;
 
-pub(crate) use waited::{AfterWait, Interrupted, Woke};
+pub(crate) use step::{Event, Interrupted, Step, WaitEnded, Woke};
 
 use trail::Trail;
 use verdict::Facts;
@@ -447,15 +450,11 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         (delay, listener)
     }
 
-    /// Takes the decision after an attempt that ended at `now` (read only for a transient
-    /// outcome, or when pacing learns from every outcome): stop with a reason, sleep this long,
-    /// or wait in the endpoint's queue. The ladder gives the verdict; with pacing, the pacer
-    /// learns from the outcome first and rewrites the verdict after. (The future classifies the
-    /// outcome itself, to end a first-try success before the ladder:
-    /// [`first_try_success`](Self::first_try_success), then
-    /// [`decide_classified`](Self::decide_classified).)
+    /// The decision on `result`, the outcome of an attempt that ended at `now`, as the ladder
+    /// takes it: [`decide`](Self::decide) without its end for a first-try success (which
+    /// [`decide_classified`](Self::decide_classified) takes the long way).
     #[cfg(test)]
-    pub(super) fn decide<Res, E>(
+    pub(super) fn answer<Res, E>(
         &mut self,
         result: &Result<Res, E>,
         now: impl FnOnce() -> Instant,
@@ -466,18 +465,6 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     {
         let classified = self.classify(result);
         self.decide_classified(result, classified, now)
-    }
-
-    /// The classifier's word on `result`, or `None` when that ends the request as the common
-    /// end, a success at the first try (see [`first_try_success`](Self::first_try_success)):
-    /// recorded, and the outcome is the caller's to return as it is.
-    #[inline(always)]
-    pub(crate) fn classify_or_finish<Res, E>(&mut self, result: &Result<Res, E>) -> Option<Outcome>
-    where
-        C: Classify<Res, E>,
-    {
-        let classified = self.classify(result);
-        (!self.first_try_success(result, classified)).then_some(classified)
     }
 
     /// The classifier's word on `result`, for the request's method.
@@ -522,8 +509,12 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
     }
 
-    /// [`decide`](Self::decide), `result` classified as `classified`.
-    pub(crate) fn decide_classified<Res, E>(
+    /// Takes the decision after an attempt that ended at `now` (read only for a transient
+    /// outcome, or when pacing learns from every outcome) with `result`, classified as
+    /// `classified`: stop with a reason, sleep this long, or wait in the endpoint's queue. The
+    /// ladder gives the verdict; with pacing, the pacer learns from the outcome first and
+    /// rewrites the verdict after.
+    fn decide_classified<Res, E>(
         &mut self,
         result: &Result<Res, E>,
         classified: Outcome,

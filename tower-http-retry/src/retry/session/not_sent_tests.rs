@@ -30,7 +30,7 @@ fn resend<C>(session: &mut Session<Req, C>) {
 fn a_refused_post_without_a_key_is_resent_after_a_short_pause() {
     let config = config(not_sent_builder());
     let mut session = sent(&config, Method::POST);
-    let pause = sleep(session.decide(&response(421), Instant::now));
+    let pause = sleep(session.answer(&response(421), Instant::now));
     assert!((MS..=4 * MS).contains(&pause), "{pause:?}");
     assert_eq!(session.delays()[0].source, DelaySource::Refused);
     assert_eq!(config.counters.snapshot().rotation_resends, 1);
@@ -41,10 +41,10 @@ fn an_unknown_error_is_counted_retried_when_idempotent_and_named_in_the_report()
     let config = config(builder());
     let unknown = || Err::<Res, tower::BoxError>("a new kind of failure".into());
     let mut get = sent(&config, Method::GET);
-    assert_eq!(sleep(get.decide(&unknown(), Instant::now)), 100 * MS);
+    assert_eq!(sleep(get.answer(&unknown(), Instant::now)), 100 * MS);
     let mut post = sent(&config, Method::POST);
     assert_eq!(
-        stop(post.decide(&unknown(), Instant::now)),
+        stop(post.answer(&unknown(), Instant::now)),
         StopReason::NotIdempotent
     );
     assert_eq!(config.counters.snapshot().unknown_errors, 2);
@@ -56,7 +56,7 @@ fn an_unknown_error_is_counted_retried_when_idempotent_and_named_in_the_report()
     // A known error is neither counted nor named.
     let mut known = sent(&config, Method::GET);
     let reset: tower::BoxError = std::io::Error::from(std::io::ErrorKind::ConnectionReset).into();
-    sleep(known.decide(&Err::<Res, _>(reset), Instant::now));
+    sleep(known.answer(&Err::<Res, _>(reset), Instant::now));
     assert_eq!(config.counters.snapshot().unknown_errors, 2);
     assert_eq!(known.report(StopReason::Success).unknown_error, None);
 }
@@ -80,7 +80,7 @@ fn a_refused_resend_that_would_pass_the_deadline_stops() {
     let config = config(not_sent_builder().deadline(10 * MS));
     let mut session = sent(&config, Method::GET);
     let started = session.started().unwrap();
-    let next = session.decide(&response(421), || started + 10 * MS);
+    let next = session.answer(&response(421), || started + 10 * MS);
     assert_eq!(stop(next), StopReason::Deadline);
     assert_eq!(config.counters.snapshot().rotation_resends, 0);
 }
@@ -92,7 +92,7 @@ fn continuous_rotation_is_resent_up_to_the_generous_default_cap() {
     for _ in 0..200 {
         resend_after(&mut session, 421);
     }
-    let next = session.decide(&response(421), Instant::now);
+    let next = session.answer(&response(421), Instant::now);
     assert_eq!(stop(next), StopReason::RefusedTooOften);
     assert_eq!(session.attempts(), 201, "the first attempt and 200 resends");
     assert_eq!(config.counters.snapshot().rotation_resends, 200);
@@ -103,7 +103,7 @@ fn an_unconnected_post_without_a_key_is_retried_after_the_backoff_delay() {
     let config = config(not_sent_builder());
     let mut session = sent(&config, Method::POST);
     assert_eq!(
-        sleep(session.decide(&response(599), Instant::now)),
+        sleep(session.answer(&response(599), Instant::now)),
         100 * MS
     );
     assert_eq!(session.delays()[0].source, DelaySource::Backoff);
@@ -114,13 +114,13 @@ fn a_transient_post_without_a_key_is_still_not_repeated() {
     let config = config(not_sent_builder());
     let mut session = sent(&config, Method::POST);
     resend_after(&mut session, 421);
-    let next = session.decide(&response(503), Instant::now);
+    let next = session.answer(&response(503), Instant::now);
     assert_eq!(stop(next), StopReason::NotIdempotent);
 }
 
 /// Decides on `status` (expecting a sleep) and sends the next attempt.
 fn resend_after<C: Classify<Res, Infallible>>(session: &mut Session<Req, C>, status: u16) {
-    sleep(session.decide(&response(status), Instant::now));
+    sleep(session.answer(&response(status), Instant::now));
     resend(session);
 }
 
@@ -133,11 +133,11 @@ fn refused_resends_spend_no_attempt() {
     // Three sent, one counted: the retry left gets the first backoff delay.
     assert_eq!(session.attempts(), 3);
     assert_eq!(
-        sleep(session.decide(&response(503), Instant::now)),
+        sleep(session.answer(&response(503), Instant::now)),
         100 * MS
     );
     resend(&mut session);
-    let next = session.decide(&response(503), Instant::now);
+    let next = session.answer(&response(503), Instant::now);
     assert_eq!(stop(next), StopReason::AttemptsExhausted);
 }
 
@@ -145,7 +145,7 @@ fn refused_resends_spend_no_attempt() {
 fn refused_resends_take_no_budget_token() {
     let config = config(not_sent_builder().budget(empty_bucket()));
     let mut session = sent(&config, Method::GET);
-    match session.decide(&response(421), Instant::now) {
+    match session.answer(&response(421), Instant::now) {
         Next::Sleep { delay, token, .. } => {
             assert!(delay <= 4 * MS);
             assert!(token.is_none());
@@ -162,7 +162,7 @@ fn refused_resends_stop_at_the_cap() {
     let mut session = sent(&config, Method::POST);
     resend_after(&mut session, 421);
     resend_after(&mut session, 421);
-    let next = session.decide(&response(421), Instant::now);
+    let next = session.answer(&response(421), Instant::now);
     assert_eq!(stop(next), StopReason::RefusedTooOften);
     assert_eq!(session.attempts(), 3);
 }
@@ -174,7 +174,7 @@ fn refused_resends_keep_the_backoff_where_it_was() {
     resend_after(&mut session, 503); // 100 ms
     resend_after(&mut session, 421); // a short pause, not a backoff delay
     assert_eq!(
-        sleep(session.decide(&response(503), Instant::now)),
+        sleep(session.answer(&response(503), Instant::now)),
         200 * MS,
         "the second backoff delay, not the third"
     );
@@ -185,7 +185,7 @@ fn unconnected_retries_count_as_attempts() {
     let config = config(not_sent_builder().max_attempts(2));
     let mut session = sent(&config, Method::POST);
     resend_after(&mut session, 599);
-    let next = session.decide(&response(599), Instant::now);
+    let next = session.answer(&response(599), Instant::now);
     assert_eq!(stop(next), StopReason::AttemptsExhausted);
 }
 
@@ -193,7 +193,7 @@ fn unconnected_retries_count_as_attempts() {
 fn unconnected_retries_take_a_budget_token() {
     let config = config(not_sent_builder().budget(empty_bucket()));
     let mut session = sent(&config, Method::POST);
-    let next = session.decide(&response(599), Instant::now);
+    let next = session.answer(&response(599), Instant::now);
     assert_eq!(stop(next), StopReason::BudgetEmpty);
 }
 
@@ -201,7 +201,7 @@ fn unconnected_retries_take_a_budget_token() {
 fn one_max_attempt_turns_refused_resends_off_too() {
     let config = config(not_sent_builder().max_attempts(1));
     let mut session = sent(&config, Method::GET);
-    let next = session.decide(&response(421), Instant::now);
+    let next = session.answer(&response(421), Instant::now);
     assert_eq!(stop(next), StopReason::AttemptsExhausted);
 }
 
@@ -211,7 +211,7 @@ fn a_shut_down_signal_stops_a_refused_resend() {
     let config = config(not_sent_builder().abort_signal(abort.clone()));
     abort.shutdown();
     let mut session = sent(&config, Method::POST);
-    let next = session.decide(&response(421), Instant::now);
+    let next = session.answer(&response(421), Instant::now);
     assert_eq!(stop(next), StopReason::Aborted);
 }
 
@@ -219,7 +219,7 @@ fn a_shut_down_signal_stops_a_refused_resend() {
 fn zero_max_refused_retries_turns_refused_resends_off() {
     let config = config(not_sent_builder().max_refused_retries(0));
     let mut session = sent(&config, Method::GET);
-    let next = session.decide(&response(421), Instant::now);
+    let next = session.answer(&response(421), Instant::now);
     assert_eq!(stop(next), StopReason::RefusedTooOften);
 }
 
@@ -232,12 +232,12 @@ fn a_too_early_post_without_a_key_is_resent_once_for_free_and_a_second_425_stops
         Outcome::NotSent(NotSent::TooEarly)
     );
     let mut session = sent(&config, Method::POST);
-    let pause = sleep(session.decide(&response(425), Instant::now));
+    let pause = sleep(session.answer(&response(425), Instant::now));
     assert!((MS..=4 * MS).contains(&pause), "{pause:?}");
     assert_eq!(session.delays()[0].source, DelaySource::Refused);
     resend(&mut session);
     assert_eq!(
-        stop(session.decide(&response(425), Instant::now)),
+        stop(session.answer(&response(425), Instant::now)),
         StopReason::RefusedTooOften
     );
     // Only the first attempt counted against `max_attempts` (3): the resend was free, and the
@@ -249,14 +249,14 @@ fn a_too_early_post_without_a_key_is_resent_once_for_free_and_a_second_425_stops
 fn a_425_after_other_free_resends_is_still_resent_once() {
     let config = config(not_sent_builder());
     let mut session = sent(&config, Method::POST);
-    sleep(session.decide(&response(421), Instant::now));
+    sleep(session.answer(&response(421), Instant::now));
     resend(&mut session);
-    sleep(session.decide(&response(425), Instant::now));
+    sleep(session.answer(&response(425), Instant::now));
     resend(&mut session);
-    sleep(session.decide(&response(421), Instant::now));
+    sleep(session.answer(&response(421), Instant::now));
     resend(&mut session);
     assert_eq!(
-        stop(session.decide(&response(425), Instant::now)),
+        stop(session.answer(&response(425), Instant::now)),
         StopReason::RefusedTooOften
     );
 }

@@ -337,6 +337,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         decision!("handing back a request to an endpoint known to be down, unsent");
         self.resend_in(resend);
         self.settle_resend(now);
+        self.end(StopReason::Deferred);
         let report = self.report(StopReason::Deferred);
         let output = make(Unsent::new(report.clone()));
         Some(self.deliver(output, report))

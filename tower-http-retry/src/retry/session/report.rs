@@ -40,10 +40,15 @@ impl<Req, C> Session<Req, C> {
             .map_or(base, |waits| waits.trail.previous_delay(base))
     }
 
-    /// The report so far, with the reason the request stopped.
-    pub(super) fn report(&mut self, stop: StopReason) -> RetryReport {
+    /// The request ends for `stop`: counted, and said (in the span of the attempt decided on, if
+    /// any). [`decide`](Self::decide) records every end it decides.
+    pub(super) fn end(&self, stop: StopReason) {
         self.config.counters.stop(stop);
         decision!(attempts = self.attempts, %stop, "finished");
+    }
+
+    /// The report so far, with the reason the request stopped.
+    pub(super) fn report(&mut self, stop: StopReason) -> RetryReport {
         let wall = &self.config.settings.wall_clock;
         let wall = || wall();
         let attempts = self.attempts;
@@ -58,6 +63,7 @@ impl<Req, C> Session<Req, C> {
 
     /// The caller dropped the future before it finished: the counters and the slot say so.
     pub(super) fn cancel(&mut self) {
+        self.end(StopReason::Cancelled);
         let report = self.report(StopReason::Cancelled);
         if let Some(slot) = self.slot.take() {
             slot.fill(report);
@@ -139,10 +145,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// The common end, a success at the first try with nothing to report beyond the counter
-    /// (and a waiting slot): recorded here, and `true`. Checked before the outcome is handed to
-    /// [`finish`](Self::finish), so that it is not moved on the way (a move is a copy).
+    /// (and a waiting slot): recorded here, and `true`.
     #[inline]
-    pub(crate) fn finished_first_try(&mut self, stop: StopReason) -> bool {
+    pub(super) fn finished_first_try(&mut self, stop: StopReason) -> bool {
         if self.attempts == 1 && self.waits.is_none() && stop == StopReason::Success {
             self.config.counters.stop(stop);
             if let Some(slot) = self.slot.take() {
@@ -153,15 +158,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         false
     }
 
-    /// Records the end of the request and hands back its last outcome.
+    /// Hands back the last outcome of a request whose end for `stop` is recorded, with its
+    /// report.
     pub(crate) fn finish<Res: RetryResponse, E>(
         &mut self,
         result: Result<Res, E>,
         stop: StopReason,
     ) -> Result<Res, E> {
-        if self.finished_first_try(stop) {
-            return result;
-        }
         if !stop.is_final() {
             self.settle_resend(Instant::now());
         }

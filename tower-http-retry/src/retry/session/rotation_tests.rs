@@ -61,7 +61,7 @@ fn a_rotation_of_a_get_is_resent_as_rotation_without_an_attempt_or_a_token() {
             .budget(super::tests::empty_bucket()),
     );
     let mut session = sent(&config, request(Method::GET));
-    let pause = sleep(session.decide(&rotated(), Instant::now));
+    let pause = sleep(session.answer(&rotated(), Instant::now));
     assert!(
         (MS..=4 * MS).contains(&pause),
         "the rotation pause: {pause:?}"
@@ -78,7 +78,7 @@ fn a_rotation_of_a_get_is_resent_as_rotation_without_an_attempt_or_a_token() {
 fn a_rotation_of_a_post_without_a_key_is_not_resent() {
     let config = rotations(builder());
     let mut session = sent(&config, request(Method::POST));
-    let next = session.decide(&rotated(), Instant::now);
+    let next = session.answer(&rotated(), Instant::now);
     assert_eq!(stop(next), StopReason::NotIdempotent);
     let stats = config.counters.snapshot();
     assert_eq!((stats.unproven_rotations, stats.rotation_resends), (1, 0));
@@ -88,7 +88,7 @@ fn a_rotation_of_a_post_without_a_key_is_not_resent() {
 fn a_rotation_of_a_keyed_post_is_resent_as_rotation() {
     let config = rotations(builder());
     let mut session = sent(&config, keyed(Method::POST));
-    sleep(session.decide(&rotated(), Instant::now));
+    sleep(session.answer(&rotated(), Instant::now));
     assert_eq!(session.delays()[0].source, DelaySource::Refused);
 }
 
@@ -97,12 +97,12 @@ fn the_idempotency_policy_decides_what_a_rotation_may_resend() {
     let config = rotations(builder().idempotency(Idempotency::RequireKey));
     let mut get = sent(&config, request(Method::GET));
     assert_eq!(
-        stop(get.decide(&rotated(), Instant::now)),
+        stop(get.answer(&rotated(), Instant::now)),
         StopReason::NotIdempotent
     );
     let config = rotations(builder().idempotency(Idempotency::Any));
     let mut post = sent(&config, request(Method::POST));
-    sleep(post.decide(&rotated(), Instant::now));
+    sleep(post.answer(&rotated(), Instant::now));
     assert_eq!(post.delays()[0].source, DelaySource::Refused);
 }
 
@@ -112,7 +112,7 @@ fn a_rotation_is_asked_for_transient_errors_only() {
     let config = rotations(builder());
     let mut session = sent(&config, request(Method::GET));
     let reset = Err::<Res, _>(io::Error::from(io::ErrorKind::ConnectionReset));
-    assert_eq!(sleep(session.decide(&reset, Instant::now)), 100 * MS);
+    assert_eq!(sleep(session.answer(&reset, Instant::now)), 100 * MS);
     assert_eq!(config.counters.snapshot().unproven_rotations, 0);
 }
 
@@ -124,7 +124,7 @@ fn a_rotation_is_no_congestion_for_the_pacer() {
     for _ in 0..10 {
         let mut session = sent(&config, request(Method::POST));
         assert_eq!(
-            stop(session.decide(&rotated(), Instant::now)),
+            stop(session.answer(&rotated(), Instant::now)),
             StopReason::NotIdempotent
         );
     }

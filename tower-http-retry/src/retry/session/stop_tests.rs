@@ -21,7 +21,7 @@ fn a_hint_longer_than_the_clamp_stops_when_the_policy_gives_up() {
             .unwrap(),
     );
     assert_eq!(
-        stop(session.decide(&told, Instant::now)),
+        stop(session.answer(&told, Instant::now)),
         StopReason::RetryAfterTooLong
     );
 }
@@ -58,7 +58,7 @@ fn a_request_that_cannot_be_copied_stops_after_its_one_attempt() {
     let mut service = tower::service_fn(|_: Once| async { response(503) });
     drop(session.send_request(request, &mut service));
     assert_eq!(
-        stop(session.decide(&response(503), Instant::now)),
+        stop(session.answer(&response(503), Instant::now)),
         StopReason::NotReplayable
     );
 }

@@ -77,12 +77,12 @@ fn success_and_permanent_outcomes_stop_at_once() {
     let now = Instant::now();
     let mut session = sent(&config, Method::GET);
     assert_eq!(
-        stop(session.decide(&response(200), || now)),
+        stop(session.answer(&response(200), || now)),
         StopReason::Success
     );
     let mut session = sent(&config, Method::GET);
     assert_eq!(
-        stop(session.decide(&response(404), || now)),
+        stop(session.answer(&response(404), || now)),
         StopReason::Permanent
     );
 }
@@ -113,7 +113,7 @@ fn a_transient_outcome_of_a_get_sleeps_the_backoff_delay() {
     let config = config(builder());
     let mut session = sent(&config, Method::GET);
     assert_eq!(
-        sleep(session.decide(&response(503), Instant::now)),
+        sleep(session.answer(&response(503), Instant::now)),
         100 * MS
     );
 }
@@ -122,7 +122,7 @@ fn a_transient_outcome_of_a_get_sleeps_the_backoff_delay() {
 fn a_post_without_a_key_is_not_repeated() {
     let config = config(builder());
     let mut session = sent(&config, Method::POST);
-    let next = session.decide(&response(503), Instant::now);
+    let next = session.answer(&response(503), Instant::now);
     assert_eq!(stop(next), StopReason::NotIdempotent);
 }
 
@@ -130,7 +130,7 @@ fn a_post_without_a_key_is_not_repeated() {
 fn the_last_attempt_is_not_followed_by_a_sleep() {
     let config = config(builder().max_attempts(1));
     let mut session = sent(&config, Method::GET);
-    let next = session.decide(&response(503), Instant::now);
+    let next = session.answer(&response(503), Instant::now);
     assert_eq!(stop(next), StopReason::AttemptsExhausted);
 }
 
@@ -141,7 +141,7 @@ fn a_shut_down_signal_stops_before_a_delay_is_drawn() {
     abort.shutdown();
     let mut session = sent(&config, Method::GET);
     assert_eq!(
-        stop(session.decide(&response(503), Instant::now)),
+        stop(session.answer(&response(503), Instant::now)),
         StopReason::Aborted
     );
     assert!(session.delays().is_empty());
@@ -158,7 +158,7 @@ fn a_valid_retry_after_replaces_the_backoff_delay() {
             .headers_mut()
             .insert(http::header::RETRY_AFTER, value);
     }
-    assert_eq!(sleep(session.decide(&hinted, Instant::now)), 2 * 1000 * MS);
+    assert_eq!(sleep(session.answer(&hinted, Instant::now)), 2 * 1000 * MS);
     assert_eq!(session.delays()[0].source, DelaySource::RetryAfter);
 }
 
@@ -169,12 +169,12 @@ fn the_deadline_is_measured_at_the_now_it_is_given() {
     let started = session.started().unwrap();
     // 900 ms in, the 100 ms delay ends exactly at the deadline: allowed.
     assert_eq!(
-        sleep(session.decide(&response(503), || started + 900 * MS)),
+        sleep(session.answer(&response(503), || started + 900 * MS)),
         100 * MS
     );
     let mut session = sent(&config, Method::GET);
     let started = session.started().unwrap();
-    let next = session.decide(&response(503), || started + 901 * MS);
+    let next = session.answer(&response(503), || started + 901 * MS);
     assert_eq!(stop(next), StopReason::Deadline);
     assert!(!session.past_deadline(started + 1000 * MS));
     assert!(session.past_deadline(started + 1001 * MS));
@@ -188,7 +188,7 @@ fn the_deadline_is_asked_before_the_budget() {
     let before = bucket.available();
     let started = session.started().unwrap();
     assert_eq!(
-        stop(session.decide(&response(503), || started)),
+        stop(session.answer(&response(503), || started)),
         StopReason::Deadline
     );
     assert_eq!(
@@ -209,7 +209,7 @@ fn an_empty_budget_stops_the_retry() {
     assert!(empty.withdraw());
     let config = config(builder().budget(empty));
     let mut session = sent(&config, Method::GET);
-    let next = session.decide(&response(503), Instant::now);
+    let next = session.answer(&response(503), Instant::now);
     assert_eq!(stop(next), StopReason::BudgetEmpty);
 }
 
@@ -234,9 +234,9 @@ fn the_classifier_sees_the_method() {
     }
     let config = config(builder().classifier(PutConflicts));
     let mut put = sent(&config, Method::PUT);
-    assert_eq!(sleep(put.decide(&response(409), Instant::now)), 100 * MS);
+    assert_eq!(sleep(put.answer(&response(409), Instant::now)), 100 * MS);
     let mut delete = sent(&config, Method::DELETE);
-    let next = delete.decide(&response(409), Instant::now);
+    let next = delete.answer(&response(409), Instant::now);
     assert_eq!(stop(next), StopReason::Permanent);
 }
 
@@ -256,7 +256,7 @@ pub(crate) fn empty_bucket() -> TokenBucket {
 fn a_stop_that_is_not_final_says_when_to_try_again() {
     let config = config(builder().max_attempts(1));
     let mut session = sent(&config, Method::GET);
-    let next = session.decide(&response(503), Instant::now);
+    let next = session.answer(&response(503), Instant::now);
     assert_eq!(stop(next), StopReason::AttemptsExhausted);
     let report = session.report(StopReason::AttemptsExhausted);
     assert_eq!(report.resend_after, Some(100 * MS), "the next backoff draw");
@@ -266,7 +266,7 @@ fn a_stop_that_is_not_final_says_when_to_try_again() {
     let mut session = sent(&config, Method::GET);
     let started = session.started().unwrap();
     assert_eq!(
-        stop(session.decide(&response(503), || started)),
+        stop(session.answer(&response(503), || started)),
         StopReason::Deadline
     );
     assert_eq!(
@@ -280,7 +280,7 @@ fn a_final_stop_says_nothing_of_trying_again() {
     let config = config(builder());
     let mut session = sent(&config, Method::GET);
     assert_eq!(
-        stop(session.decide(&response(404), Instant::now)),
+        stop(session.answer(&response(404), Instant::now)),
         StopReason::Permanent
     );
     let report = session.report(StopReason::Permanent);
@@ -303,7 +303,7 @@ fn a_rate_limit_reset_replaces_the_backoff_delay_like_retry_after() {
     let config = config(builder().hint_policy(crate::hint::HintPolicy::honored().jitter(0.0)));
     let mut session = sent(&config, Method::GET);
     let limited = with_headers(429, &[("retry-after-ms", "1500")]);
-    assert_eq!(sleep(session.decide(&limited, Instant::now)), 1500 * MS);
+    assert_eq!(sleep(session.answer(&limited, Instant::now)), 1500 * MS);
     assert_eq!(session.delays()[0].source, DelaySource::RetryAfter);
     assert_eq!(config.counters.snapshot().retry_after_seen, 1);
 }
@@ -319,7 +319,7 @@ fn a_reset_longer_than_the_clamp_is_clamped_like_retry_after() {
     );
     let mut session = sent(&config, Method::GET);
     let limited = with_headers(429, &[("ratelimit", "\"q\";r=0;t=3600")]);
-    assert_eq!(sleep(session.decide(&limited, Instant::now)), 1000 * MS);
+    assert_eq!(sleep(session.answer(&limited, Instant::now)), 1000 * MS);
     assert_eq!(session.delays()[0].source, DelaySource::RetryAfterClamped);
 }
 
@@ -329,7 +329,7 @@ fn a_used_up_quota_makes_a_403_transient() {
     let mut session = sent(&config, Method::GET);
     let forbidden = response(403);
     assert_eq!(
-        stop(session.decide(&forbidden, Instant::now)),
+        stop(session.answer(&forbidden, Instant::now)),
         StopReason::Permanent
     );
     let mut session = sent(&config, Method::GET);
@@ -338,7 +338,7 @@ fn a_used_up_quota_makes_a_403_transient() {
         &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "7")],
     );
     // `7` in auto mode is a delta: seven seconds.
-    assert_eq!(sleep(session.decide(&quota, Instant::now)), 7000 * MS);
+    assert_eq!(sleep(session.answer(&quota, Instant::now)), 7000 * MS);
 }
 
 #[test]
@@ -351,7 +351,7 @@ fn a_server_that_says_not_to_retry_is_obeyed() {
         let mut session = sent(&config, Method::GET);
         let shed = with_headers(503, pairs);
         assert_eq!(
-            stop(session.decide(&shed, Instant::now)),
+            stop(session.answer(&shed, Instant::now)),
             StopReason::StandDown
         );
     }
@@ -363,7 +363,7 @@ fn a_stand_down_with_a_reset_says_when_to_try_again() {
     let mut session = sent(&config, Method::GET);
     let shed = with_headers(503, &[("x-should-retry", "false"), ("retry-after", "30")]);
     assert_eq!(
-        stop(session.decide(&shed, Instant::now)),
+        stop(session.answer(&shed, Instant::now)),
         StopReason::StandDown
     );
     let report = session.report(StopReason::StandDown);
@@ -376,14 +376,14 @@ fn a_server_that_says_to_retry_overrides_the_status_and_the_method() {
     let mut session = sent(&config, Method::POST);
     let plain = response(500);
     assert_eq!(
-        stop(session.decide(&plain, Instant::now)),
+        stop(session.answer(&plain, Instant::now)),
         StopReason::NotIdempotent
     );
     for code in [500, 400] {
         let mut session = sent(&config, Method::POST);
         let retry = with_headers(code, &[("x-should-retry", "true")]);
         assert_eq!(
-            sleep(session.decide(&retry, Instant::now)),
+            sleep(session.answer(&retry, Instant::now)),
             100 * MS,
             "{code}"
         );
@@ -401,7 +401,7 @@ fn markers_can_be_ignored() {
         503,
         &[("x-should-retry", "false"), ("x-envoy-overloaded", "1")],
     );
-    assert_eq!(sleep(session.decide(&shed, Instant::now)), 100 * MS);
+    assert_eq!(sleep(session.answer(&shed, Instant::now)), 100 * MS);
 }
 
 #[test]
@@ -409,11 +409,11 @@ fn without_hint_delays_ignores_the_reset_but_not_the_markers() {
     let config = config(builder().without_hint_delays());
     let mut session = sent(&config, Method::GET);
     let limited = with_headers(429, &[("retry-after-ms", "5000")]);
-    assert_eq!(sleep(session.decide(&limited, Instant::now)), 100 * MS);
+    assert_eq!(sleep(session.answer(&limited, Instant::now)), 100 * MS);
     let mut session = sent(&config, Method::GET);
     let shed = with_headers(503, &[("x-should-retry", "false")]);
     assert_eq!(
-        stop(session.decide(&shed, Instant::now)),
+        stop(session.answer(&shed, Instant::now)),
         StopReason::StandDown
     );
 }
@@ -423,7 +423,7 @@ fn a_malformed_hint_is_counted_and_the_backoff_decides() {
     let config = config(builder());
     let mut session = sent(&config, Method::GET);
     let garbled = with_headers(503, &[("retry-after-ms", "soon")]);
-    assert_eq!(sleep(session.decide(&garbled, Instant::now)), 100 * MS);
+    assert_eq!(sleep(session.answer(&garbled, Instant::now)), 100 * MS);
     assert_eq!(config.counters.snapshot().retry_after_malformed, 1);
 }
 
@@ -436,11 +436,11 @@ fn a_request_an_outer_layer_retries_is_sent_once() {
     let mut inner_session = retrying(Some(true), || sent(&inner, Method::GET));
     assert_eq!(inner_session.inner_layers_mark(), None);
     assert_eq!(
-        stop(inner_session.decide(&response(503), Instant::now)),
+        stop(inner_session.answer(&response(503), Instant::now)),
         StopReason::Delegated
     );
     assert_eq!(
-        sleep(session.decide(&response(503), Instant::now)),
+        sleep(session.answer(&response(503), Instant::now)),
         100 * MS
     );
 }
@@ -454,7 +454,7 @@ fn a_request_the_outer_layer_cannot_retry_is_retried_by_an_inner_layer_that_can(
     assert_eq!(session.inner_layers_mark(), None);
     let mut inner_session = retrying(session.inner_layers_mark(), || sent(&inner, Method::POST));
     assert_eq!(
-        sleep(inner_session.decide(&response(503), Instant::now)),
+        sleep(inner_session.answer(&response(503), Instant::now)),
         100 * MS
     );
 }
@@ -465,12 +465,12 @@ fn an_independent_layer_retries_inside_another_and_lets_its_inner_layers_retry()
     let inner = config(builder());
     let mut middle = retrying(Some(true), || sent(&independent, Method::GET));
     assert_eq!(middle.inner_layers_mark(), Some(false));
-    assert_eq!(sleep(middle.decide(&response(503), Instant::now)), 100 * MS);
+    assert_eq!(sleep(middle.answer(&response(503), Instant::now)), 100 * MS);
     let mut innermost = retrying(Some(true), || {
         retrying(middle.inner_layers_mark(), || sent(&inner, Method::GET))
     });
     assert_eq!(
-        sleep(innermost.decide(&response(503), Instant::now)),
+        sleep(innermost.answer(&response(503), Instant::now)),
         100 * MS
     );
     assert!(!super::retried_outside());
@@ -534,7 +534,7 @@ fn a_request_deadline_leaves_the_attempt_time_to_run() {
     let mut session = sent_with_own_deadline(builder(), 1000, &mut service);
     let started = session.started().unwrap();
     // A wait that ends exactly on the deadline would send a deadline of zero.
-    let next = session.decide(&response(503), || started + 900 * MS);
+    let next = session.answer(&response(503), || started + 900 * MS);
     assert_eq!(stop(next), StopReason::Deadline);
     assert!(!session.past_deadline(started + 999 * MS));
     assert!(session.past_deadline(started + 1000 * MS));
@@ -554,7 +554,7 @@ fn a_shorter_layer_deadline_bounds_the_waits_but_is_not_sent_as_the_request_dead
     let started = session.started().unwrap();
     // The wait may end on the layer's deadline, as without a hook.
     assert_eq!(
-        sleep(session.decide(&response(503), || started + 900 * MS)),
+        sleep(session.answer(&response(503), || started + 900 * MS)),
         100 * MS
     );
     // Each attempt carries the time left of the request's own 5 s, not the layer's 1 s.

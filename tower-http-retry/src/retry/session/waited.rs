@@ -1,98 +1,59 @@
 //! What the session does when a wait between attempts ends: the [`Wait`](crate::retry::wait)
 //! only waits and says how it ended ([`Woke`]); [`Session::after_wait`] decides the next step
-//! ([`AfterWait`]) from that and `now`, and the response future does what it says.
+//! ([`Step`]) from that and `now`, for [`Session::decide`].
 
 use super::pacing::{AfterSleep, FirstQueue};
+use super::step::{Interrupted, Step, WaitEnded, Woke};
 use super::Session;
-use crate::abort::{Forbidden, Listener};
 use crate::classify::Classify;
 use crate::message::{RetryRequest, RetryResponse};
-use crate::pacing::{Lane, PassGuard, QueueWait, Resend};
+use crate::pacing::{Lane, Resend};
 use crate::report::StopReason;
-use std::time::Duration;
 use tokio::time::Instant;
-
-/// How a wait between attempts ended.
-pub(crate) enum Woke<E> {
-    /// The abort signal fired, interrupting what the wait was doing.
-    Aborted(Forbidden, Interrupted),
-    /// A first attempt to an endpoint that was down when it was made is first polled: its turn
-    /// to join the endpoint's queue.
-    Joining,
-    /// The delay is over.
-    Slept,
-    /// The pacer let it go.
-    Released(PassGuard),
-    /// The request's deadline came while it waited in the queue (the wait still holds its place,
-    /// passed beside the event).
-    QueueExpired,
-    /// The service is ready for the next attempt.
-    Ready,
-    /// The service failed to become ready.
-    NotReady(E),
-}
-
-/// What a wait was doing when it was cut short.
-pub(crate) enum Interrupted {
-    /// Sleeping, with this much left.
-    Sleep(Duration),
-    /// Waiting in the endpoint's queue.
-    Queue,
-    /// Nothing to account for (joining, or readying the service).
-    Nothing,
-}
-
-/// The next step after a wait.
-pub(crate) enum AfterWait<Res, E> {
-    /// Wait in the endpoint's queue until the pacer lets it go or until `deadline`: the pacer,
-    /// not the budget, lets it go (a budget token held is refunded). `listener`, if any, ends
-    /// the wait early on shutdown.
-    Queue {
-        queue: QueueWait,
-        deadline: Option<Instant>,
-        listener: Option<Listener>,
-    },
-    /// Poll the service to readiness.
-    Ready,
-    /// Send the next attempt: the budget token held is spent.
-    Send,
-    /// No attempt follows: finish with the last outcome and this reason (the token refunded).
-    Stop(StopReason),
-    /// No attempt follows: finish with this outcome and reason.
-    StopWith(Result<Res, E>, StopReason),
-    /// A first attempt handed back unsent: the request is finished, with this output.
-    Done(Result<Res, E>),
-}
 
 impl<Req, C> Session<Req, C>
 where
     Req: RetryRequest,
 {
-    /// The step after a wait that ended as `woke` at `now`. `queue` is the place the wait still
-    /// holds in its endpoint's queue, if any; `retrying` whether the wait holds a last outcome
-    /// (a retry), or none (a first attempt).
-    pub(crate) fn after_wait<Res, E>(
+    /// The step after a wait that `ended` at `now`, a stop recorded.
+    pub(super) fn after_wait<Res, E>(
         &mut self,
-        woke: Woke<E>,
-        queue: Option<&QueueWait>,
-        retrying: bool,
+        ended: WaitEnded<'_, E>,
         now: Instant,
-    ) -> AfterWait<Res, E>
+    ) -> Step<Res, E>
     where
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
+        let step = self.wait_step(ended, now);
+        if let Step::Stop(reason) | Step::StopWith(_, reason) = &step {
+            self.end(*reason);
+        }
+        step
+    }
+
+    /// [`after_wait`](Self::after_wait)'s step, its end not recorded yet.
+    fn wait_step<Res, E>(&mut self, ended: WaitEnded<'_, E>, now: Instant) -> Step<Res, E>
+    where
+        Res: RetryResponse,
+        C: Classify<Res, E>,
+    {
+        let WaitEnded {
+            woke,
+            queue,
+            retrying,
+        } = ended;
         match woke {
             Woke::Aborted(forbidden, interrupted) => {
                 self.interrupted(interrupted, now);
                 if retrying {
-                    return AfterWait::Stop(self.stop_for(forbidden, now));
+                    return Step::Stop(self.stop_for(forbidden, now));
                 }
                 // Aborted before the first attempt: there is no outcome yet, send now.
-                AfterWait::Ready
+                Step::Ready
             }
             Woke::Joining => match self.join_first_queue(now) {
-                FirstQueue::Joined(queue, listener) => AfterWait::Queue {
+                FirstQueue::Joined(queue, listener) => Step::Queue {
                     queue,
                     deadline: self.deadline(),
                     listener,
@@ -100,12 +61,12 @@ where
                 FirstQueue::TurnedAway(lane, resend) => {
                     self.first_turned_away(&lane, resend, now, || lane.turned_away(now))
                 }
-                FirstQueue::Go => AfterWait::Ready,
+                FirstQueue::Go => Step::Ready,
             },
             Woke::Slept => self.after_sleep(retrying, now),
             Woke::Released(pass) => {
                 self.released(pass, now);
-                AfterWait::Ready
+                Step::Ready
             }
             Woke::QueueExpired => {
                 let queue = queue.expect("a wait in the queue holds its place");
@@ -115,7 +76,7 @@ where
                     // The deadline came before the pacer let it go: handed back, with when to
                     // try again.
                     self.resend_in(queue.defer(now));
-                    return AfterWait::Stop(StopReason::Deferred);
+                    return Step::Stop(StopReason::Deferred);
                 }
                 let resend = queue.resend_after(now);
                 self.first_turned_away(&queue.lane(), resend, now, || queue.deferred())
@@ -123,16 +84,14 @@ where
             // Ready only after the deadline (another request held the permit): the retry is not
             // sent and its token goes back. A first attempt, which has no outcome to return
             // instead, is sent all the same.
-            Woke::Ready if retrying && self.past_deadline(now) => {
-                AfterWait::Stop(StopReason::Deadline)
-            }
-            Woke::Ready => AfterWait::Send,
-            Woke::NotReady(error) => AfterWait::StopWith(Err(error), StopReason::NotReady),
+            Woke::Ready if retrying && self.past_deadline(now) => Step::Stop(StopReason::Deadline),
+            Woke::Ready => Step::Send,
+            Woke::NotReady(error) => Step::StopWith(Err(error), StopReason::NotReady),
         }
     }
 
     /// The step after a sleep (a retry's backoff, a first attempt's jitter) that ended at `now`.
-    fn after_sleep<Res, E>(&mut self, retrying: bool, now: Instant) -> AfterWait<Res, E>
+    fn after_sleep<Res, E>(&mut self, retrying: bool, now: Instant) -> Step<Res, E>
     where
         Res: RetryResponse,
         C: Classify<Res, E>,
@@ -140,7 +99,7 @@ where
         self.sleep_ended();
         match self.queue_after_sleep(now) {
             // Paced meanwhile (or limited): the pacer, not the budget, lets it go.
-            AfterSleep::Queue(queue) => AfterWait::Queue {
+            AfterSleep::Queue(queue) => Step::Queue {
                 queue,
                 deadline: self.deadline(),
                 listener: None,
@@ -149,12 +108,12 @@ where
                 // Paced meanwhile and no room in the queue: not sent ahead of the probes, handed
                 // back with when to retry.
                 self.resend_in(deferred.resend);
-                AfterWait::Stop(StopReason::Deferred)
+                Step::Stop(StopReason::Deferred)
             }
             AfterSleep::Deferred(lane, deferred) => {
                 self.first_turned_away(&lane, deferred.resend, now, || lane.turned_away(now))
             }
-            AfterSleep::Send => AfterWait::Ready,
+            AfterSleep::Send => Step::Ready,
         }
     }
 
@@ -167,16 +126,16 @@ where
         resend: Resend,
         now: Instant,
         count: impl FnOnce(),
-    ) -> AfterWait<Res, E>
+    ) -> Step<Res, E>
     where
         Res: RetryResponse,
         C: Classify<Res, E>,
     {
         match self.hand_back(resend, now, count) {
-            Some(output) => AfterWait::Done(output),
+            Some(output) => Step::Done(output),
             None => {
                 self.send_turned_away(lane, now);
-                AfterWait::Ready
+                Step::Ready
             }
         }
     }
@@ -216,24 +175,31 @@ mod tests {
     //! The wait's decisions fed events and instants: no timer, no queue, no service.
     use super::super::tests::{builder, config, sent, Req, Res, MS};
     use super::*;
+    use crate::abort::Forbidden;
     use crate::HttpClassifier;
     use http::Method;
     use std::convert::Infallible;
+    use std::time::Duration;
 
-    type Step = AfterWait<Res, Infallible>;
+    type WaitStep = Step<Res, Infallible>;
 
     fn after(
         session: &mut Session<Req, HttpClassifier>,
         woke: Woke<Infallible>,
         retrying: bool,
         now: Instant,
-    ) -> Step {
-        session.after_wait(woke, None, retrying, now)
+    ) -> WaitStep {
+        let ended = WaitEnded {
+            woke,
+            queue: None,
+            retrying,
+        };
+        session.after_wait(ended, now)
     }
 
-    fn stop(step: Step) -> StopReason {
+    fn stop(step: WaitStep) -> StopReason {
         match step {
-            AfterWait::Stop(reason) | AfterWait::StopWith(_, reason) => reason,
+            Step::Stop(reason) | Step::StopWith(_, reason) => reason,
             _ => panic!("expected a stop"),
         }
     }
@@ -259,7 +225,7 @@ mod tests {
         let first = Woke::Aborted(Forbidden::Shutdown, Interrupted::Nothing);
         assert!(matches!(
             after(&mut session, first, false, now),
-            AfterWait::Ready
+            Step::Ready
         ));
     }
 
@@ -270,7 +236,7 @@ mod tests {
         let started = session.started().unwrap();
         assert!(matches!(
             after(&mut session, Woke::Ready, true, started + 1000 * MS),
-            AfterWait::Send
+            Step::Send
         ));
         assert_eq!(
             stop(after(&mut session, Woke::Ready, true, started + 1001 * MS)),
@@ -278,7 +244,7 @@ mod tests {
         );
         assert!(matches!(
             after(&mut session, Woke::Ready, false, started + 1001 * MS),
-            AfterWait::Send
+            Step::Send
         ));
     }
 
@@ -287,11 +253,14 @@ mod tests {
         let config = config(builder());
         let mut session = sent(&config, Method::GET);
         let now = Instant::now();
-        let gone = || std::io::Error::other("gone");
-        let step: AfterWait<Res, std::io::Error> =
-            session.after_wait(Woke::NotReady(gone()), None, true, now);
+        let ended = WaitEnded {
+            woke: Woke::NotReady(std::io::Error::other("gone")),
+            queue: None,
+            retrying: true,
+        };
+        let step: Step<Res, std::io::Error> = session.after_wait(ended, now);
         match step {
-            AfterWait::StopWith(Err(error), reason) => {
+            Step::StopWith(Err(error), reason) => {
                 assert_eq!(reason, StopReason::NotReady);
                 assert_eq!(error.to_string(), "gone");
             }
@@ -306,11 +275,11 @@ mod tests {
         let now = Instant::now();
         assert!(matches!(
             after(&mut session, Woke::Slept, true, now),
-            AfterWait::Ready
+            Step::Ready
         ));
         assert!(matches!(
             after(&mut session, Woke::Joining, false, now),
-            AfterWait::Ready
+            Step::Ready
         ));
     }
 }
