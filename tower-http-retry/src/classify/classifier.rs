@@ -4,7 +4,6 @@
 use super::outcome::Outcome;
 use super::signals::{default_signals, Ask, Signals};
 use crate::message::RetryResponse;
-use crate::report::Unsent;
 use http::Method;
 use std::fmt;
 
@@ -72,18 +71,6 @@ pub trait Classify<Res, E> {
         Res: RetryResponse,
     {
         default_signals(result, ask)
-    }
-
-    /// How to hand back a request the retry layer did not send ([`Unsent`]: a new request to
-    /// an endpoint that [pacing](crate::Pacing) knows is down or paused, whose predicted wait is
-    /// beyond its deadline or whose queue is full). The layer has no response or error of its
-    /// own for it: `Some(make)` returns `make(unsent)` at once, and nothing reaches the endpoint;
-    /// `None` (the default) sends it once, as any first attempt.
-    /// [`FailUnsent`](super::FailUnsent) (from
-    /// [`RetryLayerBuilder::fail_unsent`](crate::retry::RetryLayerBuilder::fail_unsent)) returns
-    /// `Err(unsent.into())`.
-    fn unsent(&self) -> Option<fn(Unsent) -> Result<Res, E>> {
-        None
     }
 
     /// Classifies the outcome of an attempt of a request with `method`: by default, the

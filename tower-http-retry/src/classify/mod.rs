@@ -28,7 +28,6 @@ mod marker;
 mod outcome;
 mod signals;
 mod table;
-mod unsent;
 
 pub use classifier::{classify_fn, Classify, ClassifyFn};
 pub use error_chain::{is_rotation_refusal, AsStdError};
@@ -36,4 +35,3 @@ pub use marker::{SerialDispatch, Unretryable};
 pub use outcome::{NotSent, Outcome};
 pub use signals::{default_signals, Ask, Signals};
 pub use table::HttpClassifier;
-pub use unsent::FailUnsent;

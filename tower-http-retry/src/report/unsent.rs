@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime};
 /// so a durable queue that honours them does not bring the herd back.
 ///
 /// The layer has no response or error of its own to return for a request it did not send, so
-/// it returns this only through a classifier that hands such requests back
-/// ([`Classify::unsent`](crate::classify::Classify::unsent)):
+/// it returns this only when told how to hand such requests back
+/// ([`HandBack`](crate::retry::HandBack)):
 /// [`RetryLayerBuilder::fail_unsent`](crate::retry::RetryLayerBuilder::fail_unsent) returns it as the
 /// service's error, which must implement `From<Unsent>` (as `tower::BoxError` does; checked at
 /// compile time). Without it the request is sent once, as any first attempt.

@@ -14,6 +14,7 @@
 //!  call, endpoint down ──> Waiting: Joining ── first poll ──> Queued (or Readying if open again)
 //! ```
 
+use super::hand_back::{HandBack, SendAnyway, Sorting};
 use super::nested::retrying;
 use super::session::{Event, Session, Step, WaitEnded};
 use super::wait::Wait;
@@ -33,7 +34,7 @@ pin_project! {
     /// The future of [`Retry`](crate::retry::Retry): resolves to the last response or error of the
     /// inner service.
     #[must_use = "futures do nothing unless you `.await` or poll them"]
-    pub struct RetryFuture<S, Req, C>
+    pub struct RetryFuture<S, Req, C, H = SendAnyway>
     where
         S: Service<Req>,
     {
@@ -41,10 +42,10 @@ pin_project! {
         state: State<Attempt<S::Future>, S::Response, S::Error>,
         // The service retries are sent to; `None` when the request is sent only once.
         service: Option<S>,
-        session: Session<Req, C>,
+        session: Session<Req, Sorting<C, H>>,
     }
 
-    impl<S, Req, C> PinnedDrop for RetryFuture<S, Req, C>
+    impl<S, Req, C, H> PinnedDrop for RetryFuture<S, Req, C, H>
     where
         S: Service<Req>,
     {
@@ -88,7 +89,7 @@ impl<F, Res, E> State<F, Res, E> {
     }
 }
 
-impl<S, Req, C> RetryFuture<S, Req, C>
+impl<S, Req, C, H> RetryFuture<S, Req, C, H>
 where
     S: Service<Req>,
     Req: RetryRequest,
@@ -97,7 +98,7 @@ where
     /// `service`, if kept, is the one retries go to.
     #[inline]
     pub(crate) fn calling(
-        session: Session<Req, C>,
+        session: Session<Req, Sorting<C, H>>,
         future: Attempt<S::Future>,
         mark: Option<bool>,
         service: Option<S>,
@@ -111,7 +112,7 @@ where
 
     /// The first attempt waits in the endpoint's queue (pacing holds it), joined at the first
     /// poll, then goes to `service` once ready.
-    pub(crate) fn gated(session: Session<Req, C>, service: S) -> Self {
+    pub(crate) fn gated(session: Session<Req, Sorting<C, H>>, service: S) -> Self {
         Self {
             state: State::waiting(Wait::joining()),
             service: Some(service),
@@ -120,7 +121,7 @@ where
     }
 
     /// The first attempt waits `U(0, first_attempt_jitter)`, then goes to `service` once ready.
-    pub(crate) fn delayed(mut session: Session<Req, C>, service: S) -> Self {
+    pub(crate) fn delayed(mut session: Session<Req, Sorting<C, H>>, service: S) -> Self {
         let (delay, listener) = session.first_attempt_delay();
         Self {
             state: State::waiting(Wait::sleeping(
@@ -135,13 +136,14 @@ where
     }
 }
 
-impl<S, Req, C> Future for RetryFuture<S, Req, C>
+impl<S, Req, C, H> Future for RetryFuture<S, Req, C, H>
 where
     S: Service<Req>,
     S::Response: RetryResponse,
     Req: RetryRequest,
     S::Error: 'static,
     C: Classify<S::Response, S::Error>,
+    H: HandBack<S::Response, S::Error>,
 {
     type Output = Result<S::Response, S::Error>;
 
@@ -203,12 +205,12 @@ type StateOf<S, Req> = State<
 
 /// Takes `step`, where `answered` is the outcome of the attempt that just ended (none after a
 /// wait): the request's output when the step ends it.
-fn take_step<S, Req, C>(
+fn take_step<S, Req, K>(
     step: Step<S::Response, S::Error>,
     answered: Option<Result<S::Response, S::Error>>,
     mut state: Pin<&mut StateOf<S, Req>>,
     service: &mut Option<S>,
-    session: &mut Session<Req, C>,
+    session: &mut Session<Req, K>,
 ) -> Option<Result<S::Response, S::Error>>
 where
     S: Service<Req>,
@@ -283,7 +285,7 @@ fn waiting<F, Res, E>(state: Pin<&mut State<F, Res, E>>) -> Pin<&mut Wait<Res, E
     }
 }
 
-impl<S, Req, C> fmt::Debug for RetryFuture<S, Req, C>
+impl<S, Req, C, H> fmt::Debug for RetryFuture<S, Req, C, H>
 where
     S: Service<Req>,
 {

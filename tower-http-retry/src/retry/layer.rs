@@ -4,6 +4,7 @@ use super::attempt::AttemptHook;
 use super::backoff::Backoff;
 use super::budget::RetryBudget;
 use super::config::{Config, Settings};
+use super::hand_back::{FailUnsent, SendAnyway, Sorting};
 use super::idempotency::Idempotency;
 use super::nested::NestedLayers;
 use super::service::Retry;
@@ -153,9 +154,12 @@ use tower_layer::Layer;
 /// # Ok(())
 /// # }
 /// ```
+///
+/// `C` is the [classifier](RetryLayerBuilder::classifier), `H` what the layer returns for a
+/// request it did not send ([`hand_back`](RetryLayerBuilder::hand_back)).
 #[must_use]
-pub struct RetryLayer<C = HttpClassifier> {
-    config: Arc<Config<C>>,
+pub struct RetryLayer<C = HttpClassifier, H = SendAnyway> {
+    config: Arc<Config<Sorting<C, H>>>,
 }
 
 impl RetryLayer {
@@ -174,7 +178,7 @@ impl RetryLayer {
     }
 }
 
-impl<C> RetryLayer<C> {
+impl<C, H> RetryLayer<C, H> {
     /// The counters of this layer and every clone of it (and every service they made), now.
     pub fn stats(&self) -> RetryStats {
         self.config.counters.snapshot()
@@ -220,7 +224,7 @@ impl Default for RetryLayer {
     }
 }
 
-impl<C> Clone for RetryLayer<C> {
+impl<C, H> Clone for RetryLayer<C, H> {
     fn clone(&self) -> Self {
         Self {
             config: Arc::clone(&self.config),
@@ -228,24 +232,23 @@ impl<C> Clone for RetryLayer<C> {
     }
 }
 
-impl<S, C> Layer<S> for RetryLayer<C> {
-    type Service = Retry<S, C>;
+impl<S, C, H> Layer<S> for RetryLayer<C, H> {
+    type Service = Retry<S, C, H>;
 
     fn layer(&self, inner: S) -> Self::Service {
         Retry::new(inner, Arc::clone(&self.config))
     }
 }
 
-impl<C: fmt::Debug> fmt::Debug for RetryLayer<C> {
+impl<C: fmt::Debug, H: fmt::Debug> fmt::Debug for RetryLayer<C, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("RetryLayer").field(&*self.config).finish()
     }
 }
 
-/// The builder after [`fail_unsent`](RetryLayerBuilder::fail_unsent): its classifier `C`
-/// wrapped in [`FailUnsent`](crate::classify::FailUnsent), which hands a request the layer did
-/// not send back as the service's error.
-pub type FailUnsentBuilder<C = HttpClassifier> = RetryLayerBuilder<crate::classify::FailUnsent<C>>;
+/// The builder after [`fail_unsent`](RetryLayerBuilder::fail_unsent): it hands a request the
+/// layer did not send back as the service's error ([`FailUnsent`]).
+pub type FailUnsentBuilder<C = HttpClassifier> = RetryLayerBuilder<C, FailUnsent>;
 
 /// Configures a [`RetryLayer`]; [`build`](Self::build) checks every value.
 ///
@@ -266,9 +269,11 @@ pub type FailUnsentBuilder<C = HttpClassifier> = RetryLayerBuilder<crate::classi
 /// | [`random_source`](Self::random_source) | [`RandomSource::from_entropy`] |
 /// | [`wall_clock`](Self::wall_clock) | `SystemTime::now` |
 /// | [`classifier`](Self::classifier) | [`HttpClassifier::new`] |
+/// | [`hand_back`](Self::hand_back) ([`fail_unsent`](Self::fail_unsent)) | [`SendAnyway`] |
 #[must_use]
-pub struct RetryLayerBuilder<C = HttpClassifier> {
+pub struct RetryLayerBuilder<C = HttpClassifier, H = SendAnyway> {
     pub(super) classifier: C,
+    pub(super) hand_back: H,
     pub(crate) settings: Settings,
 }
 
@@ -276,12 +281,13 @@ impl Default for RetryLayerBuilder {
     fn default() -> Self {
         Self {
             classifier: HttpClassifier::new(),
+            hand_back: SendAnyway,
             settings: Settings::default(),
         }
     }
 }
 
-impl<C> RetryLayerBuilder<C> {
+impl<C, H> RetryLayerBuilder<C, H> {
     /// Sets the backoff policy.
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.settings.backoff = backoff;
@@ -482,9 +488,20 @@ impl<C> RetryLayerBuilder<C> {
     }
 
     /// Replaces the classifier (the type changes with it).
-    pub fn classifier<C2>(self, classifier: C2) -> RetryLayerBuilder<C2> {
+    pub fn classifier<C2>(self, classifier: C2) -> RetryLayerBuilder<C2, H> {
         RetryLayerBuilder {
             classifier,
+            hand_back: self.hand_back,
+            settings: self.settings,
+        }
+    }
+
+    /// Sets what the layer returns for a new request it did not send (see [`HandBack`](super::HandBack);
+    /// the type changes with it). [`fail_unsent`](Self::fail_unsent) sets the common choice.
+    pub fn hand_back<H2>(self, hand_back: H2) -> RetryLayerBuilder<C, H2> {
+        RetryLayerBuilder {
+            classifier: self.classifier,
+            hand_back,
             settings: self.settings,
         }
     }
@@ -493,9 +510,8 @@ impl<C> RetryLayerBuilder<C> {
     /// ([`Unsent`](crate::report::Unsent): its endpoint is down or paused, and it would wait past
     /// its deadline or finds the queue full), instead of sending it once. The error type must
     /// implement `From<Unsent>`, as `tower::BoxError` does (after `tower::timeout`, say): a
-    /// stack whose error cannot hold one does not compile. The classifier is wrapped in
-    /// [`FailUnsent`](crate::classify::FailUnsent); set it after
-    /// [`classifier`](Self::classifier).
+    /// stack whose error cannot hold one does not compile. The same as
+    /// [`hand_back(FailUnsent)`](Self::hand_back).
     ///
     /// The builder's type changes with it (the conversion is checked at compile time), to
     /// [`FailUnsentBuilder`]: code that passes builders around names that.
@@ -510,10 +526,7 @@ impl<C> RetryLayerBuilder<C> {
     /// # let _ = layer;
     /// ```
     pub fn fail_unsent(self) -> FailUnsentBuilder<C> {
-        RetryLayerBuilder {
-            classifier: crate::classify::FailUnsent::new(self.classifier),
-            settings: self.settings,
-        }
+        self.hand_back(FailUnsent)
     }
 
     /// Checks every value and builds the layer.
@@ -523,17 +536,19 @@ impl<C> RetryLayerBuilder<C> {
     /// [`InvalidConfig::MAX_DURATION`](crate::InvalidConfig::MAX_DURATION), a first-attempt jitter
     /// not below the deadline, a zero `Retry-After` clamp, or a `Retry-After` jitter outside `[0,
     /// 1]`.
-    pub fn build(self) -> Result<RetryLayer<C>, InvalidConfig> {
+    pub fn build(self) -> Result<RetryLayer<C, H>, InvalidConfig> {
+        let sorting = Sorting::new(self.classifier, self.hand_back);
         Ok(RetryLayer {
-            config: Arc::new(Config::new(self.classifier, self.settings)?),
+            config: Arc::new(Config::new(sorting, self.settings)?),
         })
     }
 }
 
-impl<C: fmt::Debug> fmt::Debug for RetryLayerBuilder<C> {
+impl<C: fmt::Debug, H: fmt::Debug> fmt::Debug for RetryLayerBuilder<C, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryLayerBuilder")
             .field("classifier", &self.classifier)
+            .field("hand_back", &self.hand_back)
             .field("settings", &self.settings)
             .finish()
     }

@@ -2,6 +2,7 @@
 
 use super::config::Config;
 use super::future::RetryFuture;
+use super::hand_back::{HandBack, SendAnyway, Sorting};
 use super::session::{First, Session};
 use super::stats::RetryStats;
 use crate::classify::{Classify, HttpClassifier};
@@ -25,13 +26,16 @@ use tower_service::Service;
 /// delays it (the delayed attempt goes to a clone made ready after the delay). A POST without a
 /// key keeps both: it is sent again if it provably never reached the server
 /// ([`NotSent`](crate::classify::NotSent)).
-pub struct Retry<S, C = HttpClassifier> {
+///
+/// `C` is the layer's classifier, `H` what it returns for a request it did not send
+/// ([`HandBack`]).
+pub struct Retry<S, C = HttpClassifier, H = SendAnyway> {
     inner: S,
-    config: Arc<Config<C>>,
+    config: Arc<Config<Sorting<C, H>>>,
 }
 
-impl<S, C> Retry<S, C> {
-    pub(crate) fn new(inner: S, config: Arc<Config<C>>) -> Self {
+impl<S, C, H> Retry<S, C, H> {
+    pub(crate) fn new(inner: S, config: Arc<Config<Sorting<C, H>>>) -> Self {
         Self { inner, config }
     }
 
@@ -56,7 +60,7 @@ impl<S, C> Retry<S, C> {
     }
 }
 
-impl<S, C, Req> Service<Req> for Retry<S, C>
+impl<S, C, H, Req> Service<Req> for Retry<S, C, H>
 where
     S: Service<Req> + Clone,
     S::Response: RetryResponse,
@@ -64,10 +68,11 @@ where
     S::Error: 'static,
     Req: RetryRequest,
     C: Classify<S::Response, S::Error>,
+    H: HandBack<S::Response, S::Error>,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = RetryFuture<S, Req, C>;
+    type Future = RetryFuture<S, Req, C, H>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -114,7 +119,7 @@ where
     }
 }
 
-impl<S: Clone, C> Clone for Retry<S, C> {
+impl<S: Clone, C, H> Clone for Retry<S, C, H> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -123,7 +128,7 @@ impl<S: Clone, C> Clone for Retry<S, C> {
     }
 }
 
-impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for Retry<S, C> {
+impl<S: fmt::Debug, C: fmt::Debug, H: fmt::Debug> fmt::Debug for Retry<S, C, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("inner", &self.inner)

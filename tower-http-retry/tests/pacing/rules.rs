@@ -13,9 +13,10 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
-use tower_http_retry::classify::{FailUnsent, HttpClassifier};
+use tower_http_retry::classify::HttpClassifier;
 use tower_http_retry::pacing::{Pacing, PacingMode};
 use tower_http_retry::report::{RetryReport, StopReason, Unsent};
+use tower_http_retry::retry::FailUnsent;
 use tower_http_retry::retry::{RandomSource, RetryLayerBuilder};
 use tower_http_retry::{Backoff, Jitter, RetryLayer};
 
@@ -249,7 +250,7 @@ async fn a_second_outage_while_ramping_is_probed_like_the_first() {
 }
 
 /// A layer that hands back unsent requests, with a 1-s deadline, to an endpoint that is down.
-fn handing_back() -> RetryLayer<FailUnsent<HttpClassifier>> {
+fn handing_back() -> RetryLayer<HttpClassifier, FailUnsent> {
     builder()
         .deadline(SEC)
         .pacing(Pacing::builder().outage_after(1).build().unwrap())

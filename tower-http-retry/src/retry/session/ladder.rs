@@ -249,14 +249,14 @@ pub(super) fn rotation_pause(resend: u32, rng: &mut rand::rngs::SmallRng) -> Dur
 
 #[cfg(test)]
 mod tests {
-    //! The ladder's verdicts on their own, and what `commit` adds; `decide` (the ladder with the
-    //! facts and pacing around it) is tested in `../tests.rs`.
+    //! The ladder's verdicts on their own, and what `commit` adds; `decide_classified` (the ladder
+    //! with the facts and pacing around it) is tested in `../tests.rs`.
 
     use super::*;
     use crate::classify::Classify;
     use crate::hint::ServerHint;
     use crate::retry::session::tests::{
-        builder, config, empty_bucket, response, sent, Req, Res, MS,
+        builder, config, empty_bucket, response, sent, Layered, Req, Res, MS,
     };
     use crate::retry::TokenBucket;
     use crate::AbortSignal;
@@ -323,7 +323,7 @@ mod tests {
     #[test]
     fn a_breaker_refusal_stops_as_circuit_open_before_the_method_is_asked() {
         let config = config(builder().classifier(Refusing));
-        let mut session: Session<Req, Refusing> = sent(&config, Method::POST);
+        let mut session: Session<Req, Layered<Refusing>> = sent(&config, Method::POST);
         let mut refused = facts(Outcome::Permanent);
         refused.refused_for = Some(300 * MS);
         match session.ladder(&refused, &mut Now::new(never)) {
@@ -335,7 +335,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let error = std::io::Error::other("refused");
-        let mut session: Session<Req, Refusing> = sent(&config, Method::POST);
+        let mut session: Session<Req, Layered<Refusing>> = sent(&config, Method::POST);
         let next = session.answer(&Err::<Res, _>(error), Instant::now);
         assert!(matches!(next, Next::Stop(StopReason::CircuitOpen)));
     }

@@ -11,6 +11,7 @@ use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{Deferred, Lane, QueueWait, Resend, Signal};
 use crate::random::uniform;
 use crate::report::{DelaySource, StopReason, Unsent};
+use crate::retry::hand_back::HandBack;
 use crate::telemetry::decision;
 use http::uri::Authority;
 use std::sync::Arc;
@@ -318,10 +319,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     }
 
     /// A first attempt the pacer turned away (queue full, a wait past its deadline), handed back
-    /// unsent when the classifier can ([`Classify::unsent`]): nothing is sent to an endpoint
+    /// unsent when the layer can ([`HandBack`]): nothing is sent to an endpoint
     /// known to be down. The report says [`StopReason::Deferred`], no attempt, and when to send
     /// it again (`resend`, spread by the request's own jitter, or later when the layer knows
-    /// more); `count` books it to the pacer. `None`: the classifier cannot, and it is sent.
+    /// more); `count` books it to the pacer. `None`: the layer sends it.
     pub(super) fn hand_back<Res, E>(
         &mut self,
         resend: Resend,
@@ -330,9 +331,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     ) -> Option<Result<Res, E>>
     where
         Res: RetryResponse,
-        C: Classify<Res, E>,
+        C: HandBack<Res, E>,
     {
-        let make = self.config.classifier.unsent()?;
+        let make = self.config.classifier.hand_back()?;
         count();
         decision!("handing back a request to an endpoint known to be down, unsent");
         self.resend_in(resend);

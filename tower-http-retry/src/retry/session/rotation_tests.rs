@@ -1,7 +1,7 @@
 //! A rotation without proof ([`Signals::rotation`](crate::classify::Signals::rotation)): the ladder resends it as rotation when
 //! the request may be repeated, and stops it otherwise; the pacer hears nothing of it.
 
-use super::tests::{builder, config, request, sleep, stop, Req, Res, MS};
+use super::tests::{builder, config, request, sleep, stop, Layered, Req, Res, MS};
 use super::*;
 use crate::retry::{Idempotency, RetryLayerBuilder};
 use crate::HttpClassifier;
@@ -30,7 +30,7 @@ impl Classify<Res, io::Error> for Rotations {
     }
 }
 
-fn rotations(builder: RetryLayerBuilder) -> Arc<Config<Rotations>> {
+fn rotations(builder: RetryLayerBuilder) -> Arc<Config<Layered<Rotations>>> {
     config(builder.classifier(Rotations))
 }
 
@@ -39,7 +39,10 @@ fn rotated() -> Result<Res, io::Error> {
 }
 
 /// A session whose first attempt of `request` was just sent.
-fn sent(config: &Arc<Config<Rotations>>, mut request: Req) -> Session<Req, Rotations> {
+fn sent(
+    config: &Arc<Config<Layered<Rotations>>>,
+    mut request: Req,
+) -> Session<Req, Layered<Rotations>> {
     let mut session = Session::new(Arc::clone(config), &mut request);
     let mut service = tower::service_fn(|_: Req| async { rotated() });
     drop(session.send_request(request, &mut service));

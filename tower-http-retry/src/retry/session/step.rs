@@ -11,6 +11,7 @@ use crate::pacing::PassGuard;
 use crate::pacing::QueueWait;
 use crate::report::StopReason;
 use crate::retry::budget::Withdrawal;
+use crate::retry::hand_back::HandBack;
 use crate::retry::watch::AbortWatch;
 use crate::telemetry::EndedSpan;
 use std::time::Duration;
@@ -109,7 +110,7 @@ where
     ) -> Step<Res, E>
     where
         Res: RetryResponse,
-        C: Classify<Res, E>,
+        C: Classify<Res, E> + HandBack<Res, E>,
     {
         match event {
             Event::Answered(result, span) => {

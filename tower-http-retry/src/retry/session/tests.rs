@@ -1,6 +1,7 @@
 //! The decision ladder on its own: no runtime timers, no inner service, `now` passed in.
 
 use super::*;
+use crate::retry::hand_back::{SendAnyway, Sorting};
 use crate::retry::nested::retrying;
 use crate::retry::RandomSource;
 use crate::retry::{Backoff, Jitter, RetryBudget, RetryLayer, RetryLayerBuilder, TokenBucket};
@@ -23,12 +24,16 @@ pub(crate) fn builder() -> RetryLayerBuilder {
         .without_budget()
 }
 
-pub(crate) fn config<C>(builder: RetryLayerBuilder<C>) -> Arc<Config<C>> {
+/// The layer's classifier `C`, as a session reads it (sending what it does not send).
+pub(crate) type Layered<C> = Sorting<C, SendAnyway>;
+
+pub(crate) fn config<C, H>(builder: RetryLayerBuilder<C, H>) -> Arc<Config<Sorting<C, H>>> {
     let RetryLayerBuilder {
         classifier,
+        hand_back,
         settings,
     } = builder;
-    Arc::new(Config::new(classifier, settings).unwrap())
+    Arc::new(Config::new(Sorting::new(classifier, hand_back), settings).unwrap())
 }
 
 pub(crate) fn request(method: Method) -> Req {
@@ -514,7 +519,7 @@ fn sent_with_own_deadline<S: Service<Req>>(
     builder: RetryLayerBuilder,
     deadline_ms: u64,
     service: &mut S,
-) -> Session<Req, HttpClassifier> {
+) -> Session<Req, Layered<HttpClassifier>> {
     let config = config(
         builder
             .attempt_hook(OwnDeadlineMs)

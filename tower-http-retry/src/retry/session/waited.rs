@@ -9,6 +9,7 @@ use crate::classify::Classify;
 use crate::message::{RetryRequest, RetryResponse};
 use crate::pacing::{Lane, Resend};
 use crate::report::StopReason;
+use crate::retry::hand_back::HandBack;
 use tokio::time::Instant;
 
 impl<Req, C> Session<Req, C>
@@ -23,7 +24,7 @@ where
     ) -> Step<Res, E>
     where
         Res: RetryResponse,
-        C: Classify<Res, E>,
+        C: Classify<Res, E> + HandBack<Res, E>,
     {
         let step = self.wait_step(ended, now);
         if let Step::Stop(reason) | Step::StopWith(_, reason) = &step {
@@ -36,7 +37,7 @@ where
     fn wait_step<Res, E>(&mut self, ended: WaitEnded<'_, E>, now: Instant) -> Step<Res, E>
     where
         Res: RetryResponse,
-        C: Classify<Res, E>,
+        C: Classify<Res, E> + HandBack<Res, E>,
     {
         let WaitEnded {
             woke,
@@ -94,7 +95,7 @@ where
     fn after_sleep<Res, E>(&mut self, retrying: bool, now: Instant) -> Step<Res, E>
     where
         Res: RetryResponse,
-        C: Classify<Res, E>,
+        C: Classify<Res, E> + HandBack<Res, E>,
     {
         self.sleep_ended();
         match self.queue_after_sleep(now) {
@@ -129,7 +130,7 @@ where
     ) -> Step<Res, E>
     where
         Res: RetryResponse,
-        C: Classify<Res, E>,
+        C: Classify<Res, E> + HandBack<Res, E>,
     {
         match self.hand_back(resend, now, count) {
             Some(output) => Step::Done(output),
@@ -173,7 +174,7 @@ impl<Req, C> Session<Req, C> {
 #[cfg(test)]
 mod tests {
     //! The wait's decisions fed events and instants: no timer, no queue, no service.
-    use super::super::tests::{builder, config, sent, Req, Res, MS};
+    use super::super::tests::{builder, config, sent, Layered, Req, Res, MS};
     use super::*;
     use crate::abort::Forbidden;
     use crate::HttpClassifier;
@@ -184,7 +185,7 @@ mod tests {
     type WaitStep = Step<Res, Infallible>;
 
     fn after(
-        session: &mut Session<Req, HttpClassifier>,
+        session: &mut Session<Req, Layered<HttpClassifier>>,
         woke: Woke<Infallible>,
         retrying: bool,
         now: Instant,
