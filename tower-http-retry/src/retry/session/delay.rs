@@ -64,7 +64,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// The backoff policy's draw for the retry after the current attempt.
     pub(super) fn backoff_delay(&mut self) -> (Duration, DelaySource) {
         let config = Arc::clone(&self.config);
-        let retry = self.counted().saturating_sub(1);
+        let retry = self.tries.counted().saturating_sub(1);
         let previous = self.previous_delay();
         let delay = config.settings.backoff.delay(retry, previous, self.rng());
         (delay, DelaySource::Backoff)

@@ -125,8 +125,8 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         // 6. Rotation (and a `425 Too Early`, once): a short jittered pause, spending neither
         // an attempt nor a token (the endpoint is up; an outage looks like `Unconnected`).
         if let Some(kind @ (NotSent::Refused | NotSent::TooEarly)) = facts.not_sent() {
-            self.too_early |= kind == NotSent::TooEarly;
-            let pause = rotation_pause(self.refused + 1, self.rng());
+            let resend = self.tries.resend_number(kind);
+            let pause = rotation_pause(resend, self.rng());
             return Verdict::Retry(Retry {
                 delay: pause,
                 source: DelaySource::Refused,
@@ -158,10 +158,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let config = Arc::clone(&self.config);
         let token = match (&config.settings.budget, source) {
             (_, DelaySource::Refused) => {
-                self.refused += 1;
+                self.tries.resent();
                 config.counters.rotation_resend();
                 decision!(
-                    attempt = self.attempts,
+                    attempt = self.tries.sent(),
                     pause = ?delay,
                     "resending a request the server turned away unprocessed"
                 );
@@ -184,7 +184,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         self.record_delay(delay, source);
         if source != DelaySource::Refused {
             decision!(
-                attempt = self.attempts,
+                attempt = self.tries.sent(),
                 ?delay,
                 ?source,
                 "retrying after delay"
@@ -223,11 +223,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         let settings = &self.config.settings;
         let free = matches!(not_sent, Some(NotSent::Refused | NotSent::TooEarly));
         if free && settings.max_attempts > 1 {
-            let again_too_early = not_sent == Some(NotSent::TooEarly) && self.too_early;
-            (again_too_early || self.refused >= settings.max_refused_retries)
-                .then_some(StopReason::RefusedTooOften)
+            let max = settings.max_refused_retries;
+            (self.tries.refused_too_often(not_sent, max)).then_some(StopReason::RefusedTooOften)
         } else {
-            (self.counted() >= settings.max_attempts).then_some(StopReason::AttemptsExhausted)
+            (self.tries.counted() >= settings.max_attempts).then_some(StopReason::AttemptsExhausted)
         }
     }
 }
@@ -445,7 +444,7 @@ mod tests {
             panic!("a sleep without a token")
         };
         assert_eq!(bucket.available(), before);
-        assert_eq!(session.refused, 1);
+        assert_eq!(session.attempts() - session.counted(), 1);
         assert_eq!(config.counters.snapshot().rotation_resends, 1);
     }
 }

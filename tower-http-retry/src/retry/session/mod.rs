@@ -40,12 +40,14 @@ mod stop_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 mod trail;
+mod tries;
 mod verdict;
 mod waited;
 
 pub(crate) use step::{Event, Interrupted, Step, WaitEnded, Woke};
 
 use trail::Trail;
+use tries::Tries;
 use verdict::Facts;
 
 use super::budget::Withdrawal;
@@ -82,12 +84,8 @@ pub(crate) struct Session<Req, C> {
     /// Set when the request must not be sent again, and why. `NotIdempotent` still lets a
     /// request that was [not sent](Outcome::NotSent) go again.
     not_retryable: Option<StopReason>,
-    /// Attempts sent, the free resends of refused requests included.
-    attempts: u32,
-    /// Free resends of refused requests so far.
-    refused: u32,
-    /// A `425 Too Early` was resent already (it is resent once).
-    too_early: bool,
+    /// The attempts sent so far.
+    tries: Tries,
     /// The layer's deadline and the request's own (read by the attempt hook).
     deadline: Deadline,
     slot: Option<ReportSlot>,
@@ -190,17 +188,17 @@ impl<Req, C> Session<Req, C> {
 
     /// Attempts sent so far and the time slept between them (for `Debug`).
     pub(crate) fn progress(&self) -> (u32, Duration) {
-        (self.attempts, self.slept())
+        (self.tries.sent(), self.slept())
     }
 
     #[cfg(test)]
     fn attempts(&self) -> u32 {
-        self.attempts
+        self.tries.sent()
     }
 
-    /// Attempts that count against `max_attempts`: the free resends of refused requests do not.
+    #[cfg(test)]
     fn counted(&self) -> u32 {
-        self.attempts - self.refused
+        self.tries.counted()
     }
 
     /// The pacer let the request go with `pass`: its next outcome is recorded with it.
@@ -296,9 +294,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             kept: Kept::Pending,
             config,
             not_retryable,
-            attempts: 0,
-            refused: 0,
-            too_early: false,
+            tries: Tries::default(),
             waits,
         }
     }
@@ -352,18 +348,17 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// on the way (a move is a copy).
     #[inline(always)]
     pub(crate) fn sending(&mut self, request: &mut Req) -> Sending {
-        self.attempts += 1;
+        let attempt = self.tries.send();
         let settings = &self.config.settings;
         let deadline = &self.deadline;
-        settings
-            .stamps
-            .stamp(request.headers_mut(), self.attempts, || {
-                deadline.own_left(Instant::now())
-            });
+        settings.stamps.stamp(request.headers_mut(), attempt, || {
+            deadline.own_left(Instant::now())
+        });
         let keep = settings.max_attempts > 1
             && self.not_retryable != Some(StopReason::Delegated)
-            && (self.counted() < settings.max_attempts
-                || self.refused < settings.max_refused_retries);
+            && self
+                .tries
+                .any_left(settings.max_attempts, settings.max_refused_retries);
         let copy = if keep { request.try_clone() } else { None };
         if let Some(copy) = copy {
             self.keep(Kept::Copy(copy));
@@ -380,13 +375,13 @@ impl<Req: RetryRequest, C> Session<Req, C> {
             self.keep(Kept::Method(request.method().clone(), authority));
         }
         let after = self.delays().last().map(|delay| delay.source);
-        self.config.counters.attempt(self.attempts, after);
+        self.config.counters.attempt(attempt, after);
         // The mark first, then the span, which the event is in: it carries the attempt's
         // method, address and port.
         let mark = self.inner_layers_mark();
         let inner = mark_inner(mark);
-        let span = telemetry::enter_attempt(request, self.attempts);
-        decision!(attempt = self.attempts, "sending attempt");
+        let span = telemetry::enter_attempt(request, attempt);
+        decision!(attempt = attempt, "sending attempt");
         Sending { inner, span, mark }
     }
 
@@ -491,7 +486,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     fn first_try_success<Res, E>(&mut self, result: &Result<Res, E>, classified: Outcome) -> bool {
         if classified != Outcome::Success
             || result.is_err()
-            || self.attempts != 1
+            || self.tries.sent() != 1
             || self.waits.is_some()
             || self.config.pacer.is_some()
         {

@@ -205,7 +205,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
         }
         self.record_delay(retry.delay, retry.source);
         decision!(
-            attempt = self.attempts,
+            attempt = self.tries.sent(),
             delay = ?retry.delay,
             "waiting out the server's hint before the endpoint's queue"
         );
@@ -218,8 +218,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
 
     /// Joins `lane`'s queue at `now`, or says why it cannot.
     fn queue(&mut self, lane: &Lane, now: Instant) -> Result<QueueWait, Deferred> {
-        let wait = QueueWait::join(lane, self.deadline.room(now), now, self.attempts == 0)?;
-        let attempts = self.attempts;
+        let first = self.tries.sent() == 0;
+        let wait = QueueWait::join(lane, self.deadline.room(now), now, first)?;
+        let attempts = self.tries.sent();
         self.trail().joined_queue(attempts, now);
         Ok(wait)
     }
@@ -227,7 +228,10 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     fn enter_queue(&mut self, lane: &Lane, listener: Option<Listener>, now: Instant) -> Next {
         match self.queue(lane, now) {
             Ok(wait) => {
-                decision!(attempt = self.attempts, "waiting in the endpoint's queue");
+                decision!(
+                    attempt = self.tries.sent(),
+                    "waiting in the endpoint's queue"
+                );
                 Next::Queue {
                     wait,
                     listener,

@@ -44,14 +44,14 @@ impl<Req, C> Session<Req, C> {
     /// any). [`decide`](Self::decide) records every end it decides.
     pub(super) fn end(&self, stop: StopReason) {
         self.config.counters.stop(stop);
-        decision!(attempts = self.attempts, %stop, "finished");
+        decision!(attempts = self.tries.sent(), %stop, "finished");
     }
 
     /// The report so far, with the reason the request stopped.
     pub(super) fn report(&mut self, stop: StopReason) -> RetryReport {
         let wall = &self.config.settings.wall_clock;
         let wall = || wall();
-        let attempts = self.attempts;
+        let attempts = self.tries.sent();
         let report = match self.waits.as_mut() {
             Some(waits) => waits.trail.report(attempts, stop, wall),
             None => Trail::default().report(attempts, stop, wall),
@@ -102,7 +102,7 @@ impl<Req, C> Session<Req, C> {
     }
 
     pub(super) fn record_delay(&mut self, duration: Duration, source: DelaySource) {
-        let after_attempt = self.attempts;
+        let after_attempt = self.tries.sent();
         self.trail().record(after_attempt, duration, source);
     }
 }
@@ -148,7 +148,7 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// (and a waiting slot): recorded here, and `true`.
     #[inline]
     pub(super) fn finished_first_try(&mut self, stop: StopReason) -> bool {
-        if self.attempts == 1 && self.waits.is_none() && stop == StopReason::Success {
+        if self.tries.sent() == 1 && self.waits.is_none() && stop == StopReason::Success {
             self.config.counters.stop(stop);
             if let Some(slot) = self.slot.take() {
                 slot.fill(RetryReport::FIRST_TRY);
