@@ -60,13 +60,29 @@ pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(100);
 #[derive(Clone, Debug)]
 pub struct ApalisOutbox<Q, D> {
     queue: Q,
+    /// The same queue on connections of its own, for stores, if apart from the workers'.
+    stores: Option<Q>,
     dead: D,
 }
 
 impl<Q, D> ApalisOutbox<Q, D> {
     /// Deliveries in `queue`, dead letters in `dead`.
     pub fn new(queue: Q, dead: D) -> Self {
-        Self { queue, dead }
+        Self {
+            queue,
+            stores: None,
+            dead,
+        }
+    }
+
+    /// Stores deliveries (new ones, and the next step of each) through `stores`, the same
+    /// queue of the same engine on connections of its own, while the workers take them through
+    /// [`queue`](Self::queue). A worker's handler then never waits for a connection its worker
+    /// holds, so the workers can write on few connections: on SQLite, one (see
+    /// [`sqlite::outbox`](crate::sqlite::outbox)).
+    pub fn storing_through(mut self, stores: Q) -> Self {
+        self.stores = Some(stores);
+        self
     }
 
     /// The deliveries' queue: give it to the workers' `WorkerBuilder::backend`.
@@ -258,7 +274,8 @@ where
             .max_attempts(i32::MAX as usize)
             .idempotency_key(delivery.step_key())
             .build();
-        stored(self.queue.clone().push_task(task).await)
+        let queue = self.stores.as_ref().unwrap_or(&self.queue);
+        stored(queue.clone().push_task(task).await)
     }
 
     async fn dead_letter(&self, letter: DeadLetter) -> Result<(), EngineError> {

@@ -40,12 +40,9 @@ pub struct SqliteOptions {
     pub poll_interval: Duration,
     /// How long a writer waits for another process's write lock (30 s).
     pub busy_timeout: Duration,
-    /// The process's connections to the file (10, sqlx's default). SQLite has one writer at a
-    /// time, and connections that want the lock wait in SQLite's busy handler, which sleeps 1 to
-    /// 100 ms between tries: fewer connections contend less (4 workers of one process delivered
-    /// 1,413 a second on 10, 1,550 on 5, 1,773 on 3, 2,334 on 1). Keep it above the process's
-    /// workers: an apalis worker may hold a connection while its handlers need another (on one
-    /// connection, a worker's handler waited 30 s, the pool's acquire timeout, for it).
+    /// The process's connections to the file for stores, dead letters and the endpoints'
+    /// health (10, sqlx's default). The workers of the process write (their takes and
+    /// acknowledgements) on one connection of their own besides ([`outbox`]).
     pub max_connections: u32,
 }
 
@@ -139,6 +136,15 @@ fn is_busy(error: &apalis_sqlite::Error) -> bool {
 
 /// The two queues on an open pool, its schema already set up by [`setup`] (or [`open`]):
 /// apalis's, and the [`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE).
+///
+/// The process's workers take and acknowledge deliveries on **one connection** of their own,
+/// opened with `pool`'s options; stores, dead letters and health use `pool`
+/// ([`ApalisOutbox::storing_through`]). SQLite has one writer at a time, and connections that
+/// want the lock wait in SQLite's busy handler, which sleeps 1 to 100 ms between tries: on one
+/// connection the workers' writes queue in order instead (4 workers of one process delivered
+/// 1,413 a second on 10 connections, 1,550 on 5, 1,773 on 3, 2,334 on 1). The handlers never
+/// wait for that connection (on a single pool of one, a worker's handler waited 30 s, the pool's
+/// acquire timeout, for the connection its worker held).
 pub fn outbox(pool: &SqlitePool, options: SqliteOptions) -> SqliteOutbox {
     let config = |queue: &str| {
         Config::default()
@@ -147,13 +153,15 @@ pub fn outbox(pool: &SqlitePool, options: SqliteOptions) -> SqliteOutbox {
             .missed_heartbeats(options.missed_heartbeats)
             .batch_size(options.batch_size)
     };
+    let workers = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with((*pool.connect_options()).clone());
+    let deliveries = |pool: &SqlitePool| SqliteStorage::new(pool).with_config(config(DELIVERIES));
     ApalisOutbox::new(
-        engine::polled(
-            SqliteStorage::new(pool).with_config(config(DELIVERIES)),
-            options.poll_interval,
-        ),
+        engine::polled(deliveries(&workers), options.poll_interval),
         SqliteStorage::new(pool).with_config(config(DEAD_LETTERS)),
     )
+    .storing_through(engine::polled(deliveries(pool), options.poll_interval))
 }
 
 /// Whether a dead letter was replayed: its row's `attempts`, which nothing else counts in a
