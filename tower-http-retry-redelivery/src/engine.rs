@@ -249,7 +249,7 @@ pub(crate) fn runs_prefix(name: &str) -> String {
 /// delivery out early; a delivery due already is due at its own second rounded down (due at
 /// once), so that it is not held back up to a second for nothing, and a burst stored within a
 /// second does not all fall due together at the next one.
-fn due_second(due: SystemTime, now: SystemTime) -> u64 {
+pub(crate) fn due_second(due: SystemTime, now: SystemTime) -> u64 {
     let since = |time: SystemTime| time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     if due <= now {
         return since(due).as_secs();
@@ -284,6 +284,14 @@ where
 
     fn health_store(&self) -> Option<Arc<dyn HealthStore>> {
         self.dead.health_store()
+    }
+
+    fn defer_due(
+        &self,
+        endpoint: &str,
+        until: SystemTime,
+    ) -> impl Future<Output = Result<u64, EngineError>> + Send {
+        self.dead.defer_due(endpoint, until)
     }
 }
 
@@ -326,6 +334,17 @@ pub trait DeadLetterQueue {
     /// SQLite, Redis and Postgres queues do; the default: nowhere, each process judges alone).
     fn health_store(&self) -> Option<Arc<dyn HealthStore>> {
         None
+    }
+
+    /// [`Outbox::defer_due`] on the deliveries' queue of the same engine, if it can (SQLite's
+    /// can: one `UPDATE`; the default moves none).
+    fn defer_due(
+        &self,
+        endpoint: &str,
+        until: SystemTime,
+    ) -> impl Future<Output = Result<u64, EngineError>> + Send {
+        let _ = (endpoint, until);
+        std::future::ready(Ok(0))
     }
 }
 

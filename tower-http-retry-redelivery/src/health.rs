@@ -329,6 +329,12 @@ impl EndpointHealth {
         }
     }
 
+    /// Whether `endpoint` is in a failing run (in this process's view): its last attempt
+    /// failed and no success came since.
+    pub(crate) fn failing(&self, endpoint: &str) -> bool {
+        matches!(lock(&self.endpoints).get(endpoint), Some(State::Failing(_)))
+    }
+
     /// Every disabled endpoint and why (in this process's view: with a shared store, those it
     /// has read or changed).
     pub fn disabled_endpoints(&self) -> Vec<(String, DisableReason)> {
@@ -546,7 +552,7 @@ impl EndpointHealth {
 }
 
 /// A panic while a map was held left it whole: every write is a single insert or remove.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

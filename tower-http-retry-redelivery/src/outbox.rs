@@ -5,6 +5,7 @@ use crate::record::Delivery;
 use crate::step::DeadLetter;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// Where deliveries are stored: the stable surface between the worker's rules and an engine.
 ///
@@ -33,5 +34,19 @@ pub trait Outbox: Clone + Send + Sync + 'static {
     /// process judges by what it sees, and a restart forgets).
     fn health_store(&self) -> Option<Arc<dyn HealthStore>> {
         None
+    }
+
+    /// Moves every delivery to `endpoint` that waits in the queue due before `until` to
+    /// `until`, in one engine write, and returns how many: called when the retry layer hands a
+    /// delivery back because its endpoint is down or paused until then, so that a worker takes
+    /// the endpoint's backlog once it may go, not one delivery at a time now, ahead of other
+    /// endpoints' deliveries. The default moves none (each is then handed back as it is taken).
+    fn defer_due(
+        &self,
+        endpoint: &str,
+        until: SystemTime,
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send {
+        let _ = (endpoint, until);
+        std::future::ready(Ok(0))
     }
 }

@@ -1,7 +1,7 @@
 //! [`Redelivery`]: the worker's side. It stores new deliveries, and sends each due one through
 //! the retry layer, then stores it again, dead-letters it or is done with it.
 
-use crate::health::{EndpointHealth, HealthRules};
+use crate::health::{lock, EndpointHealth, HealthRules};
 use crate::outbox::Outbox;
 use crate::record::Delivery;
 use crate::schedule::{unix_ms, Schedule};
@@ -9,11 +9,12 @@ use crate::stats::{Counters, Event, RedeliveryStats};
 use crate::step::{self, DeadLetter, DeadReason, ReceiverControl, SlotResult, Step};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tower::ServiceExt;
 use tower_http_retry::{RetryReport, StopReason};
@@ -36,6 +37,8 @@ struct Inner<S, O> {
     schedule: Schedule,
     health: EndpointHealth,
     counters: Counters,
+    /// Per endpoint, the time its due deliveries were last moved to in bulk (pruned once past).
+    deferred_until: Mutex<HashMap<String, SystemTime>>,
 }
 
 impl<S, O, B> Clone for Redelivery<S, O, B> {
@@ -127,6 +130,7 @@ impl<S, O: Outbox, B> Redelivery<S, O, B> {
                 schedule,
                 health,
                 counters: Counters::default(),
+                deferred_until: Mutex::default(),
             }),
             _body: PhantomData,
         }
@@ -259,6 +263,32 @@ where
         step
     }
 
+    /// A delivery to `endpoint` was handed back until `until`: if the endpoint is failing (down,
+    /// not merely busy: a ramp's full queue hands deliveries back too), the engine moves its
+    /// other due deliveries there in one write, once per pause, so that the workers do not take
+    /// and hand back its backlog one by one ahead of other endpoints' deliveries. Nothing is
+    /// lost if it fails: each is then handed back as it is taken.
+    async fn defer_backlog(&self, endpoint: String, until: SystemTime) {
+        let inner = &*self.inner;
+        if !inner.health.failing(&endpoint) {
+            return;
+        }
+        {
+            let mut deferred = lock(&inner.deferred_until);
+            let now = SystemTime::now();
+            deferred.retain(|_, at| *at > now);
+            if deferred.get(&endpoint).is_some_and(|at| *at >= until) {
+                return;
+            }
+            deferred.insert(endpoint.clone(), until);
+        }
+        match inner.outbox.defer_due(&endpoint, until).await {
+            Ok(moved) => inner.counters.count_n(Event::DeferredInBulk, moved),
+            // Tried again at the next deferral.
+            Err(_) => drop(lock(&inner.deferred_until).remove(&endpoint)),
+        }
+    }
+
     async fn apply(&self, step: Step) -> Result<Handled, StoreFailed<O::Error>> {
         let inner = &*self.inner;
         match step {
@@ -277,12 +307,17 @@ where
                         due_at: unix_ms(delivery.due_at()),
                     }
                 };
+                let endpoint = (!sent).then(|| delivery.endpoint().to_owned());
+                let due = delivery.due_at();
                 inner.outbox.store(delivery).await.map_err(StoreFailed)?;
                 inner.counters.count(if sent {
                     Event::StoredAgain
                 } else {
                     Event::Deferred
                 });
+                if let Some(endpoint) = endpoint {
+                    self.defer_backlog(endpoint, due).await;
+                }
                 Ok(handled)
             }
             Step::DeadLetter(letter) => {

@@ -11,7 +11,7 @@ use apalis_sqlite::{Config, SqliteStorage};
 /// are the versions this crate uses.
 pub use apalis_sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// The outbox on SQLite.
 pub type SqliteOutbox = ApalisOutbox<Polled<SqliteStorage<Delivery>>, SqliteStorage<DeadLetter>>;
@@ -171,6 +171,12 @@ const REPLAYED: &str = "SELECT attempts > 0 FROM Jobs WHERE job_type = ?1 AND id
 const MARK_REPLAYED: &str =
     "UPDATE Jobs SET attempts = attempts + 1 WHERE job_type = ?1 AND idempotency_key = ?2";
 
+/// Moves the deliveries to an endpoint (`?3`, the record's `endpoint`) that wait in the
+/// deliveries' queue (`?1`) due before `?2` to `?2`.
+const DEFER_DUE: &str = "UPDATE Jobs SET run_at = ?2 \
+     WHERE job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at < ?2 \
+     AND json_extract(CAST(job AS TEXT), '$.endpoint') = ?3";
+
 /// The dead letters as a queue of the same file that no worker takes.
 impl DeadLetterQueue for SqliteStorage<DeadLetter> {
     fn health_store(&self) -> Option<std::sync::Arc<dyn HealthStore>> {
@@ -192,6 +198,19 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
             .fetch_optional(self.pool())
             .await
             .map(|marked: Option<bool>| marked.unwrap_or(false))
+            .map_err(EngineError::new)
+    }
+
+    async fn defer_due(&self, endpoint: &str, until: SystemTime) -> Result<u64, EngineError> {
+        // Due in whole seconds, rounded up: none falls due inside the pause.
+        let until = engine::due_second(until, SystemTime::UNIX_EPOCH);
+        sqlx::query(DEFER_DUE)
+            .bind(DELIVERIES)
+            .bind(i64::try_from(until).unwrap_or(i64::MAX))
+            .bind(endpoint)
+            .execute(self.pool())
+            .await
+            .map(|done| done.rows_affected())
             .map_err(EngineError::new)
     }
 

@@ -12,6 +12,7 @@ pub(crate) struct Counters {
     delivered: AtomicU64,
     stored_again: AtomicU64,
     deferred: AtomicU64,
+    deferred_in_bulk: AtomicU64,
     dead_lettered: AtomicU64,
     endpoints_disabled: AtomicU64,
     handling: AtomicU64,
@@ -34,6 +35,9 @@ pub struct RedeliveryStats {
     pub stored_again: u64,
     /// Deliveries the retry layer handed back unsent, stored again at the pacer's time.
     pub deferred: u64,
+    /// Deliveries the engine moved past a pause of their endpoint in one write, before a
+    /// worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)).
+    pub deferred_in_bulk: u64,
     /// Deliveries moved to the dead-letter queue.
     pub dead_lettered: u64,
     /// Endpoints this process disabled.
@@ -54,6 +58,7 @@ pub(crate) enum Event {
     Delivered,
     StoredAgain,
     Deferred,
+    DeferredInBulk,
     DeadLettered,
     EndpointDisabled,
 }
@@ -68,6 +73,7 @@ impl Event {
             Event::Delivered => "redelivery_delivered_total",
             Event::StoredAgain => "redelivery_stored_again_total",
             Event::Deferred => "redelivery_deferred_total",
+            Event::DeferredInBulk => "redelivery_deferred_in_bulk_total",
             Event::DeadLettered => "redelivery_dead_lettered_total",
             Event::EndpointDisabled => "redelivery_endpoints_disabled_total",
         }
@@ -76,6 +82,11 @@ impl Event {
 
 impl Counters {
     pub(crate) fn count(&self, event: Event) {
+        self.count_n(event, 1);
+    }
+
+    /// `n` events at once.
+    pub(crate) fn count_n(&self, event: Event, n: u64) {
         let counter = match event {
             Event::Stored => &self.stored,
             Event::Due => &self.due,
@@ -83,12 +94,13 @@ impl Counters {
             Event::Delivered => &self.delivered,
             Event::StoredAgain => &self.stored_again,
             Event::Deferred => &self.deferred,
+            Event::DeferredInBulk => &self.deferred_in_bulk,
             Event::DeadLettered => &self.dead_lettered,
             Event::EndpointDisabled => &self.endpoints_disabled,
         };
-        counter.fetch_add(1, Relaxed);
+        counter.fetch_add(n, Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!(event.name()).increment(1);
+        metrics::counter!(event.name()).increment(n);
     }
 
     /// One more delivery in hand, until the guard is dropped.
@@ -106,6 +118,7 @@ impl Counters {
             delivered: self.delivered.load(Relaxed),
             stored_again: self.stored_again.load(Relaxed),
             deferred: self.deferred.load(Relaxed),
+            deferred_in_bulk: self.deferred_in_bulk.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
             endpoints_disabled: self.endpoints_disabled.load(Relaxed),
             handling: self.handling.load(Relaxed),
