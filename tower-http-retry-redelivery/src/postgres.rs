@@ -28,7 +28,7 @@ use apalis_postgres::{Config, PostgresStorage};
 pub use apalis_postgres::PgPool;
 /// See [`PgPool`].
 pub use sqlx::postgres::PgPoolOptions;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// The outbox on Postgres.
 pub type PostgresOutbox =
@@ -168,6 +168,13 @@ const MARK_REPLAYED: &str =
     "UPDATE apalis.jobs SET attempts = attempts + 1 WHERE job_type = $1 AND idempotency_key = $2";
 
 /// The dead letters as a queue of the same table that no worker takes.
+/// Moves the deliveries to an endpoint (`$3`, the record's `endpoint`) that wait in the
+/// deliveries' queue (`$1`) due before the Unix second `$2` to it.
+const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($2) \
+     WHERE job_type = $1 AND status = 'Pending' AND lock_by IS NULL \
+     AND run_at < to_timestamp($2) \
+     AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $3";
+
 impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     fn health_store(&self) -> Option<std::sync::Arc<dyn HealthStore>> {
         Some(std::sync::Arc::new(self.clone()))
@@ -184,6 +191,19 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
             .fetch_optional(self.pool())
             .await
             .map(|marked: Option<bool>| marked.unwrap_or(false))
+            .map_err(EngineError::new)
+    }
+
+    async fn defer_due(&self, endpoint: &str, until: SystemTime) -> Result<u64, EngineError> {
+        // Due in whole seconds, rounded up, as every store: none falls due inside the pause.
+        let until = engine::due_second(until, SystemTime::UNIX_EPOCH);
+        sqlx::query(DEFER_DUE)
+            .bind(DELIVERIES)
+            .bind(i64::try_from(until).unwrap_or(i64::MAX))
+            .bind(endpoint)
+            .execute(self.pool())
+            .await
+            .map(|done| done.rows_affected())
             .map_err(EngineError::new)
     }
 

@@ -456,6 +456,35 @@ where
     assert_eq!(errors, 0);
 }
 
+/// A failing endpoint's due deliveries move past its pause in one write (`Outbox::defer_due`),
+/// and no other endpoint's; `moves`: whether the engine moves them (Redis does not yet).
+async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, moves: bool) {
+    let delivery = |id: String, uri: &str| {
+        let request = http::Request::post(uri).body(Bytes::from("{}")).unwrap();
+        rules().record(id, request).unwrap()
+    };
+    for i in 0..5 {
+        let down = delivery(format!("down-{i}"), "http://127.0.0.1:9/hook");
+        outbox.store(down).await.unwrap();
+    }
+    for i in 0..3 {
+        let up = delivery(format!("up-{i}"), "http://127.0.0.1:10/hook");
+        outbox.store(up).await.unwrap();
+    }
+    let moved = |n: u64| if moves { n } else { 0 };
+    let pause_ends = SystemTime::now() + Duration::from_secs(60);
+    let down = "http://127.0.0.1:9";
+    assert_eq!(outbox.defer_due(down, pause_ends).await.unwrap(), moved(5));
+    // None of them is due before then any more.
+    assert_eq!(outbox.defer_due(down, pause_ends).await.unwrap(), 0);
+    // A later pause moves them again.
+    let later = pause_ends + Duration::from_secs(60);
+    assert_eq!(outbox.defer_due(down, later).await.unwrap(), moved(5));
+    // The other endpoint's deliveries were not moved by any of it.
+    let up = "http://127.0.0.1:10";
+    assert_eq!(outbox.defer_due(up, pause_ends).await.unwrap(), moved(3));
+}
+
 /// The tests on one engine: `$open` makes a fresh outbox (and what keeps its engine up),
 /// `$outbox` is its type.
 macro_rules! on_engine {
@@ -506,6 +535,15 @@ macro_rules! on_engine {
                     return;
                 };
                 super::endpoint_health_is_kept_in_the_engine(outbox).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_failing_endpoints_backlog_moves_past_its_pause() {
+                let Some((outbox, _engine)) = $open("defer-due").await else {
+                    return;
+                };
+                let moves = stringify!($engine) != "redis";
+                super::a_failing_endpoints_backlog_moves_past_its_pause(outbox, moves).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
