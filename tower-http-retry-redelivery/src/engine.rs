@@ -336,8 +336,9 @@ pub trait DeadLetterQueue {
         None
     }
 
-    /// [`Outbox::defer_due`] on the deliveries' queue of the same engine, if it can (SQLite's
-    /// can: one `UPDATE`; the default moves none).
+    /// [`Outbox::defer_due`] on the deliveries' queue of the same engine, if it can: SQLite's
+    /// and Postgres's move them in one `UPDATE` in the crate's deliveries queue (`DELIVERIES`,
+    /// the name `sqlite::outbox` and `postgres::outbox` give it); the default moves none.
     fn defer_due(
         &self,
         endpoint: &str,

@@ -167,7 +167,6 @@ const REPLAYED: &str =
 const MARK_REPLAYED: &str =
     "UPDATE apalis.jobs SET attempts = attempts + 1 WHERE job_type = $1 AND idempotency_key = $2";
 
-/// The dead letters as a queue of the same table that no worker takes.
 /// Moves the deliveries to an endpoint (`$3`, the record's `endpoint`) that wait in the
 /// deliveries' queue (`$1`) due before the Unix second `$2` to it.
 const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($2) \
@@ -175,6 +174,7 @@ const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($2) \
      AND run_at < to_timestamp($2) \
      AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $3";
 
+/// The dead letters as a queue of the same table that no worker takes.
 impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     fn health_store(&self) -> Option<std::sync::Arc<dyn HealthStore>> {
         Some(std::sync::Arc::new(self.clone()))

@@ -263,29 +263,37 @@ where
         step
     }
 
-    /// A delivery to `endpoint` was handed back until `until`: if the endpoint is failing (down,
-    /// not merely busy: a ramp's full queue hands deliveries back too), the engine moves its
-    /// other due deliveries there in one write, once per pause, so that the workers do not take
-    /// and hand back its backlog one by one ahead of other endpoints' deliveries. Nothing is
-    /// lost if it fails: each is then handed back as it is taken.
+    /// A delivery to `endpoint` was handed back until `until`: if the endpoint is failing (its
+    /// last attempt in this process failed: down, or a loss while it ramps), the engine moves
+    /// its other due deliveries there in one write, so that the workers do not take and hand
+    /// back its backlog one by one ahead of other endpoints' deliveries. Once per pause: no
+    /// other move until that time has come. Never further than a slot's deadline ahead, so that
+    /// a moved delivery whose schedule ends meanwhile is dead-lettered at most that late. Nothing
+    /// is lost if the move fails: each delivery is then handed back as it is taken.
     async fn defer_backlog(&self, endpoint: String, until: SystemTime) {
         let inner = &*self.inner;
         if !inner.health.failing(&endpoint) {
             return;
         }
+        let now = SystemTime::now();
+        let until = until.min(now + inner.schedule.slot_sequence().deadline);
         {
             let mut deferred = lock(&inner.deferred_until);
-            let now = SystemTime::now();
             deferred.retain(|_, at| *at > now);
-            if deferred.get(&endpoint).is_some_and(|at| *at >= until) {
+            if deferred.contains_key(&endpoint) {
                 return;
             }
             deferred.insert(endpoint.clone(), until);
         }
         match inner.outbox.defer_due(&endpoint, until).await {
             Ok(moved) => inner.counters.count_n(Event::DeferredInBulk, moved),
-            // Tried again at the next deferral.
-            Err(_) => drop(lock(&inner.deferred_until).remove(&endpoint)),
+            // Moved at the next hand-back instead.
+            Err(_) => {
+                let mut deferred = lock(&inner.deferred_until);
+                if deferred.get(&endpoint) == Some(&until) {
+                    deferred.remove(&endpoint);
+                }
+            }
         }
     }
 

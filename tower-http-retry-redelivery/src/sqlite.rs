@@ -138,7 +138,8 @@ fn is_busy(error: &apalis_sqlite::Error) -> bool {
 /// apalis's, and the [`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE).
 ///
 /// The process's workers take and acknowledge deliveries on **one connection** of their own,
-/// opened with `pool`'s options; stores, dead letters and health use `pool`
+/// opened with `pool`'s connect options (not its pool settings, such as `after_connect` hooks);
+/// stores, dead letters and health use `pool`
 /// ([`ApalisOutbox::storing_through`]). SQLite has one writer at a time, and connections that
 /// want the lock wait in SQLite's busy handler, which sleeps 1 to 100 ms between tries: on one
 /// connection the workers' writes queue in order instead (4 workers of one process delivered

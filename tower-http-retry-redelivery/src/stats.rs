@@ -35,8 +35,9 @@ pub struct RedeliveryStats {
     pub stored_again: u64,
     /// Deliveries the retry layer handed back unsent, stored again at the pacer's time.
     pub deferred: u64,
-    /// Deliveries the engine moved past a pause of their endpoint in one write, before a
-    /// worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)).
+    /// Deliveries the engine moved past a pause of their endpoint, many in one write, before a
+    /// worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)); a delivery moved at
+    /// each of several pauses counts each time.
     pub deferred_in_bulk: u64,
     /// Deliveries moved to the dead-letter queue.
     pub dead_lettered: u64,

@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use tower_http_retry::classify::{AsStdError, Classify, HttpClassifier};
 use tower_http_retry::report::ReportSlot;
-use tower_http_retry::retry::{RequestHead, RetryLayer, RetryRequest, RetryStats};
+use tower_http_retry::retry::{
+    HandBack, RequestHead, RetryLayer, RetryRequest, RetryStats, SendAnyway,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -70,18 +72,20 @@ use tower_service::Service;
 /// request bounds the retries while a server is down; waits start at 100 ms rather than 1 s. A
 /// request whose body cannot be copied (a stream) is sent once instead of failing. Errors come
 /// back as the last attempt returned them, not wrapped.
-pub struct RetryMiddleware<C = HttpClassifier> {
-    layer: RetryLayer<C>,
+///
+/// `C` and `H` are the layer's classifier and [hand-back](tower_http_retry::retry::HandBack).
+pub struct RetryMiddleware<C = HttpClassifier, H = SendAnyway> {
+    layer: RetryLayer<C, H>,
 }
 
-impl<C> RetryMiddleware<C> {
+impl<C, H> RetryMiddleware<C, H> {
     /// The middleware of `layer` (its clones share its counters, budget and pacing).
-    pub fn new(layer: RetryLayer<C>) -> Self {
+    pub fn new(layer: RetryLayer<C, H>) -> Self {
         Self { layer }
     }
 
     /// The retry layer it runs.
-    pub fn layer(&self) -> &RetryLayer<C> {
+    pub fn layer(&self) -> &RetryLayer<C, H> {
         &self.layer
     }
 
@@ -98,13 +102,13 @@ impl Default for RetryMiddleware {
     }
 }
 
-impl<C> From<RetryLayer<C>> for RetryMiddleware<C> {
-    fn from(layer: RetryLayer<C>) -> Self {
+impl<C, H> From<RetryLayer<C, H>> for RetryMiddleware<C, H> {
+    fn from(layer: RetryLayer<C, H>) -> Self {
         Self::new(layer)
     }
 }
 
-impl<C> Clone for RetryMiddleware<C> {
+impl<C, H> Clone for RetryMiddleware<C, H> {
     fn clone(&self) -> Self {
         Self {
             layer: self.layer.clone(),
@@ -112,7 +116,7 @@ impl<C> Clone for RetryMiddleware<C> {
     }
 }
 
-impl<C: fmt::Debug> fmt::Debug for RetryMiddleware<C> {
+impl<C: fmt::Debug, H: fmt::Debug> fmt::Debug for RetryMiddleware<C, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryMiddleware")
             .field("layer", &self.layer)
@@ -121,9 +125,10 @@ impl<C: fmt::Debug> fmt::Debug for RetryMiddleware<C> {
 }
 
 #[async_trait::async_trait]
-impl<C> Middleware for RetryMiddleware<C>
+impl<C, H> Middleware for RetryMiddleware<C, H>
 where
     C: Classify<Response, ChainError> + Send + Sync + 'static,
+    H: HandBack<Response, ChainError> + Send + Sync + 'static,
 {
     async fn handle(
         &self,

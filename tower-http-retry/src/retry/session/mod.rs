@@ -479,9 +479,9 @@ impl<Req: RetryRequest, C> Session<Req, C> {
     /// The common end, decided before the ladder (`classified` is the classifier's word on
     /// `result`): a success at the first try, without pacing (which books every outcome) and
     /// with nothing to report (no wait so far, no stream kept for a key). The budget earns its
-    /// deposit, the counters and a waiting slot hear of it, and `true`: what
-    /// [`decide`](Self::decide) and [`finish`](Self::finish) do for it, without the ladder's
-    /// machinery on the path of every request.
+    /// deposit, the counters and a waiting slot hear of it, and `true`: what the ladder and
+    /// [`end`](Self::end) would do for it, without their machinery on the path of every
+    /// request.
     #[inline]
     fn first_try_success<Res, E>(&mut self, result: &Result<Res, E>, classified: Outcome) -> bool {
         if classified != Outcome::Success
