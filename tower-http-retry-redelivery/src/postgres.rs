@@ -168,11 +168,16 @@ const MARK_REPLAYED: &str =
     "UPDATE apalis.jobs SET attempts = attempts + 1 WHERE job_type = $1 AND idempotency_key = $2";
 
 /// Moves the deliveries to an endpoint (`$3`, the record's `endpoint`) that wait in the
-/// deliveries' queue (`$1`) due before the Unix second `$2` to it.
-const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($2) \
+/// deliveries' queue (`$1`) due before the Unix second `$2` to it. Rows another transaction
+/// holds (a worker's fetch) are skipped, not waited for: waiting on them while the fetch waits
+/// on rows this one holds is a deadlock, which Postgres ends by failing one side (the fetch
+/// once, which stopped its worker).
+const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($2) WHERE id IN ( \
+     SELECT id FROM apalis.jobs \
      WHERE job_type = $1 AND status = 'Pending' AND lock_by IS NULL \
      AND run_at < to_timestamp($2) \
-     AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $3";
+     AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $3 \
+     FOR UPDATE SKIP LOCKED)";
 
 /// The dead letters as a queue of the same table that no worker takes.
 impl DeadLetterQueue for PostgresStorage<DeadLetter> {
