@@ -223,6 +223,13 @@ pub async fn start_run<O: Reclaim>(outbox: &O, name: &str) -> Result<String, Eng
     Ok(run_name(name, SystemTime::now()))
 }
 
+/// The engine's second a backlog is moved to ([`DeadLetterQueue::defer_due`]): the pause's end
+/// in whole seconds, rounded up as every store's due time is, so that none falls due inside it.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn pause_end_second(until: SystemTime) -> i64 {
+    i64::try_from(due_second(until, UNIX_EPOCH)).unwrap_or(i64::MAX)
+}
+
 /// The separator between a worker's name and its run id.
 pub(crate) const RUN_SEPARATOR: char = '~';
 

@@ -200,11 +200,9 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     }
 
     async fn defer_due(&self, endpoint: &str, until: SystemTime) -> Result<u64, EngineError> {
-        // Due in whole seconds, rounded up, as every store: none falls due inside the pause.
-        let until = engine::due_second(until, SystemTime::UNIX_EPOCH);
         sqlx::query(DEFER_DUE)
             .bind(DELIVERIES)
-            .bind(i64::try_from(until).unwrap_or(i64::MAX))
+            .bind(engine::pause_end_second(until))
             .bind(endpoint)
             .execute(self.pool())
             .await

@@ -218,7 +218,11 @@ where
     Req: RetryRequest,
 {
     match step {
-        Step::Respond => {}
+        // Taken where the outcome is answered, without moving it; here for completeness.
+        Step::Respond => {
+            state.set(State::Done);
+            answered
+        }
         Step::Sleep {
             delay,
             watch,
@@ -226,7 +230,7 @@ where
         } => {
             let wait = Wait::sleeping(delay, watch, answered, token);
             state.set(State::waiting(wait));
-            return None;
+            None
         }
         Step::Queue {
             queue,
@@ -240,11 +244,11 @@ where
                 }
                 None => waiting(state).queue(queue, deadline, listener),
             }
-            return None;
+            None
         }
         Step::Ready => {
             waiting(state).ready();
-            return None;
+            None
         }
         Step::Send => {
             waiting(state.as_mut()).spend();
@@ -254,7 +258,7 @@ where
             // The previous outcome is released here, as the next attempt is sent.
             let (future, mark) = session.send(service);
             state.set(State::Calling { future, mark });
-            return None;
+            None
         }
         Step::Stop(reason) => {
             let result = match answered {
@@ -262,19 +266,17 @@ where
                 None => waiting(state.as_mut()).take_last(),
             };
             state.set(State::Done);
-            return Some(session.finish(result, reason));
+            Some(session.finish(result, reason))
         }
         Step::StopWith(result, reason) => {
             state.set(State::Done);
-            return Some(session.finish(result, reason));
+            Some(session.finish(result, reason))
         }
         Step::Done(output) => {
             state.set(State::Done);
-            return Some(output);
+            Some(output)
         }
     }
-    state.set(State::Done);
-    answered
 }
 
 /// The wait that `state` is in: the step after a wait acts on it.
