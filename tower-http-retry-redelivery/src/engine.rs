@@ -230,6 +230,15 @@ pub(crate) fn pause_end_second(until: SystemTime) -> i64 {
     i64::try_from(due_second(until, UNIX_EPOCH)).unwrap_or(i64::MAX)
 }
 
+/// `now` as the engine's whole second (rounded down: due now) and as the Unix milliseconds a
+/// record keeps its due time in ([`DeadLetterQueue::resume_deferred`]).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn now_second_and_ms(now: SystemTime) -> (i64, i64) {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let whole = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
+    (whole(since.as_secs().into()), whole(since.as_millis()))
+}
+
 /// The separator between a worker's name and its run id.
 pub(crate) const RUN_SEPARATOR: char = '~';
 
@@ -296,9 +305,18 @@ where
     fn defer_due(
         &self,
         endpoint: &str,
+        before: SystemTime,
         until: SystemTime,
     ) -> impl Future<Output = Result<u64, EngineError>> + Send {
-        self.dead.defer_due(endpoint, until)
+        self.dead.defer_due(endpoint, before, until)
+    }
+
+    fn resume_deferred(
+        &self,
+        endpoint: &str,
+        now: SystemTime,
+    ) -> impl Future<Output = Result<u64, EngineError>> + Send {
+        self.dead.resume_deferred(endpoint, now)
     }
 }
 
@@ -349,9 +367,21 @@ pub trait DeadLetterQueue {
     fn defer_due(
         &self,
         endpoint: &str,
+        before: SystemTime,
         until: SystemTime,
     ) -> impl Future<Output = Result<u64, EngineError>> + Send {
-        let _ = (endpoint, until);
+        let _ = (endpoint, before, until);
+        std::future::ready(Ok(0))
+    }
+
+    /// [`Outbox::resume_deferred`] on the deliveries' queue of the same engine, as
+    /// [`defer_due`](Self::defer_due) moves them; the default moves none.
+    fn resume_deferred(
+        &self,
+        endpoint: &str,
+        now: SystemTime,
+    ) -> impl Future<Output = Result<u64, EngineError>> + Send {
+        let _ = (endpoint, now);
         std::future::ready(Ok(0))
     }
 }

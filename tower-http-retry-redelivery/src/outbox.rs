@@ -36,17 +36,31 @@ pub trait Outbox: Clone + Send + Sync + 'static {
         None
     }
 
-    /// Moves every delivery to `endpoint` that waits in the queue due before `until` to
-    /// `until`, in one engine write, and returns how many: called when the retry layer hands a
-    /// delivery back because its endpoint is down or paused until then, so that a worker takes
-    /// the endpoint's backlog once it may go, not one delivery at a time now, ahead of other
-    /// endpoints' deliveries. The default moves none (each is then handed back as it is taken).
+    /// Moves every delivery to `endpoint` that waits in the queue due before `before` to
+    /// `until` (at or after `before`), in one engine write, and returns how many: called when
+    /// the retry layer hands a delivery back because its endpoint is down until `before`, so
+    /// that the workers do not take the endpoint's backlog one delivery at a time ahead of
+    /// other endpoints' deliveries, nor at each of its probes. The default moves none (each is
+    /// then handed back as it is taken).
     fn defer_due(
         &self,
         endpoint: &str,
+        before: SystemTime,
         until: SystemTime,
     ) -> impl Future<Output = Result<u64, Self::Error>> + Send {
-        let _ = (endpoint, until);
+        let _ = (endpoint, before, until);
+        std::future::ready(Ok(0))
+    }
+
+    /// Makes due at `now` every delivery to `endpoint` that [`defer_due`](Self::defer_due) moved
+    /// past its own due time, in one engine write, and returns how many: called when the
+    /// endpoint takes a delivery again after failing. The default moves none.
+    fn resume_deferred(
+        &self,
+        endpoint: &str,
+        now: SystemTime,
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send {
+        let _ = (endpoint, now);
         std::future::ready(Ok(0))
     }
 }

@@ -167,16 +167,26 @@ const REPLAYED: &str =
 const MARK_REPLAYED: &str =
     "UPDATE apalis.jobs SET attempts = attempts + 1 WHERE job_type = $1 AND idempotency_key = $2";
 
-/// Moves the deliveries to an endpoint (`$3`, the record's `endpoint`) that wait in the
-/// deliveries' queue (`$1`) due before the Unix second `$2` to it. Rows another transaction
+/// Moves the deliveries to an endpoint (`$4`, the record's `endpoint`) that wait in the
+/// deliveries' queue (`$1`) due before the Unix second `$2` to the second `$3`. Rows another transaction
 /// holds (a worker's fetch) are skipped, not waited for: waiting on them while the fetch waits
 /// on rows this one holds is a deadlock, which Postgres ends by failing one side (the fetch
 /// once, which stopped its worker).
-const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($2) WHERE id IN ( \
+const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($3) WHERE id IN ( \
      SELECT id FROM apalis.jobs \
      WHERE job_type = $1 AND status = 'Pending' AND lock_by IS NULL \
      AND run_at < to_timestamp($2) \
-     AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $3 \
+     AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $4 \
+     FOR UPDATE SKIP LOCKED)";
+
+/// The deliveries waiting past their own due time (Unix milliseconds in the record), that is
+/// the ones `DEFER_DUE` moved, due now; skipping locked rows as `DEFER_DUE` does.
+const RESUME_DEFERRED: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($2) WHERE id IN ( \
+     SELECT id FROM apalis.jobs \
+     WHERE job_type = $1 AND status = 'Pending' AND lock_by IS NULL \
+     AND run_at > to_timestamp($2) \
+     AND (convert_from(job, 'UTF8')::jsonb ->> 'due_at')::bigint <= $3 \
+     AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $4 \
      FOR UPDATE SKIP LOCKED)";
 
 /// The dead letters as a queue of the same table that no worker takes.
@@ -199,10 +209,29 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
             .map_err(EngineError::new)
     }
 
-    async fn defer_due(&self, endpoint: &str, until: SystemTime) -> Result<u64, EngineError> {
+    async fn defer_due(
+        &self,
+        endpoint: &str,
+        before: SystemTime,
+        until: SystemTime,
+    ) -> Result<u64, EngineError> {
         sqlx::query(DEFER_DUE)
             .bind(DELIVERIES)
+            .bind(engine::pause_end_second(before))
             .bind(engine::pause_end_second(until))
+            .bind(endpoint)
+            .execute(self.pool())
+            .await
+            .map(|done| done.rows_affected())
+            .map_err(EngineError::new)
+    }
+
+    async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
+        let (second, millis) = engine::now_second_and_ms(now);
+        sqlx::query(RESUME_DEFERRED)
+            .bind(DELIVERIES)
+            .bind(second)
+            .bind(millis)
             .bind(endpoint)
             .execute(self.pool())
             .await

@@ -37,8 +37,16 @@ struct Inner<S, O> {
     schedule: Schedule,
     health: EndpointHealth,
     counters: Counters,
-    /// Per endpoint, the time its due deliveries were last moved to in bulk (pruned once past).
-    deferred_until: Mutex<HashMap<String, SystemTime>>,
+    /// Per endpoint, its backlog's last move in bulk (pruned once the backlog falls due).
+    deferrals: Mutex<HashMap<String, Deferral>>,
+}
+
+/// An endpoint's backlog moved in bulk: when it may move again (its pause's end) and the time
+/// it was moved to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Deferral {
+    next_move: SystemTime,
+    moved_to: SystemTime,
 }
 
 impl<S, O, B> Clone for Redelivery<S, O, B> {
@@ -130,7 +138,7 @@ impl<S, O: Outbox, B> Redelivery<S, O, B> {
                 schedule,
                 health,
                 counters: Counters::default(),
-                deferred_until: Mutex::default(),
+                deferrals: Mutex::default(),
             }),
             _body: PhantomData,
         }
@@ -236,6 +244,7 @@ where
         drop(result);
         let endpoint = delivery.endpoint().to_owned();
         let was_disabled = inner.health.disabled(&endpoint).is_some();
+        let was_failing = inner.health.failing(&endpoint);
         // The slot's first attempt went out after its waits before it (the pacer's queue, a
         // first-attempt jitter): the next slot's delay counts from there, not from the call.
         let waited: Duration = report
@@ -260,40 +269,67 @@ where
             inner.counters.count(Event::EndpointDisabled);
         }
         inner.health.flush().await;
+        if was_failing && matches!(step, Step::Delivered) {
+            self.resume_backlog(&endpoint, now).await;
+        }
         step
     }
 
-    /// A delivery to `endpoint` was handed back until `until`: if the endpoint is failing (its
-    /// last attempt in this process failed: down, or a loss while it ramps), the engine moves
-    /// its other due deliveries there in one write, so that the workers do not take and hand
-    /// back its backlog one by one ahead of other endpoints' deliveries. Once per pause: no
-    /// other move until that time has come. Never further than a slot's deadline ahead, so that
-    /// a moved delivery whose schedule ends meanwhile is dead-lettered at most that late. Nothing
-    /// is lost if the move fails: each delivery is then handed back as it is taken.
-    async fn defer_backlog(&self, endpoint: String, until: SystemTime) {
+    /// A delivery to `endpoint` was handed back until `pause_end`: if the endpoint is failing
+    /// (its last attempt failed: down, or a loss while it ramps), the engine moves its other
+    /// deliveries due before then a slot's deadline ahead in one write, so that the workers
+    /// take its backlog neither one delivery at a time ahead of other endpoints' deliveries nor
+    /// at each probe (the delivery handed back, due at the pause's end, carries the probe). A
+    /// success brings the backlog back ([`resume_backlog`](Self::resume_backlog)); without one,
+    /// it falls due a deadline later and moves again, so a moved delivery whose schedule ends
+    /// meanwhile is dead-lettered at most that late. Once per pause: no other move until its
+    /// end, and then only the deliveries that fell due since. Nothing is lost if the move
+    /// fails: each delivery is then handed back as it is taken.
+    async fn defer_backlog(&self, endpoint: String, pause_end: SystemTime) {
         let inner = &*self.inner;
         if !inner.health.failing(&endpoint) {
             return;
         }
         let now = SystemTime::now();
-        let until = until.min(now + inner.schedule.slot_sequence().deadline);
+        let moved_to = now + inner.schedule.slot_sequence().deadline;
+        let deferral = Deferral {
+            next_move: pause_end.min(moved_to),
+            moved_to,
+        };
         {
-            let mut deferred = lock(&inner.deferred_until);
-            deferred.retain(|_, at| *at > now);
-            if deferred.contains_key(&endpoint) {
+            let mut deferrals = lock(&inner.deferrals);
+            deferrals.retain(|_, deferral| deferral.moved_to > now);
+            if deferrals
+                .get(&endpoint)
+                .is_some_and(|last| last.next_move > now)
+            {
                 return;
             }
-            deferred.insert(endpoint.clone(), until);
+            deferrals.insert(endpoint.clone(), deferral);
         }
-        match inner.outbox.defer_due(&endpoint, until).await {
+        match (inner.outbox)
+            .defer_due(&endpoint, deferral.next_move, moved_to)
+            .await
+        {
             Ok(moved) => inner.counters.count_n(Event::DeferredInBulk, moved),
             // Moved at the next hand-back instead.
             Err(_) => {
-                let mut deferred = lock(&inner.deferred_until);
-                if deferred.get(&endpoint) == Some(&until) {
-                    deferred.remove(&endpoint);
+                let mut deferrals = lock(&inner.deferrals);
+                if deferrals.get(&endpoint) == Some(&deferral) {
+                    deferrals.remove(&endpoint);
                 }
             }
+        }
+    }
+
+    /// `endpoint` took a delivery after failing: the backlog a move in bulk (this process's or
+    /// a peer's) set aside is due now, in one write, not a deadline later. A failed write
+    /// loses nothing: the backlog falls due at the time it was moved to.
+    async fn resume_backlog(&self, endpoint: &str, now: SystemTime) {
+        let inner = &*self.inner;
+        lock(&inner.deferrals).remove(endpoint);
+        if let Ok(moved) = inner.outbox.resume_deferred(endpoint, now).await {
+            inner.counters.count_n(Event::ResumedInBulk, moved);
         }
     }
 

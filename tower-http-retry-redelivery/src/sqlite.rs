@@ -172,11 +172,18 @@ const REPLAYED: &str = "SELECT attempts > 0 FROM Jobs WHERE job_type = ?1 AND id
 const MARK_REPLAYED: &str =
     "UPDATE Jobs SET attempts = attempts + 1 WHERE job_type = ?1 AND idempotency_key = ?2";
 
-/// Moves the deliveries to an endpoint (`?3`, the record's `endpoint`) that wait in the
-/// deliveries' queue (`?1`) due before `?2` to `?2`.
-const DEFER_DUE: &str = "UPDATE Jobs SET run_at = ?2 \
+/// Moves the deliveries to an endpoint (`?4`, the record's `endpoint`) that wait in the
+/// deliveries' queue (`?1`) due before `?2` to `?3`.
+const DEFER_DUE: &str = "UPDATE Jobs SET run_at = ?3 \
      WHERE job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at < ?2 \
-     AND json_extract(CAST(job AS TEXT), '$.endpoint') = ?3";
+     AND json_extract(CAST(job AS TEXT), '$.endpoint') = ?4";
+
+/// The deliveries waiting past their own due time (Unix milliseconds in the record), that is
+/// the ones `DEFER_DUE` moved, due now.
+const RESUME_DEFERRED: &str = "UPDATE Jobs SET run_at = ?2 \
+     WHERE job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at > ?2 \
+     AND json_extract(CAST(job AS TEXT), '$.due_at') <= ?3 \
+     AND json_extract(CAST(job AS TEXT), '$.endpoint') = ?4";
 
 /// The dead letters as a queue of the same file that no worker takes.
 impl DeadLetterQueue for SqliteStorage<DeadLetter> {
@@ -202,10 +209,29 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
             .map_err(EngineError::new)
     }
 
-    async fn defer_due(&self, endpoint: &str, until: SystemTime) -> Result<u64, EngineError> {
+    async fn defer_due(
+        &self,
+        endpoint: &str,
+        before: SystemTime,
+        until: SystemTime,
+    ) -> Result<u64, EngineError> {
         sqlx::query(DEFER_DUE)
             .bind(DELIVERIES)
+            .bind(engine::pause_end_second(before))
             .bind(engine::pause_end_second(until))
+            .bind(endpoint)
+            .execute(self.pool())
+            .await
+            .map(|done| done.rows_affected())
+            .map_err(EngineError::new)
+    }
+
+    async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
+        let (second, millis) = engine::now_second_and_ms(now);
+        sqlx::query(RESUME_DEFERRED)
+            .bind(DELIVERIES)
+            .bind(second)
+            .bind(millis)
             .bind(endpoint)
             .execute(self.pool())
             .await

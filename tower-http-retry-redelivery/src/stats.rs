@@ -13,6 +13,7 @@ pub(crate) struct Counters {
     stored_again: AtomicU64,
     deferred: AtomicU64,
     deferred_in_bulk: AtomicU64,
+    resumed_in_bulk: AtomicU64,
     dead_lettered: AtomicU64,
     endpoints_disabled: AtomicU64,
     handling: AtomicU64,
@@ -39,6 +40,9 @@ pub struct RedeliveryStats {
     /// worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)); a delivery moved at
     /// each of several pauses counts each time.
     pub deferred_in_bulk: u64,
+    /// Deliveries a move in bulk had set aside, made due again in one write when their
+    /// endpoint took a delivery ([`Outbox::resume_deferred`](crate::Outbox::resume_deferred)).
+    pub resumed_in_bulk: u64,
     /// Deliveries moved to the dead-letter queue.
     pub dead_lettered: u64,
     /// Endpoints this process disabled.
@@ -60,6 +64,7 @@ pub(crate) enum Event {
     StoredAgain,
     Deferred,
     DeferredInBulk,
+    ResumedInBulk,
     DeadLettered,
     EndpointDisabled,
 }
@@ -75,6 +80,7 @@ impl Event {
             Event::StoredAgain => "redelivery_stored_again_total",
             Event::Deferred => "redelivery_deferred_total",
             Event::DeferredInBulk => "redelivery_deferred_in_bulk_total",
+            Event::ResumedInBulk => "redelivery_resumed_in_bulk_total",
             Event::DeadLettered => "redelivery_dead_lettered_total",
             Event::EndpointDisabled => "redelivery_endpoints_disabled_total",
         }
@@ -96,6 +102,7 @@ impl Counters {
             Event::StoredAgain => &self.stored_again,
             Event::Deferred => &self.deferred,
             Event::DeferredInBulk => &self.deferred_in_bulk,
+            Event::ResumedInBulk => &self.resumed_in_bulk,
             Event::DeadLettered => &self.dead_lettered,
             Event::EndpointDisabled => &self.endpoints_disabled,
         };
@@ -120,6 +127,7 @@ impl Counters {
             stored_again: self.stored_again.load(Relaxed),
             deferred: self.deferred.load(Relaxed),
             deferred_in_bulk: self.deferred_in_bulk.load(Relaxed),
+            resumed_in_bulk: self.resumed_in_bulk.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
             endpoints_disabled: self.endpoints_disabled.load(Relaxed),
             handling: self.handling.load(Relaxed),

@@ -92,6 +92,17 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 
 type Handle<O> = Redelivery<Client, O, Full<Bytes>>;
 
+/// Enqueues `n` POSTs to `uri`, ids `{prefix}_{i}`, each body `{"n":i}`.
+async fn enqueue_posts<O: Outbox>(redelivery: &Handle<O>, uri: &http::Uri, prefix: &str, n: usize) {
+    for i in 0..n {
+        let request = http::Request::post(uri.clone())
+            .body(Bytes::from(format!("{{\"n\":{i}}}")))
+            .unwrap();
+        let record = rules().record(format!("{prefix}_{i}"), request).unwrap();
+        redelivery.enqueue(record).await.unwrap();
+    }
+}
+
 async fn deliveries_outlive_an_outage_on_their_schedule_and_never_go_early<O: Outbox>(
     outbox: O,
     start_worker: fn(&str, &Handle<O>) -> RunningWorker,
@@ -113,15 +124,7 @@ async fn deliveries_outlive_an_outage_on_their_schedule_and_never_go_early<O: Ou
     .await;
     let schedule = Schedule::from_delays([0, 1, 2, 2, 2, 2].map(Duration::from_secs)).unwrap();
     let redelivery = Redelivery::new(client(&schedule), outbox.clone(), schedule.clone());
-    for n in 0..N {
-        let request = http::Request::post(server.uri("/hook"))
-            .body(Bytes::from(format!("{{\"n\":{n}}}")))
-            .unwrap();
-        redelivery
-            .enqueue(rules().record(format!("msg_{n}"), request).unwrap())
-            .await
-            .unwrap();
-    }
+    enqueue_posts(&redelivery, &server.uri("/hook"), "msg", N).await;
     let worker = start_worker("outage-1", &redelivery);
     let delivered = until(Duration::from_secs(40), || {
         redelivery.stats().delivered == N as u64
@@ -317,13 +320,7 @@ async fn a_worker_holds_at_most_its_deliveries_in_hand<O: Outbox>(
     let slow = TestServer::start(|_| Reply::status(200).after(Duration::from_millis(300))).await;
     let schedule = Schedule::from_delays([0, 1].map(Duration::from_secs)).unwrap();
     let redelivery = Redelivery::new(client(&schedule), outbox, schedule);
-    for n in 0..N {
-        let request = http::Request::post(slow.uri("/hook"))
-            .body(Bytes::from("{}"))
-            .unwrap();
-        let record = rules().record(format!("hand_{n}"), request).unwrap();
-        redelivery.enqueue(record).await.unwrap();
-    }
+    enqueue_posts(&redelivery, &slow.uri("/hook"), "hand", N as usize).await;
     let worker = start_worker("hand-1", &redelivery);
     let delivered = until(Duration::from_secs(30), || {
         redelivery.stats().delivered == N
@@ -457,7 +454,8 @@ where
 }
 
 /// A failing endpoint's due deliveries move past its pause in one write (`Outbox::defer_due`),
-/// and no other endpoint's; `moves`: whether the engine moves them (Redis does not yet).
+/// and no other endpoint's, and come back in one write (`Outbox::resume_deferred`), never ahead
+/// of their own due time; `moves`: whether the engine moves them (Redis does not yet).
 async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, moves: bool) {
     let delivery = |id: String, uri: &str| {
         let request = http::Request::post(uri).body(Bytes::from("{}")).unwrap();
@@ -471,18 +469,98 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, 
         let up = delivery(format!("up-{i}"), "http://127.0.0.1:10/hook");
         outbox.store(up).await.unwrap();
     }
+    // One to the failing endpoint due on its own an hour from now: neither move touches it.
+    let later_on_its_own = {
+        let mut record =
+            serde_json::to_value(delivery("own".into(), "http://127.0.0.1:9/hook")).unwrap();
+        let due = SystemTime::now() + Duration::from_secs(3_600);
+        record["due_at"] = (due
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64)
+            .into();
+        serde_json::from_value(record).unwrap()
+    };
+    outbox.store(later_on_its_own).await.unwrap();
     let moved = |n: u64| if moves { n } else { 0 };
-    let pause_ends = SystemTime::now() + Duration::from_secs(60);
+    let now = SystemTime::now();
+    let (pause_ends, moved_to) = (
+        now + Duration::from_secs(60),
+        now + Duration::from_secs(120),
+    );
     let down = "http://127.0.0.1:9";
-    assert_eq!(outbox.defer_due(down, pause_ends).await.unwrap(), moved(5));
-    // None of them is due before then any more.
-    assert_eq!(outbox.defer_due(down, pause_ends).await.unwrap(), 0);
-    // A later pause moves them again.
-    let later = pause_ends + Duration::from_secs(60);
-    assert_eq!(outbox.defer_due(down, later).await.unwrap(), moved(5));
+    assert_eq!(
+        outbox.defer_due(down, pause_ends, moved_to).await.unwrap(),
+        moved(5)
+    );
+    // None of them is due before the pause's end any more: the next pause moves none.
+    let next_pause_ends = pause_ends + Duration::from_secs(2);
+    let next_moved_to = moved_to + Duration::from_secs(2);
+    assert_eq!(
+        outbox
+            .defer_due(down, next_pause_ends, next_moved_to)
+            .await
+            .unwrap(),
+        0
+    );
+    // A pause past the time they were moved to moves them again.
+    let late = moved_to + Duration::from_secs(60);
+    assert_eq!(
+        outbox
+            .defer_due(down, late, late + Duration::from_secs(60))
+            .await
+            .unwrap(),
+        moved(5)
+    );
+    // The endpoint is back: they are due now, the one due on its own later is not.
+    assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), moved(5));
+    assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), 0);
     // The other endpoint's deliveries were not moved by any of it.
     let up = "http://127.0.0.1:10";
-    assert_eq!(outbox.defer_due(up, pause_ends).await.unwrap(), moved(3));
+    assert_eq!(
+        outbox.defer_due(up, pause_ends, moved_to).await.unwrap(),
+        moved(3)
+    );
+}
+
+/// A backlog moved past its endpoint's pause (a slot's deadline ahead, 30 s here) is due again
+/// as soon as the endpoint takes a delivery, not 30 s later: the deliveries recover within
+/// seconds of the endpoint's return. `moves`: whether the engine moves in bulk.
+async fn a_moved_backlog_comes_back_with_its_endpoint<O: Outbox>(
+    outbox: O,
+    start_worker: fn(&str, &Handle<O>) -> RunningWorker,
+    moves: bool,
+) {
+    const N: usize = 60;
+    let up_at = Instant::now() + Duration::from_secs(3);
+    let server = TestServer::start(move |_| {
+        if Instant::now() < up_at {
+            Reply::status(503)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let schedule = Schedule::from_delays([0, 2, 2, 2, 2].map(Duration::from_secs)).unwrap();
+    assert_eq!(schedule.slot_sequence().deadline, Duration::from_secs(30));
+    let redelivery = Redelivery::new(client(&schedule), outbox.clone(), schedule.clone());
+    enqueue_posts(&redelivery, &server.uri("/hook"), "msg", N).await;
+    let worker = start_worker("backlog-1", &redelivery);
+    let delivered = until(Duration::from_secs(15), || {
+        redelivery.stats().delivered == N as u64
+    })
+    .await;
+    drop(worker);
+    let stats = redelivery.stats();
+    assert!(
+        delivered,
+        "not all delivered 12 s after the return: {stats:?}"
+    );
+    assert_eq!(stats.dead_lettered, 0, "{stats:?}");
+    if moves {
+        assert!(stats.deferred_in_bulk > 0, "{stats:?}");
+        assert!(stats.resumed_in_bulk > 0, "{stats:?}");
+    }
 }
 
 /// The tests on one engine: `$open` makes a fresh outbox (and what keeps its engine up),
@@ -544,6 +622,16 @@ macro_rules! on_engine {
                 };
                 let moves = stringify!($engine) != "redis";
                 super::a_failing_endpoints_backlog_moves_past_its_pause(outbox, moves).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_moved_backlog_comes_back_with_its_endpoint() {
+                let Some((outbox, _engine)) = $open("resume").await else {
+                    return;
+                };
+                let moves = stringify!($engine) != "redis";
+                super::a_moved_backlog_comes_back_with_its_endpoint(outbox, start_worker, moves)
+                    .await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
