@@ -134,6 +134,19 @@ pub async fn open_postgres(url: &str) -> tower_http_retry_redelivery::postgres::
         .expect("the Postgres server answers")
 }
 
+/// Set (to anything) in a worker process's environment, it prints `taken <id> <unix ms>` when
+/// its worker takes a delivery and `done <id> <unix ms>` once the delivery is delivered, stored
+/// again or dead-lettered (its step written to the engine): what the crash test reads to
+/// measure what a `kill -9` cost.
+pub const REPORT_ENV: &str = "REDELIVERY_WORKER_REPORT";
+
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+}
+
 /// An outbox the demo's workers run on. apalis's worker bounds are each backend's own, so the
 /// one worker loop is written once (a macro) and implemented for each engine.
 pub trait WorkerEngine: Outbox + Reclaim {
@@ -158,9 +171,21 @@ macro_rules! worker_engine {
             ) {
                 // At most `IN_HAND` (10) deliveries in hand: what a `kill -9` leaves to the
                 // engine, and what the pacer holds while an endpoint recovers.
-                let worker = self
-                    .worker(name)
-                    .build(move |delivery: Delivery| redelivery.handle(delivery));
+                let report = std::env::var_os(REPORT_ENV).is_some();
+                let worker = self.worker(name).build(move |delivery: Delivery| {
+                    let id = delivery.id().to_owned();
+                    if report {
+                        println!("taken {id} {}", unix_ms());
+                    }
+                    let handled = redelivery.handle(delivery);
+                    async move {
+                        let handled = handled.await;
+                        if report && handled.is_ok() {
+                            println!("done {id} {}", unix_ms());
+                        }
+                        handled
+                    }
+                });
                 let stop = async move {
                     stop.await;
                     Ok::<(), std::io::Error>(())

@@ -27,6 +27,8 @@ const WORKERS: usize = 4;
 const KILLS: usize = 20;
 /// The id of the record of another shape.
 const POISON: &str = "poison_0";
+/// The workers' heartbeat (`demo::durable::open` and its Redis and Postgres twins).
+const HEARTBEAT: Duration = Duration::from_secs(1);
 
 type Arrivals = Arc<Mutex<Vec<(String, SystemTime, u16)>>>;
 
@@ -46,17 +48,85 @@ fn receiver(
     }
 }
 
-fn spawn_worker(engine: &demo::durable::Engine, name: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_redelivery-worker"))
+/// What the worker runs reported (`demo::durable::REPORT_ENV`): (run, taken or done, delivery
+/// id, Unix ms), each run's lines in its order.
+type Reports = Arc<Mutex<Vec<(usize, bool, String, u128)>>>;
+
+/// Starts worker run `run` under `name`, its reports read into `reports` until it ends.
+fn spawn_worker(
+    engine: &demo::durable::Engine,
+    name: &str,
+    run: usize,
+    reports: &Reports,
+) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_redelivery-worker"))
         .arg(engine.arg())
         .arg(name)
         .arg(SECONDS_PER_HOUR.to_string())
+        .env(demo::durable::REPORT_ENV, "1")
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         // Shown: a worker that stops says why (the test also checks that none has exited).
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("the worker starts")
+        .expect("the worker starts");
+    let stdout = child.stdout.take().expect("piped");
+    let reports = Arc::clone(reports);
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            let mut words = line.split(' ');
+            let (Some(kind), Some(id), Some(Ok(at))) =
+                (words.next(), words.next(), words.next().map(str::parse))
+            else {
+                continue;
+            };
+            let report = (run, kind == "taken", id.to_owned(), at);
+            reports.lock().unwrap().push(report);
+        }
+    });
+    child
+}
+
+/// Unix milliseconds now.
+fn unix_ms(at: SystemTime) -> u128 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+}
+
+/// What the kills cost, from the runs' reports: the most deliveries a killed run had taken and
+/// not finished, and each delivery applied again after a kill although the killed run had
+/// delivered it and finished it (written its step) before, with how long before (ms).
+fn kill_costs(
+    reports: &[(usize, bool, String, u128)],
+    kills: &[(usize, u128)],
+    receipts_200: &BTreeMap<String, Vec<u128>>,
+) -> (usize, Vec<(String, u128)>) {
+    let mut most_in_flight = 0;
+    let mut again = Vec::new();
+    for &(run, killed_at) in kills {
+        let mut in_flight: BTreeMap<&str, bool> = BTreeMap::new();
+        let mut finished: BTreeMap<&str, u128> = BTreeMap::new();
+        for (r, taken, id, at) in reports {
+            if *r != run || *at > killed_at {
+                continue;
+            }
+            in_flight.insert(id, *taken);
+            if !taken {
+                finished.insert(id, *at);
+            }
+        }
+        most_in_flight = most_in_flight.max(in_flight.values().filter(|open| **open).count());
+        for (id, done_at) in finished {
+            let times = receipts_200.get(id).map_or(&[][..], Vec::as_slice);
+            let delivered_by_this_run = times.first().is_some_and(|first| *first <= done_at);
+            let again_after_kill = times.iter().skip(1).any(|at| *at > killed_at);
+            if delivered_by_this_run && again_after_kill && !in_flight[id] {
+                again.push((id.to_owned(), killed_at - done_at));
+            }
+        }
+    }
+    (most_in_flight, again)
 }
 
 /// A small seeded generator, so that the kills' times and targets repeat run to run.
@@ -136,10 +206,14 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
     expected_dead.insert(POISON.to_owned());
 
     let names: Vec<String> = (0..WORKERS).map(|n| format!("worker-{n}")).collect();
+    let reports: Reports = Arc::default();
+    let mut runs: Vec<usize> = (0..WORKERS).collect();
     let mut workers: Vec<Child> = names
         .iter()
-        .map(|name| spawn_worker(&engine, name))
+        .enumerate()
+        .map(|(run, name)| spawn_worker(&engine, name, run, &reports))
         .collect();
+    let mut kills: Vec<(usize, u128)> = Vec::new();
     // A worker that exited by itself (a refused start under its name, an engine error) would
     // leave the test to the others: every worker started must still be running when it is
     // killed or stopped.
@@ -156,10 +230,12 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         tokio::time::sleep(Duration::from_millis(200 + rng.below(500))).await;
         check_alive(&mut workers, &format!("before kill {kill}"));
         let victim = rng.below(WORKERS as u64) as usize;
+        kills.push((runs[victim], unix_ms(SystemTime::now())));
         workers[victim].kill().unwrap(); // SIGKILL
         workers[victim].wait().unwrap();
         // Restarted at once under its name, as a supervisor does.
-        workers[victim] = spawn_worker(&engine, &names[victim]);
+        runs[victim] = WORKERS + kill;
+        workers[victim] = spawn_worker(&engine, &names[victim], runs[victim], &reports);
     }
 
     let delivered = |arrivals: &[(String, SystemTime, u16)]| -> BTreeMap<String, u32> {
@@ -249,6 +325,20 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         dead_after[dead_after.len() - 1]
     );
     let twice = receipts.values().filter(|count| **count > 1).count();
+    let mut receipts_200: BTreeMap<String, Vec<u128>> = BTreeMap::new();
+    for (id, at, status) in &arrivals {
+        if *status == 200 {
+            receipts_200
+                .entry(id.clone())
+                .or_default()
+                .push(unix_ms(*at));
+        }
+    }
+    let (most_in_flight, again) = kill_costs(&reports.lock().unwrap(), &kills, &receipts_200);
+    let stale: Vec<&(String, u128)> = again
+        .iter()
+        .filter(|(_, before)| *before > HEARTBEAT.as_millis())
+        .collect();
 
     // Never early: consecutive attempts of a delivery at least 80 % of the next slot's delay
     // apart. A pair closer than that is a worker's step re-run after a kill.
@@ -281,6 +371,7 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
     eprintln!(
         "durable crash test on {engine:?}: {} deliveries, {WORKERS} workers, {KILLS} kills, {:.1} s\n\
          lost {}, applied twice {twice}, attempts closer than their slot {early}, dead letters {} ({} gone, {} ran out)\n\
+         in flight at a kill at most {most_in_flight}; applied again although finished before the kill: {} (at most {} ms before), over a heartbeat before: {}\n\
          to the receiver down for {:.1} s: {while_down} attempts while down for {UP} deliveries, the last delivered {:.1} s after its return",
         UP + GONE + NEVER,
         elapsed.as_secs_f64(),
@@ -288,10 +379,21 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         letters.len(),
         letters.iter().filter(|l| l.delivery.id().starts_with("gone")).count(),
         letters.iter().filter(|l| l.delivery.id().starts_with("never")).count(),
+        again.len(),
+        again.iter().map(|(_, before)| *before).max().unwrap_or(0),
+        stale.len(),
         down_for.as_secs_f64(),
         last_up.as_secs_f64(),
     );
     assert!(lost.is_empty(), "lost: {lost:?}");
+    // A kill costs only what its run had in flight: at most `IN_HAND` deliveries taken and not
+    // finished, and never one whose step was written (its acknowledgement is durable before
+    // the worker takes more, and within a poll interval when idle) a heartbeat before.
+    assert!(
+        most_in_flight <= tower_http_retry_redelivery::IN_HAND,
+        "{most_in_flight} deliveries in flight at a kill"
+    );
+    assert!(stale.is_empty(), "applied again after finishing: {stale:?}");
     // A kill lands mid-attempt on every delivery of the batch its worker took and had not
     // acknowledged: at most a batch each (10 on either engine), handed out again once its
     // heartbeats are missed.
