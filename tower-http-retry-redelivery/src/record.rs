@@ -143,6 +143,17 @@ impl Default for RecordRules {
     }
 }
 
+/// The text a stored record holds for its endpoint, `"endpoint":"<endpoint>"`, as the engines
+/// store a record (compact JSON): an engine finds an endpoint's records by it without reading
+/// each as JSON. Nothing else in a record can hold it, since a quote inside a string value is
+/// escaped.
+pub(crate) fn endpoint_field(endpoint: &str) -> String {
+    format!(
+        "\"endpoint\":{}",
+        serde_json::to_string(endpoint).unwrap_or_default()
+    )
+}
+
 /// `scheme://host[:port]`, what pacing, endpoint health and per-endpoint secrets key by: the
 /// authority without its userinfo, so that credentials in a URI never reach a key, a log line or
 /// an error.
@@ -508,6 +519,21 @@ mod body_base64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_stored_record_holds_its_endpoint_field_and_no_other() {
+        let record = |uri: &str, header: &str| {
+            let request = Request::post(uri)
+                .header("x-note", header)
+                .body(Bytes::from_static(br#"{"endpoint":"http://b.example"}"#))
+                .unwrap();
+            let delivery = RecordRules::new().record("msg_1", request).unwrap();
+            serde_json::to_string(&delivery).unwrap()
+        };
+        let stored = record("http://a.example/hook", r#""endpoint":"http://b.example""#);
+        assert!(stored.contains(&super::endpoint_field("http://a.example")));
+        assert!(!stored.contains(&super::endpoint_field("http://b.example")));
+    }
+
     use super::*;
 
     fn post(body: &'static str) -> Request<Bytes> {
