@@ -82,8 +82,11 @@ pub async fn open(
 }
 
 /// Sets up the schema of the file `connect` opens, for a pool built by hand (then
-/// [`outbox`]); [`open`] does it too: apalis's tables, and the endpoints' shared health
-/// ([`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)). Idempotent, and tried
+/// [`outbox`]); [`open`] does it too: apalis's tables, the endpoints' shared health
+/// ([`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)), and the query planner's
+/// statistics for apalis's table (those of a large queue, written over any the file held, so
+/// that a worker's lock of the tasks it takes reads them by id, not the whole queue; an
+/// `ANALYZE` later replaces them with the file's own). Idempotent, and tried
 /// again, bounded, while another process's workers hold the file's lock. It runs on a
 /// connection of its own, closed after: apalis's setup sets `synchronous = OFF` on the
 /// connection it runs on, which a pool's connection must not keep.
