@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_http_retry_redelivery::signature::{SignLayer, Signer};
@@ -135,14 +135,15 @@ pub async fn open_postgres(url: &str) -> tower_http_retry_redelivery::postgres::
 }
 
 /// Set (to anything) in a worker process's environment, it prints `taken <id> <unix ms>` when
-/// its worker takes a delivery and `done <id> <unix ms>` once the delivery is delivered, stored
-/// again or dead-lettered (its step written to the engine): what the crash test reads to
-/// measure what a `kill -9` cost.
+/// its worker takes a delivery, `done <id> <unix ms>` once the delivery is delivered, stored
+/// again or dead-lettered (its step written to the engine), and `failed <id> <unix ms>` if that
+/// write failed (apalis hands the delivery out again): what the crash test reads to measure what
+/// a `kill -9` cost.
 pub const REPORT_ENV: &str = "REDELIVERY_WORKER_REPORT";
 
-fn unix_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+/// `at` in Unix milliseconds.
+pub fn unix_ms(at: SystemTime) -> u128 {
+    at.duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis()
 }
@@ -175,13 +176,14 @@ macro_rules! worker_engine {
                 let worker = self.worker(name).build(move |delivery: Delivery| {
                     let id = delivery.id().to_owned();
                     if report {
-                        println!("taken {id} {}", unix_ms());
+                        println!("taken {id} {}", unix_ms(SystemTime::now()));
                     }
                     let handled = redelivery.handle(delivery);
                     async move {
                         let handled = handled.await;
-                        if report && handled.is_ok() {
-                            println!("done {id} {}", unix_ms());
+                        if report {
+                            let outcome = if handled.is_ok() { "done" } else { "failed" };
+                            println!("{outcome} {id} {}", unix_ms(SystemTime::now()));
                         }
                         handled
                     }

@@ -223,20 +223,17 @@ pub async fn start_run<O: Reclaim>(outbox: &O, name: &str) -> Result<String, Eng
     Ok(run_name(name, SystemTime::now()))
 }
 
-/// The engine's second a backlog is moved to ([`DeadLetterQueue::defer_due`]): the pause's end
-/// in whole seconds, rounded up as every store's due time is, so that none falls due inside it.
+/// A time as the engine's whole second, rounded up as every store's due time is: the bounds of
+/// a move in bulk ([`DeadLetterQueue::defer_due`]), so that nothing moved falls due early.
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-pub(crate) fn pause_end_second(until: SystemTime) -> i64 {
+pub(crate) fn second_rounded_up(until: SystemTime) -> i64 {
     i64::try_from(due_second(until, UNIX_EPOCH)).unwrap_or(i64::MAX)
 }
 
-/// `now` as the engine's whole second (rounded down: due now) and as the Unix milliseconds a
-/// record keeps its due time in ([`DeadLetterQueue::resume_deferred`]).
+/// `now` as the engine's whole second, rounded down (due now).
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-pub(crate) fn now_second_and_ms(now: SystemTime) -> (i64, i64) {
-    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let whole = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
-    (whole(since.as_secs().into()), whole(since.as_millis()))
+pub(crate) fn now_second(now: SystemTime) -> i64 {
+    i64::try_from(due_second(now, now)).unwrap_or(i64::MAX)
 }
 
 /// The separator between a worker's name and its run id.

@@ -38,7 +38,8 @@ pub trait Outbox: Clone + Send + Sync + 'static {
 
     /// Moves every delivery to `endpoint` that waits in the queue due before `before` to
     /// `until` (at or after `before`), in one engine write, and returns how many: called when
-    /// the retry layer hands a delivery back because its endpoint is down until `before`, so
+    /// the retry layer hands a delivery back because its endpoint is down (`before`: the end of
+    /// its pause, or sooner), so
     /// that the workers do not take the endpoint's backlog one delivery at a time ahead of
     /// other endpoints' deliveries, nor at each of its probes. The default moves none (each is
     /// then handed back as it is taken).
@@ -52,9 +53,10 @@ pub trait Outbox: Clone + Send + Sync + 'static {
         std::future::ready(Ok(0))
     }
 
-    /// Makes due at `now` every delivery to `endpoint` that [`defer_due`](Self::defer_due) moved
-    /// past its own due time, in one engine write, and returns how many: called when the
-    /// endpoint takes a delivery again after failing. The default moves none.
+    /// Makes due again every delivery to `endpoint` that [`defer_due`](Self::defer_due) moved
+    /// past its own due time, each at the later of `now` and that time, in one engine write,
+    /// and returns how many: called when the endpoint takes a delivery again after failing. The
+    /// default moves none.
     fn resume_deferred(
         &self,
         endpoint: &str,

@@ -179,15 +179,24 @@ const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($3) WHERE 
      AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $4 \
      FOR UPDATE SKIP LOCKED)";
 
-/// The deliveries waiting past their own due time (Unix milliseconds in the record), that is
-/// the ones `DEFER_DUE` moved, due now; skipping locked rows as `DEFER_DUE` does.
-const RESUME_DEFERRED: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($2) WHERE id IN ( \
-     SELECT id FROM apalis.jobs \
-     WHERE job_type = $1 AND status = 'Pending' AND lock_by IS NULL \
-     AND run_at > to_timestamp($2) \
-     AND (convert_from(job, 'UTF8')::jsonb ->> 'due_at')::bigint <= $3 \
-     AND convert_from(job, 'UTF8')::jsonb ->> 'endpoint' = $4 \
-     FOR UPDATE SKIP LOCKED)";
+/// The deliveries to an endpoint (`$3`) that wait in the queue (`$1`) past both the second `$2`
+/// and their own due time (`due_at`, Unix milliseconds in the record, rounded up to the second
+/// as every store rounds it), that is the ones `DEFER_DUE` moved: due again at the later of the
+/// two. A delivery stored for later on its own is never among them, nor a record without a
+/// numeric `due_at`; locked rows are skipped as `DEFER_DUE` skips them.
+const RESUME_DEFERRED: &str = "UPDATE apalis.jobs AS jobs \
+     SET run_at = GREATEST(to_timestamp($2), moved.own_due) \
+     FROM ( \
+       SELECT candidates.id, to_timestamp(ceil(CASE \
+           WHEN jsonb_typeof(stored.record -> 'due_at') = 'number' \
+           THEN (stored.record ->> 'due_at')::numeric END / 1000)) AS own_due \
+       FROM apalis.jobs AS candidates \
+       CROSS JOIN LATERAL (SELECT convert_from(candidates.job, 'UTF8')::jsonb AS record) AS stored \
+       WHERE candidates.job_type = $1 AND candidates.status = 'Pending' \
+       AND candidates.lock_by IS NULL AND candidates.run_at > to_timestamp($2) \
+       AND stored.record ->> 'endpoint' = $3 \
+       FOR UPDATE OF candidates SKIP LOCKED) AS moved \
+     WHERE jobs.id = moved.id AND jobs.run_at > moved.own_due";
 
 /// The dead letters as a queue of the same table that no worker takes.
 impl DeadLetterQueue for PostgresStorage<DeadLetter> {
@@ -217,8 +226,8 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     ) -> Result<u64, EngineError> {
         sqlx::query(DEFER_DUE)
             .bind(DELIVERIES)
-            .bind(engine::pause_end_second(before))
-            .bind(engine::pause_end_second(until))
+            .bind(engine::second_rounded_up(before))
+            .bind(engine::second_rounded_up(until))
             .bind(endpoint)
             .execute(self.pool())
             .await
@@ -227,11 +236,9 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     }
 
     async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
-        let (second, millis) = engine::now_second_and_ms(now);
         sqlx::query(RESUME_DEFERRED)
             .bind(DELIVERIES)
-            .bind(second)
-            .bind(millis)
+            .bind(engine::now_second(now))
             .bind(endpoint)
             .execute(self.pool())
             .await

@@ -519,6 +519,18 @@ mod body_base64 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn post(body: &'static str) -> Request<Bytes> {
+        Request::post("https://hooks.example/in?x=1")
+            .header("content-type", "application/json")
+            .header("connection", "keep-alive")
+            .header("x-sig", "v1,abc")
+            .header("x-sig", "v1,def")
+            .body(Bytes::from(body))
+            .unwrap()
+    }
+
     #[test]
     fn a_stored_record_holds_its_endpoint_field_and_no_other() {
         let record = |uri: &str, header: &str| {
@@ -532,18 +544,6 @@ mod tests {
         let stored = record("http://a.example/hook", r#""endpoint":"http://b.example""#);
         assert!(stored.contains(&super::endpoint_field("http://a.example")));
         assert!(!stored.contains(&super::endpoint_field("http://b.example")));
-    }
-
-    use super::*;
-
-    fn post(body: &'static str) -> Request<Bytes> {
-        Request::post("https://hooks.example/in?x=1")
-            .header("content-type", "application/json")
-            .header("connection", "keep-alive")
-            .header("x-sig", "v1,abc")
-            .header("x-sig", "v1,def")
-            .body(Bytes::from(body))
-            .unwrap()
     }
 
     #[test]

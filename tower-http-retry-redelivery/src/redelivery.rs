@@ -298,7 +298,7 @@ where
         };
         {
             let mut deferrals = lock(&inner.deferrals);
-            deferrals.retain(|_, deferral| deferral.moved_to > now);
+            deferrals.retain(|_, last| last.moved_to > now);
             if deferrals
                 .get(&endpoint)
                 .is_some_and(|last| last.next_move > now)
@@ -320,11 +320,18 @@ where
                 }
             }
         }
+        // The endpoint took a delivery while the move ran (the probe goes out as the pause
+        // ends, when the move may start): its resume may have come first, or skipped rows the
+        // move held, so the backlog would wait a deadline for nothing.
+        if !inner.health.failing(&endpoint) {
+            self.resume_backlog(&endpoint, SystemTime::now()).await;
+        }
     }
 
-    /// `endpoint` took a delivery after failing: the backlog a move in bulk (this process's or
-    /// a peer's) set aside is due now, in one write, not a deadline later. A failed write
-    /// loses nothing: the backlog falls due at the time it was moved to.
+    /// `endpoint` took a delivery after failing (in this process's view): the backlog a move in
+    /// bulk set aside (this process's, or a peer's that this process saw failing too) is due
+    /// again, in one write, each delivery at its own due time or now, not a deadline later. A
+    /// failed write loses nothing: the backlog falls due at the time it was moved to.
     async fn resume_backlog(&self, endpoint: &str, now: SystemTime) {
         let inner = &*self.inner;
         lock(&inner.deferrals).remove(endpoint);

@@ -86,7 +86,8 @@ pub async fn open(
 /// ([`ENDPOINT_HEALTH_TABLE`](crate::health::ENDPOINT_HEALTH_TABLE)), and the query planner's
 /// statistics for apalis's table (those of a large queue, written over any the file held, so
 /// that a worker's lock of the tasks it takes reads them by id, not the whole queue; an
-/// `ANALYZE` later replaces them with the file's own). Idempotent, and tried
+/// `ANALYZE` later replaces them with the file's own; a connection reads them when it opens,
+/// so a pool built by hand connects after `setup`). Idempotent, and tried
 /// again, bounded, while another process's workers hold the file's lock. It runs on a
 /// connection of its own, closed after: apalis's setup sets `synchronous = OFF` on the
 /// connection it runs on, which a pool's connection must not keep.
@@ -117,7 +118,23 @@ async fn setup_once(pool: &SqlitePool) -> Result<(), apalis_sqlite::Error> {
     sqlx::query(engine::CREATE_ENDPOINT_HEALTH)
         .execute(pool)
         .await?;
-    sqlx::raw_sql(PLANNER_STATISTICS).execute(pool).await?;
+    // In one transaction: processes that set up the same file at once each write all of them.
+    let mut statistics = pool.begin().await?;
+    sqlx::raw_sql(PLANNER_STATISTICS)
+        .execute(&mut *statistics)
+        .await?;
+    // SQLite built with `SQLITE_ENABLE_STAT4` (sqlx's bundled one is) also reads the samples an
+    // earlier `ANALYZE` took, with these figures; the planner is left with these alone.
+    let samples: Option<i64> =
+        sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'")
+            .fetch_optional(&mut *statistics)
+            .await?;
+    if samples.is_some() {
+        sqlx::query("DELETE FROM sqlite_stat4 WHERE tbl = 'Jobs'")
+            .execute(&mut *statistics)
+            .await?;
+    }
+    statistics.commit().await?;
     Ok(())
 }
 
@@ -142,8 +159,7 @@ const PLANNER_STATISTICS: &str = "ANALYZE Workers; \
     ('Jobs', 'idx_jobs_pending', '1000000 500000 400000 2 1'), \
     ('Jobs', 'idx_jobs_failed', '1000000 500000 400000 2 1'), \
     ('Jobs', 'idx_jobs_running', '1000000 2'), \
-    ('Jobs', 'idx_jobs_completed_done_at', '1000000 300000 2 1'); \
-    ANALYZE sqlite_schema;";
+    ('Jobs', 'idx_jobs_completed_done_at', '1000000 300000 2 1');";
 
 /// How many times [`open`] tries the schema's setup while another process holds the lock.
 const SETUP_TRIES: u64 = 20;
@@ -208,12 +224,15 @@ const DEFER_DUE: &str = "UPDATE Jobs SET run_at = ?3 \
      WHERE job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at < ?2 \
      AND instr(CAST(job AS TEXT), ?4) > 0";
 
-/// The deliveries waiting past their own due time (Unix milliseconds in the record), that is
-/// the ones `DEFER_DUE` moved, due now.
-const RESUME_DEFERRED: &str = "UPDATE Jobs SET run_at = ?2 \
+/// The deliveries to an endpoint (`?3`, its field as stored) that wait in the queue (`?1`) past
+/// both now (`?2`) and their own due time (`due_at`, Unix milliseconds in the record, rounded up
+/// to the second as every store rounds it), that is the ones `DEFER_DUE` moved: due again at
+/// the later of the two. A delivery stored for later on its own is never among them.
+const RESUME_DEFERRED: &str = "UPDATE Jobs \
+     SET run_at = MAX(?2, (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000) \
      WHERE job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at > ?2 \
-     AND instr(CAST(job AS TEXT), ?4) > 0 \
-     AND json_extract(CAST(job AS TEXT), '$.due_at') <= ?3";
+     AND instr(CAST(job AS TEXT), ?3) > 0 \
+     AND run_at > (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000";
 
 /// The dead letters as a queue of the same file that no worker takes.
 impl DeadLetterQueue for SqliteStorage<DeadLetter> {
@@ -247,8 +266,8 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
     ) -> Result<u64, EngineError> {
         sqlx::query(DEFER_DUE)
             .bind(DELIVERIES)
-            .bind(engine::pause_end_second(before))
-            .bind(engine::pause_end_second(until))
+            .bind(engine::second_rounded_up(before))
+            .bind(engine::second_rounded_up(until))
             .bind(record::endpoint_field(endpoint))
             .execute(self.pool())
             .await
@@ -257,11 +276,9 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
     }
 
     async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
-        let (second, millis) = engine::now_second_and_ms(now);
         sqlx::query(RESUME_DEFERRED)
             .bind(DELIVERIES)
-            .bind(second)
-            .bind(millis)
+            .bind(engine::now_second(now))
             .bind(record::endpoint_field(endpoint))
             .execute(self.pool())
             .await

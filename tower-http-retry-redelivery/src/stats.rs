@@ -36,9 +36,9 @@ pub struct RedeliveryStats {
     pub stored_again: u64,
     /// Deliveries the retry layer handed back unsent, stored again at the pacer's time.
     pub deferred: u64,
-    /// Deliveries the engine moved past a pause of their endpoint, many in one write, before a
-    /// worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)); a delivery moved at
-    /// each of several pauses counts each time.
+    /// Deliveries the engine moved a slot's deadline ahead while their endpoint failed, many in
+    /// one write, before a worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)); a
+    /// delivery moved several times counts each time.
     pub deferred_in_bulk: u64,
     /// Deliveries a move in bulk had set aside, made due again in one write when their
     /// endpoint took a delivery ([`Outbox::resume_deferred`](crate::Outbox::resume_deferred)).

@@ -13,7 +13,7 @@ use test_support::{Reply, TestServer, REQUEST_ID};
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_http_retry_redelivery::health::{EndpointHealth, HealthRules, HealthStore};
 use tower_http_retry_redelivery::{
-    dead_letters, replay, ApalisOutbox, DeadLetterQueue, DeadReason, EngineError, Outbox,
+    dead_letters, replay, ApalisOutbox, DeadLetterQueue, DeadReason, Delivery, EngineError, Outbox,
     RecordRules, Redelivery, Schedule,
 };
 
@@ -469,19 +469,27 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, 
         let up = delivery(format!("up-{i}"), "http://127.0.0.1:10/hook");
         outbox.store(up).await.unwrap();
     }
-    // One to the failing endpoint due on its own an hour from now: neither move touches it.
-    let later_on_its_own = {
+    // Two to the failing endpoint due on their own later: in half a minute, within the pause
+    // (moved with the rest, and back at its own time), and in an hour (never moved).
+    let due_in = |id: &str, after: Duration| -> Delivery {
         let mut record =
-            serde_json::to_value(delivery("own".into(), "http://127.0.0.1:9/hook")).unwrap();
-        let due = SystemTime::now() + Duration::from_secs(3_600);
-        record["due_at"] = (due
+            serde_json::to_value(delivery(id.into(), "http://127.0.0.1:9/hook")).unwrap();
+        let due = SystemTime::now() + after;
+        let due_ms = due
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
-            .as_millis() as u64)
-            .into();
+            .as_millis() as u64;
+        record["due_at"] = due_ms.into();
         serde_json::from_value(record).unwrap()
     };
-    outbox.store(later_on_its_own).await.unwrap();
+    outbox
+        .store(due_in("soon", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    outbox
+        .store(due_in("later", Duration::from_secs(3_600)))
+        .await
+        .unwrap();
     let moved = |n: u64| if moves { n } else { 0 };
     let now = SystemTime::now();
     let (pause_ends, moved_to) = (
@@ -491,7 +499,7 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, 
     let down = "http://127.0.0.1:9";
     assert_eq!(
         outbox.defer_due(down, pause_ends, moved_to).await.unwrap(),
-        moved(5)
+        moved(6)
     );
     // None of them is due before the pause's end any more: the next pause moves none.
     let next_pause_ends = pause_ends + Duration::from_secs(2);
@@ -510,10 +518,11 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, 
             .defer_due(down, late, late + Duration::from_secs(60))
             .await
             .unwrap(),
-        moved(5)
+        moved(6)
     );
-    // The endpoint is back: they are due now, the one due on its own later is not.
-    assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), moved(5));
+    // The endpoint is back: the moved ones are due again (the one due in half a minute at its
+    // own time), the one due in an hour was never moved.
+    assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), moved(6));
     assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), 0);
     // The other endpoint's deliveries were not moved by any of it.
     let up = "http://127.0.0.1:10";

@@ -48,17 +48,26 @@ fn receiver(
     }
 }
 
-/// What the worker runs reported (`demo::durable::REPORT_ENV`): (run, taken or done, delivery
-/// id, Unix ms), each run's lines in its order.
-type Reports = Arc<Mutex<Vec<(usize, bool, String, u128)>>>;
+/// What a worker run reported of a delivery (`demo::durable::REPORT_ENV`).
+#[derive(Clone, Copy, PartialEq)]
+enum Report {
+    Taken,
+    Done,
+    Failed,
+}
 
-/// Starts worker run `run` under `name`, its reports read into `reports` until it ends.
+/// What the worker runs reported: (run, what, delivery id, Unix ms), each run's lines in its
+/// order.
+type Reports = Arc<Mutex<Vec<(usize, Report, String, u128)>>>;
+
+/// Starts worker run `run` under `name`, its reports read into `reports` by a thread that ends
+/// with the run's output.
 fn spawn_worker(
     engine: &demo::durable::Engine,
     name: &str,
     run: usize,
     reports: &Reports,
-) -> Child {
+) -> (Child, std::thread::JoinHandle<()>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_redelivery-worker"))
         .arg(engine.arg())
         .arg(name)
@@ -72,7 +81,7 @@ fn spawn_worker(
         .expect("the worker starts");
     let stdout = child.stdout.take().expect("piped");
     let reports = Arc::clone(reports);
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
             let mut words = line.split(' ');
             let (Some(kind), Some(id), Some(Ok(at))) =
@@ -80,25 +89,22 @@ fn spawn_worker(
             else {
                 continue;
             };
-            let report = (run, kind == "taken", id.to_owned(), at);
-            reports.lock().unwrap().push(report);
+            let kind = match kind {
+                "taken" => Report::Taken,
+                "done" => Report::Done,
+                _ => Report::Failed,
+            };
+            reports.lock().unwrap().push((run, kind, id.to_owned(), at));
         }
     });
-    child
-}
-
-/// Unix milliseconds now.
-fn unix_ms(at: SystemTime) -> u128 {
-    at.duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis()
+    (child, reader)
 }
 
 /// What the kills cost, from the runs' reports: the most deliveries a killed run had taken and
 /// not finished, and each delivery applied again after a kill although the killed run had
 /// delivered it and finished it (written its step) before, with how long before (ms).
 fn kill_costs(
-    reports: &[(usize, bool, String, u128)],
+    reports: &[(usize, Report, String, u128)],
     kills: &[(usize, u128)],
     receipts_200: &BTreeMap<String, Vec<u128>>,
 ) -> (usize, Vec<(String, u128)>) {
@@ -107,12 +113,12 @@ fn kill_costs(
     for &(run, killed_at) in kills {
         let mut in_flight: BTreeMap<&str, bool> = BTreeMap::new();
         let mut finished: BTreeMap<&str, u128> = BTreeMap::new();
-        for (r, taken, id, at) in reports {
+        for (r, report, id, at) in reports {
             if *r != run || *at > killed_at {
                 continue;
             }
-            in_flight.insert(id, *taken);
-            if !taken {
+            in_flight.insert(id, *report == Report::Taken);
+            if *report == Report::Done {
                 finished.insert(id, *at);
             }
         }
@@ -208,10 +214,15 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
     let names: Vec<String> = (0..WORKERS).map(|n| format!("worker-{n}")).collect();
     let reports: Reports = Arc::default();
     let mut runs: Vec<usize> = (0..WORKERS).collect();
+    let mut readers = Vec::new();
     let mut workers: Vec<Child> = names
         .iter()
         .enumerate()
-        .map(|(run, name)| spawn_worker(&engine, name, run, &reports))
+        .map(|(run, name)| {
+            let (worker, reader) = spawn_worker(&engine, name, run, &reports);
+            readers.push(reader);
+            worker
+        })
         .collect();
     let mut kills: Vec<(usize, u128)> = Vec::new();
     // A worker that exited by itself (a refused start under its name, an engine error) would
@@ -230,12 +241,14 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         tokio::time::sleep(Duration::from_millis(200 + rng.below(500))).await;
         check_alive(&mut workers, &format!("before kill {kill}"));
         let victim = rng.below(WORKERS as u64) as usize;
-        kills.push((runs[victim], unix_ms(SystemTime::now())));
+        kills.push((runs[victim], demo::durable::unix_ms(SystemTime::now())));
         workers[victim].kill().unwrap(); // SIGKILL
         workers[victim].wait().unwrap();
         // Restarted at once under its name, as a supervisor does.
         runs[victim] = WORKERS + kill;
-        workers[victim] = spawn_worker(&engine, &names[victim], runs[victim], &reports);
+        let (worker, reader) = spawn_worker(&engine, &names[victim], runs[victim], &reports);
+        workers[victim] = worker;
+        readers.push(reader);
     }
 
     let delivered = |arrivals: &[(String, SystemTime, u16)]| -> BTreeMap<String, u32> {
@@ -265,6 +278,10 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
     for mut worker in workers {
         drop(worker.stdin.take());
         let _ = worker.wait();
+    }
+    // Every run has ended: each reader has read its run's last line.
+    for reader in readers {
+        reader.join().unwrap();
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let arrivals = arrivals.lock().unwrap().clone();
@@ -331,7 +348,7 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
             receipts_200
                 .entry(id.clone())
                 .or_default()
-                .push(unix_ms(*at));
+                .push(demo::durable::unix_ms(*at));
         }
     }
     let (most_in_flight, again) = kill_costs(&reports.lock().unwrap(), &kills, &receipts_200);
