@@ -39,10 +39,9 @@ pub trait Outbox: Clone + Send + Sync + 'static {
     /// Moves every delivery to `endpoint` that waits in the queue due before `before` to
     /// `until` (at or after `before`), in one engine write, and returns how many: called when
     /// the retry layer hands a delivery back because its endpoint is down (`before`: the end of
-    /// its pause, or sooner), so
-    /// that the workers do not take the endpoint's backlog one delivery at a time ahead of
-    /// other endpoints' deliveries, nor at each of its probes. The default moves none (each is
-    /// then handed back as it is taken).
+    /// its pause, or sooner), so that the workers do not take the endpoint's backlog one
+    /// delivery at a time ahead of other endpoints' deliveries, nor at each of its probes. The
+    /// default moves none (each is then handed back as it is taken).
     fn defer_due(
         &self,
         endpoint: &str,
