@@ -143,7 +143,7 @@ pub fn outbox(pool: &PgPool, options: PostgresOptions) -> PostgresOutbox {
 impl Reclaim for PostgresOutbox {
     async fn reclaim(&self, name: &str) -> Result<u64, EngineError> {
         let queue = self.queue();
-        sqlx::query(
+        let reclaim = sqlx::query(
             "UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, \
              done_at = NULL, attempts = attempts + 1 \
              WHERE job_type = $1 AND status IN ('Queued', 'Running') \
@@ -151,11 +151,8 @@ impl Reclaim for PostgresOutbox {
         )
         .bind(queue.config().queue.to_string())
         .bind(name)
-        .bind(engine::runs_prefix(name))
-        .execute(queue.pool())
-        .await
-        .map(|done| done.rows_affected())
-        .map_err(EngineError::new)
+        .bind(engine::runs_prefix(name));
+        rows_changed(reclaim, queue.pool()).await
     }
 }
 
@@ -224,26 +221,20 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
         before: SystemTime,
         until: SystemTime,
     ) -> Result<u64, EngineError> {
-        sqlx::query(DEFER_DUE)
+        let move_due = sqlx::query(DEFER_DUE)
             .bind(DELIVERIES)
             .bind(engine::second_rounded_up(before))
             .bind(engine::second_rounded_up(until))
-            .bind(endpoint)
-            .execute(self.pool())
-            .await
-            .map(|done| done.rows_affected())
-            .map_err(EngineError::new)
+            .bind(endpoint);
+        rows_changed(move_due, self.pool()).await
     }
 
     async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
-        sqlx::query(RESUME_DEFERRED)
+        let resume = sqlx::query(RESUME_DEFERRED)
             .bind(DELIVERIES)
             .bind(engine::now_second(now))
-            .bind(endpoint)
-            .execute(self.pool())
-            .await
-            .map(|done| done.rows_affected())
-            .map_err(EngineError::new)
+            .bind(endpoint);
+        rows_changed(resume, self.pool()).await
     }
 
     async fn mark_replayed(&self, letter: &DeadLetter) -> Result<(), EngineError> {
@@ -288,3 +279,15 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
 }
 
 crate::engine::sql_health_store!(PostgresStorage<DeadLetter>, "$");
+
+/// Runs `statement` on `pool` and returns how many rows it changed.
+async fn rows_changed(
+    statement: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    pool: &PgPool,
+) -> Result<u64, EngineError> {
+    statement
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(EngineError::new)
+}

@@ -264,26 +264,20 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
         before: SystemTime,
         until: SystemTime,
     ) -> Result<u64, EngineError> {
-        sqlx::query(DEFER_DUE)
+        let move_due = sqlx::query(DEFER_DUE)
             .bind(DELIVERIES)
             .bind(engine::second_rounded_up(before))
             .bind(engine::second_rounded_up(until))
-            .bind(record::endpoint_field(endpoint))
-            .execute(self.pool())
-            .await
-            .map(|done| done.rows_affected())
-            .map_err(EngineError::new)
+            .bind(record::endpoint_field(endpoint));
+        rows_changed(move_due, self.pool()).await
     }
 
     async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
-        sqlx::query(RESUME_DEFERRED)
+        let resume = sqlx::query(RESUME_DEFERRED)
             .bind(DELIVERIES)
             .bind(engine::now_second(now))
-            .bind(record::endpoint_field(endpoint))
-            .execute(self.pool())
-            .await
-            .map(|done| done.rows_affected())
-            .map_err(EngineError::new)
+            .bind(record::endpoint_field(endpoint));
+        rows_changed(resume, self.pool()).await
     }
 
     async fn mark_replayed(&self, letter: &DeadLetter) -> Result<(), EngineError> {
@@ -300,7 +294,7 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
 impl Reclaim for SqliteOutbox {
     async fn reclaim(&self, name: &str) -> Result<u64, EngineError> {
         let queue = self.queue();
-        sqlx::query(
+        let reclaim = sqlx::query(
             "UPDATE Jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, \
              done_at = NULL, attempts = attempts + 1 \
              WHERE job_type = ?1 AND status IN ('Queued', 'Running') \
@@ -308,12 +302,21 @@ impl Reclaim for SqliteOutbox {
         )
         .bind(queue.config().queue.to_string())
         .bind(name)
-        .bind(engine::runs_prefix(name))
-        .execute(queue.pool())
-        .await
-        .map(|done| done.rows_affected())
-        .map_err(EngineError::new)
+        .bind(engine::runs_prefix(name));
+        rows_changed(reclaim, queue.pool()).await
     }
 }
 
 crate::engine::sql_health_store!(SqliteStorage<DeadLetter>, "?");
+
+/// Runs `statement` on `pool` and returns how many rows it changed.
+async fn rows_changed(
+    statement: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    pool: &SqlitePool,
+) -> Result<u64, EngineError> {
+    statement
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(EngineError::new)
+}
