@@ -225,13 +225,19 @@ pub async fn start_run<O: Reclaim>(outbox: &O, name: &str) -> Result<String, Eng
 
 /// A time as the engine's whole second, rounded up as every store's due time is: the bounds of
 /// a move in bulk ([`DeadLetterQueue::defer_due`]), so that nothing moved falls due early.
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(dead_code)
+)]
 pub(crate) fn second_rounded_up(until: SystemTime) -> i64 {
     i64::try_from(due_second(until, UNIX_EPOCH)).unwrap_or(i64::MAX)
 }
 
 /// `now` as the engine's whole second, rounded down (due now).
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(dead_code)
+)]
 pub(crate) fn now_second(now: SystemTime) -> i64 {
     i64::try_from(due_second(now, now)).unwrap_or(i64::MAX)
 }
@@ -360,7 +366,8 @@ pub trait DeadLetterQueue {
 
     /// [`Outbox::defer_due`] on the deliveries' queue of the same engine, if it can: SQLite's
     /// and Postgres's move them in one `UPDATE` in the crate's deliveries queue (`DELIVERIES`,
-    /// the name `sqlite::outbox` and `postgres::outbox` give it); the default moves none.
+    /// the name each engine module's `outbox` gives it), Redis's in slices of 1,000 into a set
+    /// of the outbox's own; the default moves none.
     fn defer_due(
         &self,
         endpoint: &str,

@@ -37,11 +37,12 @@ pub trait Outbox: Clone + Send + Sync + 'static {
     }
 
     /// Moves every delivery to `endpoint` that waits in the queue due before `before` to
-    /// `until` (at or after `before`), in one engine write, and returns how many: called when
-    /// the retry layer hands a delivery back because its endpoint is down (`before`: the end of
-    /// its pause, or sooner), so that the workers do not take the endpoint's backlog one
-    /// delivery at a time ahead of other endpoints' deliveries, nor at each of its probes. The
-    /// default moves none (each is then handed back as it is taken).
+    /// `until` (at or after `before`), in one engine write where the engine can (in slices
+    /// where one would block it too long), and returns how many: called when the retry layer
+    /// hands a delivery back because its endpoint is down (`before`: the end of its pause, or
+    /// sooner), so that the workers do not take the endpoint's backlog one delivery at a time
+    /// ahead of other endpoints' deliveries, nor at each of its probes. The default moves none
+    /// (each is then handed back as it is taken).
     fn defer_due(
         &self,
         endpoint: &str,
@@ -53,7 +54,7 @@ pub trait Outbox: Clone + Send + Sync + 'static {
     }
 
     /// Makes due again every delivery to `endpoint` that [`defer_due`](Self::defer_due) moved
-    /// past its own due time, each at the later of `now` and that time, in one engine write,
+    /// past its own due time, each at the later of `now` and that time, as `defer_due` writes,
     /// and returns how many: called when the endpoint takes a delivery again after failing. The
     /// default moves none.
     fn resume_deferred(

@@ -9,19 +9,34 @@
 //! server loses the queue. A worker's connection ([`redis::aio::ConnectionManager`]) reconnects by
 //! itself; a delivery whose store fails meanwhile is returned to the caller
 //! ([`StoreFailed`](crate::StoreFailed)), never dropped.
+//!
+//! A failing endpoint's backlog, moved a slot's deadline ahead
+//! ([`Outbox::defer_due`](crate::Outbox::defer_due)), waits in a sorted set of the outbox's own
+//! (`DELIVERIES` then `::deferred`), from which every process's outbox moves it back to the queue
+//! in slices as it falls due: apalis-redis's own fetch would move all of it in one call, which
+//! fails past about 8,000 and stops the worker.
 
 use crate::engine::{self, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim};
 use crate::health::{HealthStore, StoreFuture};
-use crate::record::Delivery;
+use crate::record::{self, Delivery};
 use crate::step::DeadLetter;
 use apalis_redis::{Config, RedisStorage};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// The outbox on Redis.
 pub type RedisOutbox = ApalisOutbox<Polled<RedisStorage<Delivery>>, RedisDeadLetters>;
+
+/// The most deliveries one call of a move of an endpoint's backlog (or of its resume) looks at:
+/// a call blocks the server, and a worker's fetch that waits over its connection's response
+/// timeout (500 ms) stops the worker; a slice of the queue's list of 100,000 took 10 ms.
+const MOVE_AT_ONCE: u64 = 1_000;
+
+/// How long the set of an endpoint's moved deliveries outlives its last move: only a resume
+/// reads it, and one that never comes leaves the moved deliveries due a deadline later anyway.
+const MOVED_KEPT: Duration = Duration::from_secs(24 * 3600);
 
 /// The deliveries' queue name (apalis-redis's keys start with it).
 pub const DELIVERIES: &str = "tower_http_retry_redelivery::deliveries";
@@ -81,8 +96,8 @@ pub async fn open(url: &str, options: RedisOptions) -> Result<RedisOutbox, Engin
     let connection = apalis_redis::connect(url).await.map_err(EngineError::new)?;
     let outbox = outbox(connection, options);
     // Whatever fell due while no process ran goes to the queue before a worker fetches.
-    let due = Due::of(outbox.queue());
-    while due.promote(&mut outbox.dead().connection.clone()).await? == Due::AT_ONCE {}
+    let keys = QueueKeys::of(outbox.queue());
+    while keys.promote(&mut outbox.dead().connection.clone()).await? >= QueueKeys::AT_ONCE {}
     Ok(outbox)
 }
 
@@ -97,37 +112,48 @@ pub fn outbox(connection: ConnectionManager, options: RedisOptions) -> RedisOutb
         .batch_size(options.batch_size)
         .idempotency_ttl(Some(options.idempotency_ttl));
     let queue = RedisStorage::new(connection.clone()).with_config(config);
-    let promoter = Due::of(&queue).spawn(connection.clone(), options.poll_interval);
+    let keys = QueueKeys::of(&queue);
+    let promoter = keys
+        .clone()
+        .spawn(connection.clone(), options.poll_interval);
     ApalisOutbox::new(
         engine::polled(queue, options.poll_interval),
         RedisDeadLetters {
             connection,
             key: DEAD_LETTERS.to_owned(),
+            queue: keys,
             _promoter: promoter,
         },
     )
 }
 
-/// Moves due deliveries from apalis-redis's scheduled set to its queue, at most
-/// [`Due::AT_ONCE`] a call.
+/// Moves due deliveries from apalis-redis's scheduled set and from the outbox's set of moved
+/// deliveries ([`DEFER_DUE`]) to the queue, at most [`QueueKeys::AT_ONCE`] from each a call.
 ///
 /// apalis-redis 1.0 schedules every task, and a worker's fetch moves *every* due one to the
 /// queue in one Lua call, `unpack`ing their ids: past about 8,000 (Lua's stack) the call fails,
 /// and every worker of the fleet stops on it, again after each restart. 10,000 deliveries due at
 /// once (a burst, or a backlog while no worker ran) did that. Moved here in slices every poll
-/// interval, a fetch finds few due ones left.
+/// interval, a fetch finds few due ones left; a moved backlog, due again all in one second,
+/// waits where no fetch looks.
 ///
-/// KEYS: the scheduled set, the queue's list, its signal list. ARGV: now (Unix seconds, as
-/// apalis-redis scores them), the most to move.
+/// KEYS: the scheduled set, the queue's list, its signal list, the moved set. ARGV: now (Unix
+/// seconds, as apalis-redis scores them), the most to move from each set.
 const PROMOTE: &str = r#"
-local due = redis.call("zrangebyscore", KEYS[1], 0, ARGV[1], "LIMIT", 0, tonumber(ARGV[2]))
-if #due > 0 then
-    redis.call("rpush", KEYS[2], unpack(due))
-    redis.call("zrem", KEYS[1], unpack(due))
+local promoted = 0
+for _, set in ipairs({KEYS[1], KEYS[4]}) do
+    local due = redis.call("zrangebyscore", set, 0, ARGV[1], "LIMIT", 0, tonumber(ARGV[2]))
+    if #due > 0 then
+        redis.call("rpush", KEYS[2], unpack(due))
+        redis.call("zrem", set, unpack(due))
+        promoted = promoted + #due
+    end
+end
+if promoted > 0 then
     redis.call("del", KEYS[3])
     redis.call("lpush", KEYS[3], 1)
 end
-return #due
+return promoted
 "#;
 
 /// Sets or removes a field of a hash if it still holds what the caller read: the compare-and-swap
@@ -148,23 +174,118 @@ end
 return 1
 "#;
 
+/// One slice of a move of an endpoint's backlog ([`Outbox::defer_due`]): its deliveries due
+/// before a time, moved to a later one in the outbox's set of moved deliveries, which [`PROMOTE`]
+/// empties in slices. Each call looks at no more than a slice of one place, from an offset:
+/// apalis-redis's scheduled set, the moved set (both up to the time), or the queue's list (a
+/// delivery moved out of it leaves the others in their order); a delivery is the endpoint's if its
+/// stored JSON holds the endpoint's field. Each moved one's own due second (0: due already) goes
+/// to the endpoint's set, for [`RESUME_DEFERRED`]; a delivery moved again keeps the first.
+///
+/// KEYS: the scheduled set, the queue's list, the records' hash, the moved set, the endpoint's
+/// set. ARGV: the endpoint's field, before (Unix seconds), until, the slice's length, how long
+/// the endpoint's set is kept (seconds), the place (1, 2 or 3 in the order above), the offset.
+/// Returns how many it moved and how many it kept.
+///
+/// [`Outbox::defer_due`]: crate::Outbox::defer_due
+const DEFER_DUE: &str = r#"
+local field, until_at, most = ARGV[1], ARGV[3], tonumber(ARGV[4])
+local place, offset = tonumber(ARGV[6]), tonumber(ARGV[7])
+local moved, kept = 0, 0
+local function ours(id)
+    local record = redis.call("hget", KEYS[3], id)
+    return record and string.find(record, field, 1, true)
+end
+local function move(id, own_due)
+    redis.call("zadd", KEYS[4], until_at, id)
+    redis.call("zadd", KEYS[5], "NX", own_due, id)
+    moved = moved + 1
+end
+if place < 3 then
+    local set = place == 1 and KEYS[1] or KEYS[4]
+    local due = redis.call("zrangebyscore", set, "-inf", "(" .. ARGV[2], "WITHSCORES", "LIMIT", offset, most)
+    for i = 1, #due, 2 do
+        if ours(due[i]) then
+            redis.call("zrem", set, due[i])
+            move(due[i], due[i + 1])
+        else
+            kept = kept + 1
+        end
+    end
+else
+    -- Marked where they stand, then taken out in one pass, so that the others keep their order.
+    local marker = KEYS[4] .. "::marker"
+    local due = redis.call("lrange", KEYS[2], offset, offset + most - 1)
+    for i, id in ipairs(due) do
+        if ours(id) then
+            redis.call("lset", KEYS[2], offset + i - 1, marker)
+            move(id, 0)
+        else
+            kept = kept + 1
+        end
+    end
+    if moved > 0 then
+        redis.call("lrem", KEYS[2], 0, marker)
+    end
+end
+if moved > 0 then
+    redis.call("expire", KEYS[5], ARGV[5])
+end
+return {moved, kept}
+"#;
+
+/// One slice of a resume of what [`DEFER_DUE`] moved for an endpoint
+/// ([`Outbox::resume_deferred`]): the first of the endpoint's set, taken out of it, each due at
+/// the later of now and its own due second if it still waits in the moved set past that.
+///
+/// KEYS: the moved set, the endpoint's set. ARGV: now (Unix seconds), the slice's length.
+/// Returns how many it resumed and how many it took from the endpoint's set.
+///
+/// [`Outbox::resume_deferred`]: crate::Outbox::resume_deferred
+const RESUME_DEFERRED: &str = r#"
+local now = tonumber(ARGV[1])
+local resumed = 0
+local deferred = redis.call("zpopmin", KEYS[2], tonumber(ARGV[2]))
+for i = 1, #deferred, 2 do
+    local at = tonumber(redis.call("zscore", KEYS[1], deferred[i]))
+    local due = math.max(now, tonumber(deferred[i + 1]))
+    if at and due < at then
+        redis.call("zadd", KEYS[1], due, deferred[i])
+        resumed = resumed + 1
+    end
+end
+return {resumed, #deferred / 2}
+"#;
+
 /// [`SWAP`], hashed once.
 static SWAP_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SWAP));
 
 /// [`PROMOTE`], hashed once.
 static PROMOTE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROMOTE));
 
+/// [`DEFER_DUE`], hashed once.
+static DEFER_DUE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEFER_DUE));
+
+/// [`RESUME_DEFERRED`], hashed once.
+static RESUME_DEFERRED_SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(RESUME_DEFERRED));
+
 /// [`RECLAIM`], hashed once.
 static RECLAIM_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RECLAIM));
 
-/// The keys [`PROMOTE`] works on.
+/// The keys of apalis-redis's queue that the outbox's own scripts work on.
 #[derive(Clone)]
-struct Due {
-    keys: [String; 3],
+struct QueueKeys {
+    scheduled: String,
+    active: String,
+    signal: String,
+    data: String,
+    /// The deliveries [`DEFER_DUE`] moved, by the second they are due again.
+    moved: String,
 }
 
-impl Due {
-    /// The most deliveries one call moves (well under Lua's stack).
+impl QueueKeys {
+    /// The most deliveries one call of [`PROMOTE`] moves (well under Lua's stack).
     const AT_ONCE: usize = 1_000;
 
     fn of<C>(queue: &RedisStorage<Delivery, C>) -> Self
@@ -172,25 +293,26 @@ impl Due {
         C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
     {
         let config = queue.get_config();
-        Due {
-            keys: [
-                config.scheduled_jobs_set(),
-                config.active_jobs_list(),
-                config.signal_list(),
-            ],
+        QueueKeys {
+            scheduled: config.scheduled_jobs_set(),
+            active: config.active_jobs_list(),
+            signal: config.signal_list(),
+            data: config.job_data_hash(),
+            moved: format!("{DELIVERIES}::deferred"),
         }
     }
 
-    /// Moves up to [`AT_ONCE`](Self::AT_ONCE) due deliveries; returns how many.
+    /// Moves up to [`AT_ONCE`](Self::AT_ONCE) due deliveries from each set; returns how many.
     async fn promote(&self, connection: &mut ConnectionManager) -> Result<usize, EngineError> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
         PROMOTE_SCRIPT
-            .key(&self.keys[0])
-            .key(&self.keys[1])
-            .key(&self.keys[2])
+            .key(&self.scheduled)
+            .key(&self.active)
+            .key(&self.signal)
+            .key(&self.moved)
             .arg(now)
             .arg(Self::AT_ONCE)
             .invoke_async(connection)
@@ -206,7 +328,7 @@ impl Due {
             loop {
                 // A failed call (Redis away) is tried again at the next tick: a worker's own
                 // fetch promotes meanwhile, as apalis-redis does without this task.
-                while matches!(self.promote(&mut connection).await, Ok(n) if n == Due::AT_ONCE) {}
+                while matches!(self.promote(&mut connection).await, Ok(n) if n >= Self::AT_ONCE) {}
                 tokio::time::sleep(interval).await;
             }
         });
@@ -305,6 +427,8 @@ impl HealthStore for RedisDeadLetters {
 pub struct RedisDeadLetters {
     connection: ConnectionManager,
     key: String,
+    /// The deliveries' queue, for the moves of a failing endpoint's backlog.
+    queue: QueueKeys,
     /// The outbox's task that moves due deliveries to the queue, alive as long as the outbox.
     _promoter: Option<Arc<Promoter>>,
 }
@@ -321,6 +445,11 @@ impl RedisDeadLetters {
     /// The set of the replayed letters' keys.
     fn replayed_key(&self) -> String {
         format!("{}:replayed", self.key)
+    }
+
+    /// The sorted set of `endpoint`'s moved deliveries, by their own due second.
+    fn deferred_key(&self, endpoint: &str) -> String {
+        format!("{}::{endpoint}", self.queue.moved)
     }
 }
 
@@ -353,6 +482,62 @@ impl DeadLetterQueue for RedisDeadLetters {
             .sadd::<_, _, ()>(self.replayed_key(), letter.delivery.dead_key())
             .await
             .map_err(EngineError::new)
+    }
+
+    async fn defer_due(
+        &self,
+        endpoint: &str,
+        before: SystemTime,
+        until: SystemTime,
+    ) -> Result<u64, EngineError> {
+        let mut connection = self.connection.clone();
+        let mut total = 0;
+        for place in 1..=3 {
+            let mut offset = 0;
+            loop {
+                let (moved, kept): (u64, u64) = DEFER_DUE_SCRIPT
+                    .key(&self.queue.scheduled)
+                    .key(&self.queue.active)
+                    .key(&self.queue.data)
+                    .key(&self.queue.moved)
+                    .key(self.deferred_key(endpoint))
+                    .arg(record::endpoint_field(endpoint))
+                    .arg(engine::second_rounded_up(before))
+                    .arg(engine::second_rounded_up(until))
+                    .arg(MOVE_AT_ONCE)
+                    .arg(MOVED_KEPT.as_secs())
+                    .arg(place)
+                    .arg(offset)
+                    .invoke_async(&mut connection)
+                    .await
+                    .map_err(EngineError::new)?;
+                total += moved;
+                offset += kept;
+                if moved + kept < MOVE_AT_ONCE {
+                    break;
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
+        let mut connection = self.connection.clone();
+        let mut total = 0;
+        loop {
+            let (resumed, taken): (u64, u64) = RESUME_DEFERRED_SCRIPT
+                .key(&self.queue.moved)
+                .key(self.deferred_key(endpoint))
+                .arg(engine::now_second(now))
+                .arg(MOVE_AT_ONCE)
+                .invoke_async(&mut connection)
+                .await
+                .map_err(EngineError::new)?;
+            total += resumed;
+            if taken < MOVE_AT_ONCE {
+                return Ok(total);
+            }
+        }
     }
 
     async fn all(&self) -> Result<Vec<DeadLetter>, EngineError> {

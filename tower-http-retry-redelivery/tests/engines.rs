@@ -455,8 +455,8 @@ where
 
 /// A failing endpoint's due deliveries move past its pause in one write (`Outbox::defer_due`),
 /// and no other endpoint's, and come back in one write (`Outbox::resume_deferred`), never ahead
-/// of their own due time; `moves`: whether the engine moves them (Redis does not yet).
-async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, moves: bool) {
+/// of their own due time.
+async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O) {
     let delivery = |id: String, uri: &str| {
         let request = http::Request::post(uri).body(Bytes::from("{}")).unwrap();
         rules().record(id, request).unwrap()
@@ -490,7 +490,6 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, 
         .store(due_in("later", Duration::from_secs(3_600)))
         .await
         .unwrap();
-    let moved = |n: u64| if moves { n } else { 0 };
     let now = SystemTime::now();
     let (pause_ends, moved_to) = (
         now + Duration::from_secs(60),
@@ -499,7 +498,7 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, 
     let down = "http://127.0.0.1:9";
     assert_eq!(
         outbox.defer_due(down, pause_ends, moved_to).await.unwrap(),
-        moved(6)
+        6
     );
     // None of them is due before the pause's end any more: the next pause moves none.
     let next_pause_ends = pause_ends + Duration::from_secs(2);
@@ -518,27 +517,26 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O, 
             .defer_due(down, late, late + Duration::from_secs(60))
             .await
             .unwrap(),
-        moved(6)
+        6
     );
     // The endpoint is back: the moved ones are due again (the one due in half a minute at its
     // own time), the one due in an hour was never moved.
-    assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), moved(6));
+    assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), 6);
     assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), 0);
     // The other endpoint's deliveries were not moved by any of it.
     let up = "http://127.0.0.1:10";
     assert_eq!(
         outbox.defer_due(up, pause_ends, moved_to).await.unwrap(),
-        moved(3)
+        3
     );
 }
 
 /// A backlog moved past its endpoint's pause (a slot's deadline ahead, 30 s here) is due again
 /// as soon as the endpoint takes a delivery, not 30 s later: the deliveries recover within
-/// seconds of the endpoint's return. `moves`: whether the engine moves in bulk.
+/// seconds of the endpoint's return.
 async fn a_moved_backlog_comes_back_with_its_endpoint<O: Outbox>(
     outbox: O,
     start_worker: fn(&str, &Handle<O>) -> RunningWorker,
-    moves: bool,
 ) {
     const N: usize = 60;
     let up_at = Instant::now() + Duration::from_secs(3);
@@ -566,10 +564,8 @@ async fn a_moved_backlog_comes_back_with_its_endpoint<O: Outbox>(
         "not all delivered 12 s after the return: {stats:?}"
     );
     assert_eq!(stats.dead_lettered, 0, "{stats:?}");
-    if moves {
-        assert!(stats.deferred_in_bulk > 0, "{stats:?}");
-        assert!(stats.resumed_in_bulk > 0, "{stats:?}");
-    }
+    assert!(stats.deferred_in_bulk > 0, "{stats:?}");
+    assert!(stats.resumed_in_bulk > 0, "{stats:?}");
 }
 
 /// The tests on one engine: `$open` makes a fresh outbox (and what keeps its engine up),
@@ -629,8 +625,7 @@ macro_rules! on_engine {
                 let Some((outbox, _engine)) = $open("defer-due").await else {
                     return;
                 };
-                let moves = stringify!($engine) != "redis";
-                super::a_failing_endpoints_backlog_moves_past_its_pause(outbox, moves).await;
+                super::a_failing_endpoints_backlog_moves_past_its_pause(outbox).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -638,9 +633,7 @@ macro_rules! on_engine {
                 let Some((outbox, _engine)) = $open("resume").await else {
                     return;
                 };
-                let moves = stringify!($engine) != "redis";
-                super::a_moved_backlog_comes_back_with_its_endpoint(outbox, start_worker, moves)
-                    .await;
+                super::a_moved_backlog_comes_back_with_its_endpoint(outbox, start_worker).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -848,6 +841,74 @@ async fn a_postgres_pool_built_by_hand_is_set_up_with_the_health_table() {
         ..PostgresOptions::default()
     };
     endpoint_health_is_kept_in_the_engine(postgres::outbox(&pool, options)).await;
+}
+
+/// On Redis a due delivery waits in the queue's list: a move of a failing endpoint's backlog
+/// takes its deliveries out of the list, a slice at a time, and keeps every other delivery
+/// there, in its order.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_move_keeps_the_other_deliveries_in_their_order() {
+    use ::redis::AsyncCommands;
+    use tower_http_retry_redelivery::redis::DELIVERIES;
+    let Some((outbox, _server)) = open_redis("order").await else {
+        return;
+    };
+    // More than a move's slice (1,000), so that it takes the list in several.
+    const N: usize = 2_400;
+    for i in 0..N {
+        let (id, uri) = if i % 2 == 0 {
+            (format!("up-{i}"), "http://127.0.0.1:10/hook")
+        } else {
+            (format!("down-{i}"), "http://127.0.0.1:9/hook")
+        };
+        let request = http::Request::post(uri).body(Bytes::from("{}")).unwrap();
+        outbox
+            .store(rules().record(id, request).unwrap())
+            .await
+            .unwrap();
+    }
+    let config = apalis_redis::Config::default().queue(DELIVERIES);
+    let connection = outbox.queue().clone().get_connection().clone();
+    let queued = |mut connection: ::redis::aio::ConnectionManager| {
+        let config = config.clone();
+        async move {
+            let ids: Vec<String> = connection
+                .lrange(config.active_jobs_list(), 0, -1)
+                .await
+                .unwrap();
+            let mut names = Vec::new();
+            for id in ids {
+                let json: String = connection.hget(config.job_data_hash(), id).await.unwrap();
+                let record: serde_json::Value = serde_json::from_str(&json).unwrap();
+                names.push(record["id"].as_str().unwrap().to_owned());
+            }
+            names
+        }
+    };
+    // The outbox's own task moves them to the list as they fall due (those due in one second
+    // in the order of their task ids).
+    let mut before = Vec::new();
+    for _ in 0..50 {
+        before = queued(connection.clone()).await;
+        if before.len() == N {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let now = SystemTime::now();
+    let moved = outbox
+        .defer_due(
+            "http://127.0.0.1:9",
+            now + Duration::from_secs(60),
+            now + Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved, N as u64 / 2);
+    before.retain(|id| id.starts_with("up-"));
+    assert_eq!(before.len(), N / 2);
+    assert_eq!(queued(connection).await, before);
 }
 
 /// apalis-redis 1.0 moves every due task to its queue in one Lua call that `unpack`s their ids,
