@@ -12,7 +12,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_http_retry_redelivery::signature::{SignLayer, Signer};
 use tower_http_retry_redelivery::sqlite::{self, SqliteOptions, SqliteOutbox};
-use tower_http_retry_redelivery::{start_run, Delivery, Outbox, Reclaim, Redelivery, Schedule};
+use tower_http_retry_redelivery::{supervise, Delivery, Outbox, Reclaim, Redelivery, Schedule};
 
 /// The client a worker sends through: the schedule's retry layer, the Standard Webhooks signer
 /// and a per-attempt timeout over hyper-util.
@@ -151,8 +151,9 @@ pub fn unix_ms(at: SystemTime) -> u128 {
 /// An outbox the demo's workers run on. apalis's worker bounds are each backend's own, so the
 /// one worker loop is written once (a macro) and implemented for each engine.
 pub trait WorkerEngine: Outbox + Reclaim {
-    /// Runs an apalis worker registered as `name` (a run's name) on this outbox's queue,
-    /// handling each delivery with `redelivery`, until `stop` resolves.
+    /// Runs the apalis worker `name` on this outbox's queue, handling each delivery with
+    /// `redelivery`, until `stop` resolves: [`supervise`] starts each run (the name's earlier
+    /// runs' deliveries taken back) and a new one after a run ends on an engine error.
     fn work(
         &self,
         name: &str,
@@ -170,32 +171,41 @@ macro_rules! worker_engine {
                 redelivery: Worker<Self>,
                 stop: impl Future<Output = ()> + Send + 'static,
             ) {
-                // At most `IN_HAND` (10) deliveries in hand: what a `kill -9` leaves to the
-                // engine, and what the pacer holds while an endpoint recovers.
                 let report = std::env::var_os(REPORT_ENV).is_some();
-                let worker = self.worker(name).build(move |delivery: Delivery| {
-                    let id = delivery.id().to_owned();
-                    if report {
-                        println!("taken {id} {}", unix_ms(SystemTime::now()));
-                    }
-                    let handled = redelivery.handle(delivery);
-                    async move {
-                        let handled = handled.await;
-                        if report {
-                            let outcome = if handled.is_ok() { "done" } else { "failed" };
-                            println!("{outcome} {id} {}", unix_ms(SystemTime::now()));
+                let supervised = supervise(
+                    self,
+                    name,
+                    |run, stopping| {
+                        let redelivery = redelivery.clone();
+                        // At most `IN_HAND` (10) deliveries in hand: what a `kill -9` leaves to
+                        // the engine, and what the pacer holds while an endpoint recovers.
+                        let worker = self.worker(run.clone()).build(move |delivery: Delivery| {
+                            let id = delivery.id().to_owned();
+                            if report {
+                                println!("taken {id} {}", unix_ms(SystemTime::now()));
+                            }
+                            let handled = redelivery.handle(delivery);
+                            async move {
+                                let handled = handled.await;
+                                if report {
+                                    let outcome = if handled.is_ok() { "done" } else { "failed" };
+                                    println!("{outcome} {id} {}", unix_ms(SystemTime::now()));
+                                }
+                                handled
+                            }
+                        });
+                        async move {
+                            let ended = worker.run_until(stopping).await;
+                            // Said, not swallowed: the supervisor starts a new run after a pause.
+                            if let Err(error) = &ended {
+                                eprintln!("worker {run} stopped: {error}");
+                            }
+                            ended
                         }
-                        handled
-                    }
-                });
-                let stop = async move {
-                    stop.await;
-                    Ok::<(), std::io::Error>(())
-                };
-                // Said, not swallowed: a worker that stops on an engine error leaves its process idle.
-                if let Err(error) = worker.run_until(stop).await {
-                    eprintln!("worker {name} stopped: {error}");
-                }
+                    },
+                    stop,
+                );
+                supervised.await.expect("a worker's name");
             }
         }
     };
@@ -232,13 +242,12 @@ pub fn run_worker(engine: &Engine, name: &str, seconds_per_hour: f64) {
     });
 }
 
-/// One run of the worker `name`, as a supervisor restarts it: its earlier runs' deliveries
-/// taken back at once, the run registered under a name of its own.
+/// The worker `name`, as a supervisor restarts it: its earlier runs' deliveries taken back at
+/// once, each run registered under a name of its own.
 async fn serve<O: WorkerEngine>(outbox: O, name: &str, seconds_per_hour: f64) {
-    let run = start_run(&outbox, name).await.expect("the engine answers");
     let schedule = schedule(seconds_per_hour);
     let redelivery: Worker<O> = Redelivery::new(client(&schedule), outbox.clone(), schedule);
-    outbox.work(&run, redelivery, stdin_closed()).await;
+    outbox.work(name, redelivery, stdin_closed()).await;
 }
 
 /// Resolves when the parent closes our standard input (or dies).

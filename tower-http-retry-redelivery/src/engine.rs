@@ -213,14 +213,20 @@ pub trait Reclaim {
 /// # }
 /// ```
 pub async fn start_run<O: Reclaim>(outbox: &O, name: &str) -> Result<String, EngineError> {
-    // A name holding the separator would take the runs of another name as its own.
+    check_name(name)?;
+    outbox.reclaim(name).await?;
+    Ok(run_name(name, SystemTime::now()))
+}
+
+/// Refuses a name that cannot be a worker's: empty, or holding the separator, which would take
+/// the runs of another name as its own.
+pub(crate) fn check_name(name: &str) -> Result<(), EngineError> {
     if name.is_empty() || name.contains(RUN_SEPARATOR) {
         return Err(EngineError::new(format!(
             "worker name {name:?} is empty or holds {RUN_SEPARATOR:?}"
         )));
     }
-    outbox.reclaim(name).await?;
-    Ok(run_name(name, SystemTime::now()))
+    Ok(())
 }
 
 /// A time as the engine's whole second, rounded up as every store's due time is: the bounds of

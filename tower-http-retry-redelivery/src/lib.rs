@@ -69,6 +69,7 @@ pub mod signature;
 pub mod sqlite;
 mod stats;
 pub mod step;
+mod supervise;
 
 pub use engine::{
     dead_letters, replay, start_run, ApalisOutbox, DeadLetterQueue, EngineError, Polled, Reclaim,
@@ -80,6 +81,7 @@ pub use redelivery::{HandleFuture, Handled, Redelivery, StoreFailed};
 pub use schedule::Schedule;
 pub use stats::RedeliveryStats;
 pub use step::{DeadLetter, DeadReason};
+pub use supervise::{supervise, Stopping};
 
 // The guide's code blocks are compiled and run as doctests, so that it stays true.
 #[cfg(doctest)]

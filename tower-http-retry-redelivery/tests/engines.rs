@@ -525,10 +525,7 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O) 
     assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), 0);
     // The other endpoint's deliveries were not moved by any of it.
     let up = "http://127.0.0.1:10";
-    assert_eq!(
-        outbox.defer_due(up, pause_ends, moved_to).await.unwrap(),
-        3
-    );
+    assert_eq!(outbox.defer_due(up, pause_ends, moved_to).await.unwrap(), 3);
 }
 
 /// A backlog moved past its endpoint's pause (a slot's deadline ahead, 30 s here) is due again
@@ -909,6 +906,104 @@ async fn a_redis_move_keeps_the_other_deliveries_in_their_order() {
     before.retain(|id| id.starts_with("up-"));
     assert_eq!(before.len(), N / 2);
     assert_eq!(queued(connection).await, before);
+}
+
+/// apalis ends a worker's run on the first fetch that fails; `supervise` starts a new run under
+/// the same name, so a worker outlives its engine's restart: a redis-server killed and started
+/// again on its port (keeping nothing on disk, it comes back empty), then deliveries stored
+/// after the restart are delivered by the same worker, and a stop ends it.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervised_worker_outlives_its_engines_restart() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use test_support::servers::{self, Server};
+    use tower_http_retry_redelivery::redis::{self, RedisOptions, RedisOutbox};
+    use tower_http_retry_redelivery::supervise;
+    let Some(binary) = servers::require(servers::REDIS, "redis::restart") else {
+        return;
+    };
+    let port = servers::free_port();
+    let server = Server::redis(&binary, port);
+    let options = RedisOptions {
+        heartbeat: HEARTBEAT,
+        ..RedisOptions::default()
+    };
+    let outbox: RedisOutbox = redis::open(&format!("redis://127.0.0.1:{port}/"), options)
+        .await
+        .unwrap();
+    let receiver = TestServer::start(|_| Reply::status(200)).await;
+    let schedule = Schedule::from_delays([0, 1].map(Duration::from_secs)).unwrap();
+    let redelivery: Handle<RedisOutbox> =
+        Redelivery::new(client(&schedule), outbox.clone(), schedule);
+    let (runs, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let worker = {
+        let (redelivery, runs, failed) = (redelivery.clone(), runs.clone(), failed.clone());
+        run_on_thread(move |stopped| async move {
+            let stop = async move {
+                let _ = stopped.await;
+            };
+            let outbox = redelivery.outbox().clone();
+            supervise(
+                &outbox,
+                "restart-1",
+                |run, stopping| {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                    let (redelivery, failed) = (redelivery.clone(), failed.clone());
+                    let worker = outbox
+                        .worker(run)
+                        .build(move |delivery| redelivery.handle(delivery));
+                    async move {
+                        let ended = worker.run_until(stopping).await;
+                        if ended.is_err() {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        ended
+                    }
+                },
+                stop,
+            )
+            .await
+            .unwrap();
+        })
+    };
+    enqueue_posts(&redelivery, &receiver.uri("/hook"), "before", 10).await;
+    let delivered = |n: u64| {
+        let redelivery = redelivery.clone();
+        move || redelivery.stats().delivered == n
+    };
+    assert!(until(Duration::from_secs(10), delivered(10)).await);
+
+    drop(server);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _server = Server::redis(&binary, port);
+    // The connection comes back by itself; a store meanwhile fails and is tried again.
+    for i in 0..10 {
+        let record = |i: usize| {
+            let request = http::Request::post(receiver.uri("/hook"))
+                .body(Bytes::from(format!("{{\"n\":{i}}}")))
+                .unwrap();
+            rules().record(format!("after_{i}"), request).unwrap()
+        };
+        let mut stored = false;
+        for _ in 0..50 {
+            if redelivery.enqueue(record(i)).await.is_ok() {
+                stored = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(stored, "the restarted engine took no store in 5 s");
+    }
+    let all = until(Duration::from_secs(30), delivered(20)).await;
+    let (runs, failed) = (runs.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(
+        all,
+        "runs {runs}, failed {failed}: {:?}",
+        redelivery.stats()
+    );
+    assert!(failed >= 1 && runs > failed, "runs {runs}, failed {failed}");
+    // A stop ends the supervisor (the thread is joined on drop).
+    drop(worker);
 }
 
 /// apalis-redis 1.0 moves every due task to its queue in one Lua call that `unpack`s their ids,
