@@ -134,11 +134,13 @@ pub async fn open_postgres(url: &str) -> tower_http_retry_redelivery::postgres::
         .expect("the Postgres server answers")
 }
 
-/// Set (to anything) in a worker process's environment, it prints `taken <id> <unix ms>` when
-/// its worker takes a delivery, `done <id> <unix ms>` once the delivery is delivered, stored
+/// Set (to anything) in a worker process's environment, it prints `taken <id> <unix ms> <due
+/// unix ms>` when its worker takes a delivery (the step's due time tells a step taken again
+/// from the next one), `done <id> <unix ms>` once the delivery is delivered, stored
 /// again or dead-lettered (its step written to the engine), and `failed <id> <unix ms>` if that
-/// write failed (apalis hands the delivery out again): what the crash test reads to measure what
-/// a `kill -9` cost.
+/// write failed (apalis hands the delivery out again); `run <run name> <unix ms>` when a run
+/// starts, its name's earlier runs' deliveries taken back: what the crash test reads to measure
+/// what a `kill -9` cost.
 pub const REPORT_ENV: &str = "REDELIVERY_WORKER_REPORT";
 
 /// `at` in Unix milliseconds.
@@ -176,13 +178,17 @@ macro_rules! worker_engine {
                     self,
                     name,
                     |run, stopping| {
+                        if report {
+                            println!("run {run} {}", unix_ms(SystemTime::now()));
+                        }
                         let redelivery = redelivery.clone();
                         // At most `IN_HAND` (10) deliveries in hand: what a `kill -9` leaves to
                         // the engine, and what the pacer holds while an endpoint recovers.
                         let worker = self.worker(run.clone()).build(move |delivery: Delivery| {
                             let id = delivery.id().to_owned();
                             if report {
-                                println!("taken {id} {}", unix_ms(SystemTime::now()));
+                                let (now, due) = (SystemTime::now(), delivery.due_at());
+                                println!("taken {id} {} {}", unix_ms(now), unix_ms(due));
                             }
                             let handled = redelivery.handle(delivery);
                             async move {

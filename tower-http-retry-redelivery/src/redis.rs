@@ -346,7 +346,8 @@ impl Drop for Promoter {
 }
 
 /// Moves the in-flight deliveries of the worker `ARGV[1]` and of its runs (`ARGV[2]` and a run
-/// id) back to the queue, as apalis-redis does for a worker whose heartbeats are missed.
+/// id) back to the head of the queue, as apalis-redis does (at its tail) for a worker whose
+/// heartbeats are missed.
 ///
 /// KEYS: the workers' sorted set, the queue's list, its signal list, the in-flight sets' prefix.
 const RECLAIM: &str = r#"
@@ -355,9 +356,10 @@ for _, worker in ipairs(redis.call("zrange", KEYS[1], 0, -1)) do
     if worker == ARGV[1] or string.sub(worker, 1, #ARGV[2]) == ARGV[2] then
         local inflight = KEYS[4] .. ":" .. worker
         local tasks = redis.call("smembers", inflight)
-        -- In slices: `unpack` of more than about 8,000 ids fails.
+        -- At the head of the queue, where they were taken from (at its tail they waited for
+        -- every delivery due since); in slices: `unpack` of more than about 8,000 ids fails.
         for first = 1, #tasks, 1000 do
-            redis.call("rpush", KEYS[2], unpack(tasks, first, math.min(first + 999, #tasks)))
+            redis.call("lpush", KEYS[2], unpack(tasks, first, math.min(first + 999, #tasks)))
         end
         moved = moved + #tasks
         redis.call("del", inflight)

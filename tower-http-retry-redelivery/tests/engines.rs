@@ -729,7 +729,10 @@ async fn a_peers_success_brings_a_moved_backlog_back() {
     let moved = until(Duration::from_secs(3), || a.stats().deferred_in_bulk > 0).await;
     drop(worker_a);
     assert!(moved, "{:?}", a.stats());
-    assert!(Instant::now() < up_at, "A stopped after the endpoint came back");
+    assert!(
+        Instant::now() < up_at,
+        "A stopped after the endpoint came back"
+    );
     tokio::time::sleep(up_at.saturating_duration_since(Instant::now())).await;
     let worker_b = sqlite::start_worker("peer-b", &b);
     let delivered = until(Duration::from_secs(10), || {

@@ -54,11 +54,13 @@ enum Report {
     Taken,
     Done,
     Failed,
+    /// A run started, its name's earlier runs' deliveries taken back (the id: its name).
+    Started,
 }
 
 /// What the worker runs reported: (run, what, delivery id, Unix ms), each run's lines in its
 /// order.
-type Reports = Arc<Mutex<Vec<(usize, Report, String, u128)>>>;
+type Reports = Arc<Mutex<Vec<(usize, Report, String, u128, u128)>>>;
 
 /// Starts worker run `run` under `name`, its reports read into `reports` by a thread that ends
 /// with the run's output.
@@ -92,47 +94,93 @@ fn spawn_worker(
             let kind = match kind {
                 "taken" => Report::Taken,
                 "done" => Report::Done,
+                "run" => Report::Started,
                 _ => Report::Failed,
             };
-            reports.lock().unwrap().push((run, kind, id.to_owned(), at));
+            let due = words.next().and_then(|due| due.parse().ok()).unwrap_or(0);
+            reports
+                .lock()
+                .unwrap()
+                .push((run, kind, id.to_owned(), at, due));
         }
     });
     (child, reader)
 }
 
-/// What the kills cost, from the runs' reports: the most deliveries a killed run had taken and
-/// not finished, and each delivery applied again after a kill although the killed run had
-/// delivered it and finished it (written its step) before, with how long before (ms).
+/// What the kills cost, from the runs' reports.
+struct KillCosts {
+    /// The most deliveries a killed run had taken and not finished.
+    most_in_flight: usize,
+    /// Each delivery applied again after a kill although the killed run had delivered it and
+    /// finished it (written its step) before, with how long before (ms).
+    again: Vec<(String, u128)>,
+    /// For each delivery in flight at a kill and taken again by another run, how long after the
+    /// kill (ms): a delivery to the receiver while it is down may have been moved past its
+    /// pause meanwhile, with the rest of its backlog.
+    taken_again_after: Vec<u128>,
+    /// For each kill, how long after it the restarted run took back its deliveries (ms).
+    taken_back_after: Vec<u128>,
+}
+
 fn kill_costs(
-    reports: &[(usize, Report, String, u128)],
-    kills: &[(usize, u128)],
+    reports: &[(usize, Report, String, u128, u128)],
+    kills: &[(usize, u128, usize)],
     receipts_200: &BTreeMap<String, Vec<u128>>,
-) -> (usize, Vec<(String, u128)>) {
+) -> KillCosts {
     let mut most_in_flight = 0;
     let mut again = Vec::new();
-    for &(run, killed_at) in kills {
-        let mut in_flight: BTreeMap<&str, bool> = BTreeMap::new();
+    let mut taken_again_after = Vec::new();
+    let mut taken_back_after = Vec::new();
+    for &(run, killed_at, restart) in kills {
+        let restarted = reports
+            .iter()
+            .find(|(r, report, ..)| *r == restart && *report == Report::Started)
+            .map(|(.., at, _)| at.saturating_sub(killed_at));
+        taken_back_after.extend(restarted);
+        // Each delivery's last report before the kill: taken and not finished (with the due
+        // time of the step taken), or finished.
+        let mut in_flight: BTreeMap<&str, Option<u128>> = BTreeMap::new();
         let mut finished: BTreeMap<&str, u128> = BTreeMap::new();
-        for (r, report, id, at) in reports {
+        for (r, report, id, at, due) in reports {
             if *r != run || *at > killed_at {
                 continue;
             }
-            in_flight.insert(id, *report == Report::Taken);
+            in_flight.insert(id, (*report == Report::Taken).then_some(*due));
             if *report == Report::Done {
                 finished.insert(id, *at);
             }
         }
-        most_in_flight = most_in_flight.max(in_flight.values().filter(|open| **open).count());
+        most_in_flight = most_in_flight.max(in_flight.values().flatten().count());
+        for (id, step) in in_flight.iter().filter_map(|(id, due)| Some((id, (*due)?))) {
+            // The same step taken by another run (a step stored again is due later).
+            let next_take = reports
+                .iter()
+                .filter(|(r, report, other, at, due)| {
+                    *r != run
+                        && *report == Report::Taken
+                        && other == id
+                        && *due == step
+                        && *at > killed_at
+                })
+                .map(|(.., at, _)| *at)
+                .min();
+            taken_again_after.extend(next_take.map(|at| at - killed_at));
+        }
         for (id, done_at) in finished {
             let times = receipts_200.get(id).map_or(&[][..], Vec::as_slice);
             let delivered_by_this_run = times.first().is_some_and(|first| *first <= done_at);
             let again_after_kill = times.iter().skip(1).any(|at| *at > killed_at);
-            if delivered_by_this_run && again_after_kill && !in_flight[id] {
+            if delivered_by_this_run && again_after_kill && in_flight[id].is_none() {
                 again.push((id.to_owned(), killed_at - done_at));
             }
         }
     }
-    (most_in_flight, again)
+    KillCosts {
+        most_in_flight,
+        again,
+        taken_again_after,
+        taken_back_after,
+    }
 }
 
 /// A small seeded generator, so that the kills' times and targets repeat run to run.
@@ -224,7 +272,8 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
             worker
         })
         .collect();
-    let mut kills: Vec<(usize, u128)> = Vec::new();
+    // Each kill: the run killed, when, and the run that restarts it.
+    let mut kills: Vec<(usize, u128, usize)> = Vec::new();
     // A worker that exited by itself (a refused start under its name, an engine error) would
     // leave the test to the others: every worker started must still be running when it is
     // killed or stopped.
@@ -241,7 +290,8 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         tokio::time::sleep(Duration::from_millis(200 + rng.below(500))).await;
         check_alive(&mut workers, &format!("before kill {kill}"));
         let victim = rng.below(WORKERS as u64) as usize;
-        kills.push((runs[victim], demo::durable::unix_ms(SystemTime::now())));
+        let killed_at = demo::durable::unix_ms(SystemTime::now());
+        kills.push((runs[victim], killed_at, WORKERS + kill));
         workers[victim].kill().unwrap(); // SIGKILL
         workers[victim].wait().unwrap();
         // Restarted at once under its name, as a supervisor does.
@@ -351,7 +401,19 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
                 .push(demo::durable::unix_ms(*at));
         }
     }
-    let (most_in_flight, again) = kill_costs(&reports.lock().unwrap(), &kills, &receipts_200);
+    let KillCosts {
+        most_in_flight,
+        again,
+        mut taken_again_after,
+        taken_back_after,
+    } = kill_costs(&reports.lock().unwrap(), &kills, &receipts_200);
+    taken_again_after.sort_unstable();
+    let median_take_again = taken_again_after
+        .get(taken_again_after.len() / 2)
+        .copied()
+        .unwrap_or(0);
+    let slowest_take_again = taken_again_after.last().copied().unwrap_or(0);
+    let slowest_take_back = taken_back_after.iter().copied().max().unwrap_or(0);
     let stale: Vec<&(String, u128)> = again
         .iter()
         .filter(|(_, before)| *before > HEARTBEAT.as_millis())
@@ -389,6 +451,8 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         "durable crash test on {engine:?}: {} deliveries, {WORKERS} workers, {KILLS} kills, {:.1} s\n\
          lost {}, applied twice {twice}, attempts closer than their slot {early}, dead letters {} ({} gone, {} ran out)\n\
          in flight at a kill at most {most_in_flight}; applied again although finished before the kill: {} (at most {} ms before), over a heartbeat before: {}\n\
+         a killed run's deliveries taken back by its restart after at most {slowest_take_back} ms ({} restarts);\n\
+         in flight at a kill and taken again: {} (median {median_take_again} ms after the kill, at most {slowest_take_again} ms)\n\
          to the receiver down for {:.1} s: {while_down} attempts while down for {UP} deliveries, the last delivered {:.1} s after its return",
         UP + GONE + NEVER,
         elapsed.as_secs_f64(),
@@ -399,6 +463,8 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         again.len(),
         again.iter().map(|(_, before)| *before).max().unwrap_or(0),
         stale.len(),
+        taken_back_after.len(),
+        taken_again_after.len(),
         down_for.as_secs_f64(),
         last_up.as_secs_f64(),
     );
@@ -411,6 +477,17 @@ pub async fn no_delivery_is_lost_when_workers_are_killed<Q, D>(
         "{most_in_flight} deliveries in flight at a kill"
     );
     assert!(stale.is_empty(), "applied again after finishing: {stale:?}");
+    // What a killed run had in flight is handed out again within two heartbeats: its restart
+    // under the same name takes it back at once (`start_run`), and every restart started.
+    assert_eq!(
+        taken_back_after.len(),
+        KILLS,
+        "restarts that never started a run"
+    );
+    assert!(
+        slowest_take_back <= 2 * HEARTBEAT.as_millis(),
+        "a killed run's deliveries taken back {slowest_take_back} ms after the kill"
+    );
     // A kill lands mid-attempt on every delivery of the batch its worker took and had not
     // acknowledged: at most a batch each (10 on either engine), handed out again once its
     // heartbeats are missed.
