@@ -184,7 +184,7 @@ macro_rules! worker_engine {
                         let redelivery = redelivery.clone();
                         // At most `IN_HAND` (10) deliveries in hand: what a `kill -9` leaves to
                         // the engine, and what the pacer holds while an endpoint recovers.
-                        let worker = self.worker(run.clone()).build(move |delivery: Delivery| {
+                        let worker = self.worker(run).build(move |delivery: Delivery| {
                             let id = delivery.id().to_owned();
                             if report {
                                 let (now, due) = (SystemTime::now(), delivery.due_at());
@@ -200,15 +200,10 @@ macro_rules! worker_engine {
                                 handled
                             }
                         });
-                        async move {
-                            let ended = worker.run_until(stopping).await;
-                            // Said, not swallowed: the supervisor starts a new run after a pause.
-                            if let Err(error) = &ended {
-                                eprintln!("worker {run} stopped: {error}");
-                            }
-                            ended
-                        }
+                        worker.run_until(stopping)
                     },
+                    // Said, not swallowed; a new run follows after a pause.
+                    |ended| eprintln!("{ended}"),
                     stop,
                 );
                 supervised.await.expect("a worker's name");

@@ -81,7 +81,7 @@ pub use redelivery::{HandleFuture, Handled, Redelivery, StoreFailed};
 pub use schedule::Schedule;
 pub use stats::RedeliveryStats;
 pub use step::{DeadLetter, DeadReason};
-pub use supervise::{supervise, Stopping};
+pub use supervise::{supervise, RunEnded, Stopping};
 
 // The guide's code blocks are compiled and run as doctests, so that it stays true.
 #[cfg(doctest)]

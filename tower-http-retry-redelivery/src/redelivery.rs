@@ -277,7 +277,8 @@ where
 
     /// A delivery to `endpoint` was handed back until `pause_end`: if the endpoint is failing
     /// (its last attempt failed: down, or a loss while it ramps), the engine moves its other
-    /// deliveries due before then a slot's deadline ahead in one write, so that the workers
+    /// deliveries due before then a slot's deadline ahead in bulk (one write, or slices on
+    /// Redis), so that the workers
     /// take its backlog neither one delivery at a time ahead of other endpoints' deliveries nor
     /// at each probe (the delivery handed back, due at the pause's end, carries the probe). A
     /// success brings the backlog back ([`resume_backlog`](Self::resume_backlog)); without one,
@@ -330,7 +331,7 @@ where
 
     /// `endpoint` took a delivery after failing (in this process's view): the backlog a move in
     /// bulk set aside (this process's, or a peer's that this process saw failing too) is due
-    /// again, in one write, each delivery at its own due time or now, not a deadline later. A
+    /// again in bulk, each delivery at its own due time or now, not a deadline later. A
     /// failed write loses nothing: the backlog falls due at the time it was moved to.
     async fn resume_backlog(&self, endpoint: &str, now: SystemTime) {
         let inner = &*self.inner;

@@ -34,6 +34,14 @@ pub type RedisOutbox = ApalisOutbox<Polled<RedisStorage<Delivery>>, RedisDeadLet
 /// timeout (500 ms) stops the worker; a slice of the queue's list of 100,000 took 10 ms.
 const MOVE_AT_ONCE: u64 = 1_000;
 
+/// The most bytes of records one slice of a move reads (at least one record): with large
+/// bodies a slice looks at fewer deliveries, and stays short.
+const MOVE_BYTES_AT_ONCE: u64 = 4 << 20;
+
+/// How long a move of an endpoint's backlog may go on, slice after slice: what it leaves is
+/// handed back as it is taken.
+const MOVE_TIME_LIMIT: Duration = Duration::from_secs(10);
+
 /// How long the set of an endpoint's moved deliveries outlives its last move: only a resume
 /// reads it, and one that never comes leaves the moved deliveries due a deadline later anyway.
 const MOVED_KEPT: Duration = Duration::from_secs(24 * 3600);
@@ -122,7 +130,7 @@ pub fn outbox(connection: ConnectionManager, options: RedisOptions) -> RedisOutb
             connection,
             key: DEAD_LETTERS.to_owned(),
             queue: keys,
-            _promoter: promoter,
+            promoter,
         },
     )
 }
@@ -176,36 +184,51 @@ return 1
 
 /// One slice of a move of an endpoint's backlog ([`Outbox::defer_due`]): its deliveries due
 /// before a time, moved to a later one in the outbox's set of moved deliveries, which [`PROMOTE`]
-/// empties in slices. Each call looks at no more than a slice of one place, from an offset:
-/// apalis-redis's scheduled set, the moved set (both up to the time), or the queue's list (a
-/// delivery moved out of it leaves the others in their order); a delivery is the endpoint's if its
-/// stored JSON holds the endpoint's field. Each moved one's own due second (0: due already) goes
-/// to the endpoint's set, for [`RESUME_DEFERRED`]; a delivery moved again keeps the first.
+/// empties in slices. Each call looks at no more than a slice of one place: apalis-redis's
+/// scheduled set, the moved set (both below the time, from the latest), or the queue's list
+/// (from its tail: a worker's fetch takes from its head, and a delivery moved out of it leaves
+/// the others in their order), past the `offset` entries kept by the calls before; a delivery is
+/// the endpoint's if its stored JSON holds the endpoint's field. A slice reads at most `budget`
+/// bytes of records (one at least), so large bodies make it shorter, never slower. Each moved
+/// one's own due second (0: due already) goes to the endpoint's set, for [`RESUME_DEFERRED`]; a
+/// delivery moved again keeps the first.
 ///
 /// KEYS: the scheduled set, the queue's list, the records' hash, the moved set, the endpoint's
 /// set. ARGV: the endpoint's field, before (Unix seconds), until, the slice's length, how long
-/// the endpoint's set is kept (seconds), the place (1, 2 or 3 in the order above), the offset.
-/// Returns how many it moved and how many it kept.
+/// the endpoint's set is kept (seconds), the place (1, 2 or 3 in the order above), the offset,
+/// the budget. Returns how many it moved, how many it kept, and 1 if the place has no more.
 ///
 /// [`Outbox::defer_due`]: crate::Outbox::defer_due
 const DEFER_DUE: &str = r#"
 local field, until_at, most = ARGV[1], ARGV[3], tonumber(ARGV[4])
-local place, offset = tonumber(ARGV[6]), tonumber(ARGV[7])
-local moved, kept = 0, 0
+local place, offset, budget = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local moved, kept, read = 0, 0, 0
+-- Whether the delivery `id` is the endpoint's; nil once the slice has read its budget.
 local function ours(id)
+    local size = redis.call("hstrlen", KEYS[3], id)
+    if read > 0 and read + size > budget then
+        return nil
+    end
+    read = read + size
     local record = redis.call("hget", KEYS[3], id)
-    return record and string.find(record, field, 1, true)
+    return record ~= false and string.find(record, field, 1, true) ~= nil
 end
 local function move(id, own_due)
     redis.call("zadd", KEYS[4], until_at, id)
     redis.call("zadd", KEYS[5], "NX", own_due, id)
     moved = moved + 1
 end
+local done
 if place < 3 then
     local set = place == 1 and KEYS[1] or KEYS[4]
-    local due = redis.call("zrangebyscore", set, "-inf", "(" .. ARGV[2], "WITHSCORES", "LIMIT", offset, most)
+    local due = redis.call("zrevrangebyscore", set, "(" .. ARGV[2], "-inf", "WITHSCORES", "LIMIT", offset, most)
+    done = #due < 2 * most
     for i = 1, #due, 2 do
-        if ours(due[i]) then
+        local mine = ours(due[i])
+        if mine == nil then
+            done = false
+            break
+        elseif mine then
             redis.call("zrem", set, due[i])
             move(due[i], due[i + 1])
         else
@@ -215,11 +238,18 @@ if place < 3 then
 else
     -- Marked where they stand, then taken out in one pass, so that the others keep their order.
     local marker = KEYS[4] .. "::marker"
-    local due = redis.call("lrange", KEYS[2], offset, offset + most - 1)
-    for i, id in ipairs(due) do
-        if ours(id) then
-            redis.call("lset", KEYS[2], offset + i - 1, marker)
-            move(id, 0)
+    local last = redis.call("llen", KEYS[2]) - 1 - offset
+    local first = math.max(0, last - most + 1)
+    done = first == 0
+    local due = last >= 0 and redis.call("lrange", KEYS[2], first, last) or {}
+    for i = #due, 1, -1 do
+        local mine = ours(due[i])
+        if mine == nil then
+            done = false
+            break
+        elseif mine then
+            redis.call("lset", KEYS[2], first + i - 1, marker)
+            move(due[i], 0)
         else
             kept = kept + 1
         end
@@ -231,7 +261,7 @@ end
 if moved > 0 then
     redis.call("expire", KEYS[5], ARGV[5])
 end
-return {moved, kept}
+return {moved, kept, done and 1 or 0}
 "#;
 
 /// One slice of a resume of what [`DEFER_DUE`] moved for an endpoint
@@ -327,7 +357,7 @@ impl QueueKeys {
         let task = runtime.spawn(async move {
             loop {
                 // A failed call (Redis away) is tried again at the next tick: a worker's own
-                // fetch promotes meanwhile, as apalis-redis does without this task.
+                // fetch promotes apalis-redis's scheduled set meanwhile (not the moved set).
                 while matches!(self.promote(&mut connection).await, Ok(n) if n >= Self::AT_ONCE) {}
                 tokio::time::sleep(interval).await;
             }
@@ -431,8 +461,9 @@ pub struct RedisDeadLetters {
     key: String,
     /// The deliveries' queue, for the moves of a failing endpoint's backlog.
     queue: QueueKeys,
-    /// The outbox's task that moves due deliveries to the queue, alive as long as the outbox.
-    _promoter: Option<Arc<Promoter>>,
+    /// The outbox's task that moves due deliveries to the queue, alive as long as the outbox
+    /// (none outside a tokio runtime: then no backlog is moved).
+    promoter: Option<Arc<Promoter>>,
 }
 
 impl std::fmt::Debug for RedisDeadLetters {
@@ -492,12 +523,19 @@ impl DeadLetterQueue for RedisDeadLetters {
         before: SystemTime,
         until: SystemTime,
     ) -> Result<u64, EngineError> {
+        // Without the outbox's task (an outbox made outside a runtime), nothing here would bring
+        // a moved delivery back to the queue: each is handed back as it is taken instead.
+        if self.promoter.is_none() {
+            return Ok(0);
+        }
         let mut connection = self.connection.clone();
+        let started = std::time::Instant::now();
         let mut total = 0;
         for place in 1..=3 {
             let mut offset = 0;
-            loop {
-                let (moved, kept): (u64, u64) = DEFER_DUE_SCRIPT
+            // Bounded: while workers store and fetch, the slices could chase a moving queue.
+            while started.elapsed() < MOVE_TIME_LIMIT {
+                let (moved, kept, done): (u64, u64, u8) = DEFER_DUE_SCRIPT
                     .key(&self.queue.scheduled)
                     .key(&self.queue.active)
                     .key(&self.queue.data)
@@ -510,12 +548,13 @@ impl DeadLetterQueue for RedisDeadLetters {
                     .arg(MOVED_KEPT.as_secs())
                     .arg(place)
                     .arg(offset)
+                    .arg(MOVE_BYTES_AT_ONCE)
                     .invoke_async(&mut connection)
                     .await
                     .map_err(EngineError::new)?;
                 total += moved;
                 offset += kept;
-                if moved + kept < MOVE_AT_ONCE {
+                if done == 1 {
                     break;
                 }
             }

@@ -36,11 +36,11 @@ pub struct RedeliveryStats {
     pub stored_again: u64,
     /// Deliveries the retry layer handed back unsent, stored again at the pacer's time.
     pub deferred: u64,
-    /// Deliveries the engine moved a slot's deadline ahead while their endpoint failed, many in
-    /// one write, before a worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)); a
+    /// Deliveries the engine moved a slot's deadline ahead while their endpoint failed, in bulk
+    /// (one write, or slices of 1,000 on Redis), before a worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)); a
     /// delivery moved several times counts each time.
     pub deferred_in_bulk: u64,
-    /// Deliveries a move in bulk had set aside, made due again in one write when their
+    /// Deliveries a move in bulk had set aside, made due again in bulk when their
     /// endpoint took a delivery ([`Outbox::resume_deferred`](crate::Outbox::resume_deferred)).
     pub resumed_in_bulk: u64,
     /// Deliveries moved to the dead-letter queue.

@@ -712,7 +712,7 @@ async fn a_peers_success_brings_a_moved_backlog_back() {
         return;
     };
     let start = Instant::now();
-    let up_at = start + Duration::from_secs(6);
+    let up_at = start + Duration::from_secs(8);
     let server = TestServer::start(move |_| {
         if Instant::now() < up_at {
             Reply::status(503)
@@ -938,6 +938,7 @@ async fn a_redis_move_keeps_the_other_deliveries_in_their_order() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert_eq!(before.len(), N, "the outbox's task queued them");
     let now = SystemTime::now();
     let moved = outbox
         .defer_due(
@@ -963,7 +964,7 @@ async fn a_supervised_worker_outlives_its_engines_restart() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use test_support::servers::{self, Server};
     use tower_http_retry_redelivery::redis::{self, RedisOptions, RedisOutbox};
-    use tower_http_retry_redelivery::supervise;
+    use tower_http_retry_redelivery::{supervise, RunEnded};
     let Some(binary) = servers::require(servers::REDIS, "redis::restart") else {
         return;
     };
@@ -993,16 +994,15 @@ async fn a_supervised_worker_outlives_its_engines_restart() {
                 "restart-1",
                 |run, stopping| {
                     runs.fetch_add(1, Ordering::Relaxed);
-                    let (redelivery, failed) = (redelivery.clone(), failed.clone());
+                    let redelivery = redelivery.clone();
                     let worker = outbox
                         .worker(run)
                         .build(move |delivery| redelivery.handle(delivery));
-                    async move {
-                        let ended = worker.run_until(stopping).await;
-                        if ended.is_err() {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        ended
+                    worker.run_until(stopping)
+                },
+                |ended| {
+                    if matches!(ended, RunEnded::Failed { .. }) {
+                        failed.fetch_add(1, Ordering::Relaxed);
                     }
                 },
                 stop,
