@@ -155,7 +155,8 @@ pub fn unix_ms(at: SystemTime) -> u128 {
 pub trait WorkerEngine: Outbox + Reclaim {
     /// Runs the apalis worker `name` on this outbox's queue, handling each delivery with
     /// `redelivery`, until `stop` resolves: [`supervise`] starts each run (the name's earlier
-    /// runs' deliveries taken back) and a new one after a run ends on an engine error.
+    /// runs' deliveries taken back) and a new one after a run ends before the stop (apalis ends
+    /// it on a fetch that fails).
     fn work(
         &self,
         name: &str,

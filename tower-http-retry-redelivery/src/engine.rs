@@ -99,8 +99,9 @@ impl<Q, D> ApalisOutbox<Q, D> {
     /// most [`IN_HAND`] deliveries at once (tower's `ConcurrencyLimitLayer`: apalis fetches no
     /// more while they are handled, so the worker holds at most that plus one fetched batch):
     /// what a `kill -9` gives back to the engine, and what the pacer holds in memory while an
-    /// endpoint recovers. Add layers if you wish,
-    /// then `build` it with the handler:
+    /// endpoint recovers. Add layers if you wish, then `build` it with the handler, and run it
+    /// (under [`supervise`](crate::supervise), so that a run the engine ends is followed by
+    /// another):
     ///
     /// ```rust,no_run
     /// # #[cfg(feature = "sqlite")]
@@ -119,6 +120,7 @@ impl<Q, D> ApalisOutbox<Q, D> {
     ///         let redelivery = redelivery.clone();
     ///         async move { redelivery.handle(delivery).await }
     ///     });
+    /// // Ends at the first fetch that fails: `supervise` starts another run then.
     /// worker.run().await?;
     /// # Ok(())
     /// # }

@@ -23,7 +23,7 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! use bytes::Bytes;
 //! use tower::Layer;
-//! use tower_http_retry_redelivery::{sqlite, start_run, RecordRules, Redelivery, Schedule};
+//! use tower_http_retry_redelivery::{sqlite, supervise, RecordRules, Redelivery, Schedule};
 //!
 //! let outbox = sqlite::open("deliveries.db", sqlite::SqliteOptions::default()).await?;
 //! let schedule = Schedule::standard_webhooks();
@@ -37,13 +37,17 @@
 //! redelivery.enqueue(RecordRules::new().record("msg_1", request)?).await?;
 //!
 //! // At most 10 deliveries in hand (`IN_HAND`): what a kill re-sends, and what the pacer holds.
-//! let worker = outbox
-//!     .worker(start_run(&outbox, "worker-1").await?)
-//!     .build(move |delivery| {
+//! // Under a fixed name, a new run whenever the engine ends one (`supervise`).
+//! let run = |run, stopping| {
+//!     let redelivery = redelivery.clone();
+//!     let worker = outbox.worker(run).build(move |delivery| {
 //!         let redelivery = redelivery.clone();
 //!         async move { redelivery.handle(delivery).await }
 //!     });
-//! worker.run().await?;
+//!     worker.run_until(stopping)
+//! };
+//! let stop = std::future::pending(); // or a shutdown signal
+//! supervise(&outbox, "worker-1", run, |ended| eprintln!("{ended}"), stop).await?;
 //! # Ok(())
 //! # }
 //! ```

@@ -42,7 +42,8 @@ pub trait Outbox: Clone + Send + Sync + 'static {
     /// hands a delivery back because its endpoint is down (`before`: the end of its pause, or
     /// sooner), so that the workers do not take the endpoint's backlog one delivery at a time
     /// ahead of other endpoints' deliveries, nor at each of its probes. The default moves none
-    /// (each is then handed back as it is taken).
+    /// (each is then handed back as it is taken); an engine may move fewer (Redis stops after
+    /// 10 s of slices): what it leaves is handed back the same way.
     fn defer_due(
         &self,
         endpoint: &str,

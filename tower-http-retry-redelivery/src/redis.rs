@@ -38,8 +38,8 @@ const MOVE_AT_ONCE: u64 = 1_000;
 /// bodies a slice looks at fewer deliveries, and stays short.
 const MOVE_BYTES_AT_ONCE: u64 = 4 << 20;
 
-/// How long a move of an endpoint's backlog may go on, slice after slice: what it leaves is
-/// handed back as it is taken.
+/// How long a move of an endpoint's backlog may go on, slice after slice (past it, one slice
+/// more of each place): what it leaves is handed back as it is taken.
 const MOVE_TIME_LIMIT: Duration = Duration::from_secs(10);
 
 /// How long the set of an endpoint's moved deliveries outlives its last move: only a resume
@@ -111,7 +111,8 @@ pub async fn open(url: &str, options: RedisOptions) -> Result<RedisOutbox, Engin
 
 /// Both queues on an open connection. Call it within a tokio runtime: the outbox moves due
 /// deliveries to the queue from a task of its own ([`open`] also moves those already due before
-/// it returns).
+/// it returns); outside one, or once that runtime is gone, it moves no failing endpoint's
+/// backlog aside (each such delivery is handed back as it is taken).
 pub fn outbox(connection: ConnectionManager, options: RedisOptions) -> RedisOutbox {
     let config = Config::default()
         .queue(DELIVERIES)
@@ -369,6 +370,13 @@ impl QueueKeys {
 /// Stops the promoting task when dropped.
 struct Promoter(tokio::task::AbortHandle);
 
+impl Promoter {
+    /// Whether the task still runs (its runtime may be gone).
+    fn is_running(&self) -> bool {
+        !self.0.is_finished()
+    }
+}
+
 impl Drop for Promoter {
     fn drop(&mut self) {
         self.0.abort();
@@ -525,16 +533,20 @@ impl DeadLetterQueue for RedisDeadLetters {
     ) -> Result<u64, EngineError> {
         // Without the outbox's task (an outbox made outside a runtime), nothing here would bring
         // a moved delivery back to the queue: each is handed back as it is taken instead.
-        if self.promoter.is_none() {
+        if !self
+            .promoter
+            .as_ref()
+            .is_some_and(|promoter| promoter.is_running())
+        {
             return Ok(0);
         }
         let mut connection = self.connection.clone();
         let started = std::time::Instant::now();
         let mut total = 0;
-        for place in 1..=3 {
+        // The queue's list first: what is due now. Each place gets a slice at least.
+        for place in [3, 1, 2] {
             let mut offset = 0;
-            // Bounded: while workers store and fetch, the slices could chase a moving queue.
-            while started.elapsed() < MOVE_TIME_LIMIT {
+            loop {
                 let (moved, kept, done): (u64, u64, u8) = DEFER_DUE_SCRIPT
                     .key(&self.queue.scheduled)
                     .key(&self.queue.active)
@@ -554,7 +566,8 @@ impl DeadLetterQueue for RedisDeadLetters {
                     .map_err(EngineError::new)?;
                 total += moved;
                 offset += kept;
-                if done == 1 {
+                // Bounded: while workers store and fetch, the slices could chase a moving queue.
+                if done == 1 || started.elapsed() >= MOVE_TIME_LIMIT {
                     break;
                 }
             }

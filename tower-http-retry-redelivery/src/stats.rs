@@ -37,8 +37,9 @@ pub struct RedeliveryStats {
     /// Deliveries the retry layer handed back unsent, stored again at the pacer's time.
     pub deferred: u64,
     /// Deliveries the engine moved a slot's deadline ahead while their endpoint failed, in bulk
-    /// (one write, or slices of 1,000 on Redis), before a worker took them ([`Outbox::defer_due`](crate::Outbox::defer_due)); a
-    /// delivery moved several times counts each time.
+    /// (one write, or slices on Redis), before a worker took them
+    /// ([`Outbox::defer_due`](crate::Outbox::defer_due)); a delivery moved several times counts
+    /// each time.
     pub deferred_in_bulk: u64,
     /// Deliveries a move in bulk had set aside, made due again in bulk when their
     /// endpoint took a delivery ([`Outbox::resume_deferred`](crate::Outbox::resume_deferred)).

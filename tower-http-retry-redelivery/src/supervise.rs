@@ -17,11 +17,11 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 /// Runs the worker `name` until `stop` resolves, as a supervisor would: each run starts with
 /// [`start_run`] (the deliveries of the name's earlier runs taken back) and is made by `run`,
 /// which builds the apalis worker on the run's name and runs it until the [`Stopping`] it is
-/// given resolves (apalis's `run_until`). A run that ends before the stop, on an error or not, is
-/// followed by a new one after a pause (half a second, doubled while runs keep failing at once,
-/// at most 30 s), and so is a `start_run` the engine refuses; `failed` is told of each
-/// ([`RunEnded`]), to log it. The stop ends a pause, or a `start_run` that waits on the engine,
-/// at once.
+/// given resolves (apalis's `run_until`, which returns before it only on an error). A run that
+/// ends before the stop is followed by a new one after a pause (half a second, doubled while
+/// runs keep failing within 30 s of their start, at most 30 s), and so is a `start_run` the
+/// engine refuses; `failed` is told of each ([`RunEnded`]), to log it. The stop ends a pause, or
+/// a `start_run` that waits on the engine, at once.
 ///
 /// apalis 1.0 ends a worker's run on the first fetch that fails: a Redis or Postgres server
 /// restarted, failed over or slow past the connection's response timeout (500 ms on Redis), and
@@ -76,7 +76,9 @@ where
         stop.await;
         let _ = tell.send(true);
     }));
-    let stopping = move || Stopping::new(told.clone());
+    // Told, or the watching task gone (`stop` panicked, the runtime shuts down).
+    let stopped = |told: &watch::Receiver<bool>| *told.borrow() || told.has_changed().is_err();
+    let stopping = || Stopping::new(told.clone());
     let mut pause = FIRST_PAUSE;
     loop {
         let started = tokio::time::Instant::now();
@@ -88,7 +90,7 @@ where
             }),
             Some(Ok(run_name)) => {
                 let ended = run(run_name.clone(), stopping()).await;
-                if stopping().is_stopped() {
+                if stopped(&told) {
                     return Ok(());
                 }
                 failed(match &ended {
@@ -144,7 +146,8 @@ pub enum RunEnded<'a, E> {
         /// Its error.
         error: &'a E,
     },
-    /// The run returned without an error, though no stop was asked for.
+    /// The run returned without an error, though no stop was asked for (a `run` of one's own:
+    /// apalis's `run_until` waits for the stop).
     Returned {
         /// The run's name.
         run: &'a str,
@@ -174,27 +177,15 @@ impl Drop for AbortOnDrop {
 
 /// Resolves when [`supervise`] is told to stop: the signal a run's worker stops on
 /// (`run_until(stopping)`).
-pub struct Stopping {
-    told: watch::Receiver<bool>,
-    waiting: Pin<Box<dyn Future<Output = Result<(), std::io::Error>> + Send>>,
-}
+pub struct Stopping(Pin<Box<dyn Future<Output = Result<(), std::io::Error>> + Send>>);
 
 impl Stopping {
-    fn new(told: watch::Receiver<bool>) -> Self {
-        let mut waiting_on = told.clone();
-        Stopping {
-            told,
-            waiting: Box::pin(async move {
-                // A closed channel: the supervisor is gone, and so is every reason to run.
-                let _ = waiting_on.wait_for(|stop| *stop).await;
-                Ok(())
-            }),
-        }
-    }
-
-    /// Whether the stop was asked for.
-    fn is_stopped(&self) -> bool {
-        *self.told.borrow()
+    fn new(mut told: watch::Receiver<bool>) -> Self {
+        Stopping(Box::pin(async move {
+            // A closed channel: the supervisor is gone, and so is every reason to run.
+            let _ = told.wait_for(|stop| *stop).await;
+            Ok(())
+        }))
     }
 }
 
@@ -202,15 +193,13 @@ impl Future for Stopping {
     type Output = Result<(), std::io::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.waiting.as_mut().poll(cx)
+        self.0.as_mut().poll(cx)
     }
 }
 
 impl fmt::Debug for Stopping {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Stopping")
-            .field("stopped", &self.is_stopped())
-            .finish_non_exhaustive()
+        f.debug_struct("Stopping").finish_non_exhaustive()
     }
 }
 

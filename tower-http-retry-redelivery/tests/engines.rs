@@ -453,9 +453,16 @@ where
     assert_eq!(errors, 0);
 }
 
-/// A failing endpoint's due deliveries move past its pause in one write (`Outbox::defer_due`),
-/// and no other endpoint's, and come back in one write (`Outbox::resume_deferred`), never ahead
-/// of their own due time.
+/// Now, a pause that ends in a minute, and the time a move takes its endpoint's backlog to.
+fn a_pause_from_now() -> (SystemTime, SystemTime, SystemTime) {
+    let now = SystemTime::now();
+    let minutes = |n: u64| now + Duration::from_secs(60 * n);
+    (now, minutes(1), minutes(2))
+}
+
+/// A failing endpoint's due deliveries move past its pause in bulk (`Outbox::defer_due`), and no
+/// other endpoint's, and come back in bulk (`Outbox::resume_deferred`), never ahead of their own
+/// due time.
 async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O) {
     let delivery = |id: String, uri: &str| {
         let request = http::Request::post(uri).body(Bytes::from("{}")).unwrap();
@@ -490,11 +497,7 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O) 
         .store(due_in("later", Duration::from_secs(3_600)))
         .await
         .unwrap();
-    let now = SystemTime::now();
-    let (pause_ends, moved_to) = (
-        now + Duration::from_secs(60),
-        now + Duration::from_secs(120),
-    );
+    let (now, pause_ends, moved_to) = a_pause_from_now();
     let down = "http://127.0.0.1:9";
     assert_eq!(
         outbox.defer_due(down, pause_ends, moved_to).await.unwrap(),
@@ -939,19 +942,44 @@ async fn a_redis_move_keeps_the_other_deliveries_in_their_order() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(before.len(), N, "the outbox's task queued them");
-    let now = SystemTime::now();
+    let (_, pause_ends, moved_to) = a_pause_from_now();
     let moved = outbox
-        .defer_due(
-            "http://127.0.0.1:9",
-            now + Duration::from_secs(60),
-            now + Duration::from_secs(120),
-        )
+        .defer_due("http://127.0.0.1:9", pause_ends, moved_to)
         .await
         .unwrap();
     assert_eq!(moved, N as u64 / 2);
     before.retain(|id| id.starts_with("up-"));
     assert_eq!(before.len(), N / 2);
     assert_eq!(queued(connection).await, before);
+}
+
+/// A move reads a few MiB of records a call at most, however large the bodies: 8 deliveries of
+/// a 1-MiB body each (1.4 MB each stored) go in several short slices, and all move.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_move_of_large_records_goes_in_short_slices() {
+    let Some((outbox, _server)) = open_redis("large").await else {
+        return;
+    };
+    let body = Bytes::from(vec![b'x'; 1 << 20]);
+    for i in 0..10 {
+        let uri = if i < 8 {
+            "http://127.0.0.1:9/hook"
+        } else {
+            "http://127.0.0.1:10/hook"
+        };
+        let request = http::Request::post(uri).body(body.clone()).unwrap();
+        outbox
+            .store(rules().record(format!("large-{i}"), request).unwrap())
+            .await
+            .unwrap();
+    }
+    let (_, pause_ends, moved_to) = a_pause_from_now();
+    let moved = outbox
+        .defer_due("http://127.0.0.1:9", pause_ends, moved_to)
+        .await
+        .unwrap();
+    assert_eq!(moved, 8);
 }
 
 /// apalis ends a worker's run on the first fetch that fails; `supervise` starts a new run under
