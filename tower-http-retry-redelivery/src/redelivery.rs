@@ -322,9 +322,12 @@ where
             }
         }
         // The endpoint took a delivery while the move ran (the probe goes out as the pause
-        // ends, when the move may start): its resume may have come first, or skipped rows the
-        // move held, so the backlog would wait a deadline for nothing.
-        if !inner.health.failing(&endpoint) {
+        // ends, when the move may start): its resume, which takes the move's entry away, may
+        // have come first or skipped rows the move held. Whether it fails again since does not
+        // matter: with its backlog moved, it may see no other delivery to bring it back before
+        // the deadline.
+        let resumed_meanwhile = lock(&inner.deferrals).get(&endpoint) != Some(&deferral);
+        if resumed_meanwhile || !inner.health.failing(&endpoint) {
             self.resume_backlog(&endpoint, SystemTime::now()).await;
         }
     }
@@ -385,3 +388,6 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
