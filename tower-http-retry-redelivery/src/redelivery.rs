@@ -325,8 +325,8 @@ where
         // ends, when the move may start): its resume, which takes the move's entry away, may
         // have come first or skipped rows the move held. Whether it fails again since does not
         // matter: with its backlog moved, it may see no other delivery to bring it back before
-        // the deadline.
-        let resumed_meanwhile = lock(&inner.deferrals).get(&endpoint) != Some(&deferral);
+        // the deadline. (A later move's entry instead: that move resumes, or its probe does.)
+        let resumed_meanwhile = !lock(&inner.deferrals).contains_key(&endpoint);
         if resumed_meanwhile || !inner.health.failing(&endpoint) {
             self.resume_backlog(&endpoint, SystemTime::now()).await;
         }
