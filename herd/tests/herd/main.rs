@@ -3,6 +3,8 @@
 //! targets, at small N on tokio's paused clock. The same simulation at full size prints the
 //! tables and draws the charts: `cargo run --release -p herd --example herd`.
 
+mod knee;
+
 use herd::{Arrival, Bound, Check, Metrics, Model, Params, Row, Run};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

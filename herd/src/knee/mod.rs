@@ -5,7 +5,12 @@
 //! flight to it, on a paused clock.
 //!
 //! The server keeps working on a request whose client gave up (as a real one does: the work is
-//! queued), so every timed-out attempt still costs a worker its service time.
+//! queued), so every timed-out attempt still costs a worker its service time. The load is steady
+//! past the knee, or ramps past it and back ([`ramp`]).
+
+pub mod ramp;
+
+use ramp::Ramp;
 
 use http::{Request, Response};
 use std::collections::HashSet;
@@ -26,10 +31,13 @@ pub struct Knee {
     pub workers: usize,
     /// Each request's service time on a worker.
     pub service: Duration,
-    /// The load offered, as a multiple of the server's capacity (`workers / service`).
+    /// The load offered, as a multiple of the server's capacity (`workers / service`): all
+    /// along, or at the top of the ramp.
     pub offered: f64,
     /// How long the load is offered.
     pub length: Duration,
+    /// The load ramps up to `offered` and back down, over `length`; `None`: it is steady.
+    pub ramp: Option<Ramp>,
     /// The per-attempt timeout.
     pub timeout: Duration,
     /// Attempts per request (the first and its retries).
@@ -51,7 +59,14 @@ impl Knee {
             timeout: Duration::from_millis(20),
             attempts: 3,
             settled_after: Duration::from_secs(5),
+            ramp: None,
         }
+    }
+
+    /// The load offered `elapsed` into the run, as a multiple of the capacity.
+    pub fn offered_at(&self, elapsed: Duration) -> f64 {
+        self.ramp
+            .map_or(self.offered, |ramp| ramp.offered_at(self.offered, elapsed))
     }
 
     /// Requests a second at the knee.
@@ -115,7 +130,22 @@ pub struct KneeRun {
     pub request_latency: Vec<Duration>,
     /// Ours: the limit, read every 100 ms once settled.
     pub limits: Vec<u32>,
+    /// Requests offered and delivered by when they were offered, in 100-ms buckets from the
+    /// start.
+    pub buckets: Vec<Bucket>,
 }
+
+/// The requests offered in 100 ms, and how many of them were delivered.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bucket {
+    /// Requests offered.
+    pub offered: u64,
+    /// Of those, delivered.
+    pub delivered: u64,
+}
+
+/// How long each of [`KneeRun::buckets`] lasts.
+pub const BUCKET: Duration = Duration::from_millis(100);
 
 impl KneeRun {
     /// Delivered requests a second over the run.
@@ -299,14 +329,16 @@ async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
                 .boxed_clone()
         }
     };
-    let every = Duration::from_secs_f64(1.0 / (knee.capacity() * knee.offered));
-    let mut ticks = tokio::time::interval(every);
+    // The next request's time: one load's spacing after the last (steady: tokio's interval).
+    let mut next = start;
     let mut requests = tokio::task::JoinSet::new();
     let mut id = 0_u64;
     let endpoint = "knee.test".parse().expect("an authority");
     let mut read = start + knee.settled_after;
     while start.elapsed() < knee.length {
-        ticks.tick().await;
+        tokio::time::sleep_until(next).await;
+        let rate = knee.capacity() * knee.offered_at(next - start);
+        next += Duration::from_secs_f64(1.0 / rate);
         if let Some(layer) = adaptive.as_ref().filter(|_| Instant::now() >= read) {
             read += Duration::from_millis(100);
             let limit = layer.pacing_stats(Some(&endpoint)).and_then(|s| s.limit);
@@ -324,7 +356,14 @@ async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
             let delivered = client.oneshot(request).await.is_ok();
             let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
             log.run.offered += 1;
+            let bucket = ((offered - start).as_millis() / BUCKET.as_millis()) as usize;
+            let buckets = &mut log.run.buckets;
+            if buckets.len() <= bucket {
+                buckets.resize(bucket + 1, Bucket::default());
+            }
+            buckets[bucket].offered += 1;
             if delivered {
+                buckets[bucket].delivered += 1;
                 log.run.delivered += 1;
                 log.run.request_latency.push(offered.elapsed());
             }
