@@ -229,18 +229,19 @@ const RAMP_WHY: &str = "No limit: every attempt that timed out over the knee is 
     work and times out: none offered after the fall is delivered within the run. tower's fixed \
     limit under the retry layer sheds from 0.8× the knee on, as in the steady table (a shed \
     attempt's semaphore acquire stays queued while it sleeps), and again for 4 s after the fall. \
-    Ours keeps the limit it learned over the knee, above the 8 the load needs, so nothing waits \
-    once the load falls; what it loses before the knee is its first 100 ms (32 requests): the \
-    no-load latency is measured at the floor of 2 in flight, and requests that would wait past \
-    their 20 ms are handed back.\n";
+    Ours keeps the limit it learned over the knee, the 8 the load needs at the knee, so nothing \
+    waits once the load falls.\n";
 
 /// Why the knee's rows miss, as measured on the paused clock.
-const WHY: &str = "Why: the model's service time is fixed and its workers finish together, \
-    so an attempt over the knee waits a whole service time (2× the no-load latency, nothing \
-    between). Ours judges a window by its median latency, which stays at the no-load latency \
-    until half of a window waits: the limit settles between 9 and 16, not at 8, and the \
-    attempts over 8 take 2×. tower's fixed limit under the retry layer: a shed attempt is \
-    retried after its backoff on a service whose semaphore acquire stays queued, and tokio's \
-    fair semaphore hands a freed permit to that sleeping request, so permits sit unused (the \
-    same stack without retries delivers more). The peers' adaptive limiters time on the wall \
-    clock: their rows are `cargo run --release -p herd --example knee_live`'s (docs/pacing.md).\n";
+const WHY: &str = "The model's service time is fixed and its workers finish together, so an \
+    attempt over the knee waits a whole service time (2× the no-load latency, nothing between): \
+    a limit must sit at 8, not above. Ours sets each window's mean latency against the no-load \
+    mean (by Little's law a limit L over 8 answers in L / 8 times it on average, where a median \
+    stays at the no-load latency until half a window waits) and probes for room one request at \
+    a time, undoing a probe that finds a queue and waiting twice as long before the next, up to \
+    2 s: the limit is 8, and 9 for one window now and then. tower's fixed limit under the retry \
+    layer: a shed attempt is retried after its backoff on a service whose semaphore acquire \
+    stays queued, and tokio's fair semaphore hands a freed permit to that sleeping request, so \
+    permits sit unused (the same stack without retries delivers more). The peers' adaptive \
+    limiters time on the wall clock: their rows are `cargo run --release -p herd --example \
+    knee_live`'s (docs/pacing.md).\n";

@@ -73,8 +73,8 @@ pub struct PacingStats {
     pub limit: Option<u32>,
     /// With adaptive concurrency: the requests in flight now.
     pub in_flight: Option<u32>,
-    /// With adaptive concurrency: the no-load latency the limit is learned against, once an
-    /// answer came.
+    /// With adaptive concurrency: the no-load latency the limit is learned against (the mean
+    /// of a window's successes with the limit at its floor), once measured.
     pub no_load: Option<Duration>,
 }
 

@@ -2,16 +2,23 @@
 //! latency of its answers ([`AdaptiveConcurrency`] configures it, [`Limit`] is one endpoint's
 //! state). Pure: every method takes the sample or `now`, so it is unit-tested without a runtime.
 //!
-//! The rule is a gradient: over each window of answers, the median latency is set against the
-//! no-load latency the endpoint showed (its fastest success since the last measurement). While
-//! the median stays within `tolerance` of it the limit grows by its square root (only if the
-//! window used the limit: an endpoint nobody loads learns nothing); beyond, the limit is scaled
-//! by their ratio (never below half). A closed queue at a limit `L` over the endpoint's own
-//! concurrency `C` answers in `L / C` times the no-load latency, so the limit settles at
-//! `tolerance × C`. A timed-out attempt is a sample at its timeout, not nothing. Every
-//! `probe_every` the limit drops to its floor for one window, so the no-load latency is measured
-//! again while little is in flight, from the answers to requests sent after the measurement
-//! began (an endpoint that got slower for good is not throttled by an old minimum forever).
+//! The endpoint's no-load latency is the mean of its successes in a window with the limit at
+//! its floor (at the start, then every `probe_every`, from the answers to requests sent after
+//! the measurement began, so an endpoint that got slower for good is not held to an old one).
+//! Each window of answers after it, its mean latency is set against that mean: it shows a
+//! queue when it exceeds it (times `tolerance`) by more than twice the standard error of the
+//! difference, so the noise of a window is not taken for a queue. A mean, not a median: by
+//! Little's law a closed queue at a limit `L` over the endpoint's own concurrency `C` answers
+//! in `L / C` times the no-load latency on average, and a median stays at the no-load latency
+//! until half the answers wait. A queue scales the limit to what the endpoint served,
+//! `L × no-load / mean` (never below half), which is `C`; a timed-out attempt is a sample at its
+//! timeout, not nothing.
+//!
+//! Without a queue, a window that used the limit probes for room: the limit grows by a step
+//! that starts at one and doubles while each probe finds room (a large endpoint is found in a
+//! few windows). A probe that finds a queue is undone, and the next waits twice as long as the
+//! last, up to 2 s: an endpoint at its concurrency is probed ever less often, so few answers
+//! wait behind a probe (in the spirit of BBR's bandwidth probing).
 
 use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
 use std::time::Duration;
@@ -55,7 +62,7 @@ impl Default for AdaptiveConcurrency {
             min: 2,
             max: 1000,
             window: Duration::from_millis(100),
-            tolerance: 1.25,
+            tolerance: 1.0,
             probe_every: Duration::from_secs(60),
         }
     }
@@ -63,8 +70,8 @@ impl Default for AdaptiveConcurrency {
 
 impl AdaptiveConcurrency {
     /// The defaults: a limit between 2 and 1,000, 10 once the no-load latency is first
-    /// measured (a window at the floor); windows of at least 100 ms; a median within 1.25 times
-    /// the no-load latency counts as no queue; the no-load latency measured again every 60 s.
+    /// measured (a window at the floor); windows of at least 100 ms; any queue beyond a window's
+    /// noise counts (a tolerance of 1); the no-load latency measured again every 60 s.
     pub fn new() -> Self {
         Self::default()
     }
@@ -95,8 +102,10 @@ impl AdaptiveConcurrency {
         self
     }
 
-    /// How far above the no-load latency a window's median may be and still count as no
-    /// queue: the limit settles near this many times the endpoint's own concurrency.
+    /// How far above the no-load latency a window's mean may be (beyond its noise) and still
+    /// count as no queue: a tolerance `t` lets the limit settle near `t` times the endpoint's
+    /// own concurrency, trading latency for throughput on an endpoint whose latency grows
+    /// before its throughput stops growing.
     pub fn tolerance(mut self, tolerance: f64) -> Self {
         self.tolerance = tolerance;
         self
@@ -141,9 +150,18 @@ pub(crate) struct Limit {
     config: AdaptiveConcurrency,
     limit: f64,
     in_flight: u32,
-    /// The no-load latency: the fastest success since its last measurement.
-    no_load: Option<Duration>,
+    /// The no-load latency: the mean of the successes of its last measurement.
+    no_load: Option<Latency>,
     window: Window,
+    /// The limit grew at the close of the last window: this one tells whether the endpoint had
+    /// room for it.
+    probing: bool,
+    /// What the next probe for room adds, doubled by each probe that found room.
+    step: f64,
+    /// How long the limit holds after a probe found no room, doubled by each such probe.
+    pause: Duration,
+    /// The limit grows again from then on.
+    grows_at: Instant,
     /// When the no-load latency is next measured again; `None` while it is (first at the start).
     next_probe: Option<Instant>,
     /// When the last measurement of the no-load latency began: answers to requests sent before
@@ -155,9 +173,9 @@ pub(crate) struct Limit {
 struct Window {
     opened: Instant,
     samples: Vec<Duration>,
-    /// Its fastest success: a failure may be fast for reasons other than an idle endpoint
+    /// Its successes' latencies: a failure may be fast for reasons other than an idle endpoint
     /// (a proxy's instant 502, a refused connection).
-    fastest_success: Option<Duration>,
+    successes: Vec<Duration>,
     /// Whether the requests in flight reached the limit in it.
     used: bool,
 }
@@ -167,7 +185,7 @@ impl Window {
         Self {
             opened: now,
             samples: Vec::new(),
-            fastest_success: None,
+            successes: Vec::new(),
             used: false,
         }
     }
@@ -181,6 +199,10 @@ impl Limit {
             in_flight: 0,
             no_load: None,
             window: Window::new(now),
+            probing: false,
+            step: 1.0,
+            pause: config.window,
+            grows_at: now,
             // The first window measures the no-load latency: a limit learned against a latency
             // already queued would settle that much higher.
             next_probe: None,
@@ -200,9 +222,10 @@ impl Limit {
         self.in_flight
     }
 
-    /// The no-load latency it believes, once it has seen an answer.
+    /// The no-load latency it believes (the mean of its last measurement), once measured.
     pub(crate) fn no_load(&self) -> Option<Duration> {
         self.no_load
+            .map(|no_load| Duration::from_secs_f64(no_load.mean))
     }
 
     /// How long the request at `position` in the queue is predicted to wait for a place in
@@ -213,7 +236,7 @@ impl Limit {
             return Duration::ZERO;
         };
         let rounds = ahead as f64 / f64::from(self.current().max(1));
-        self.no_load.unwrap_or_default().mul_f64(rounds.ceil())
+        self.no_load().unwrap_or_default().mul_f64(rounds.ceil())
     }
 
     /// Whether one more request may go now.
@@ -247,9 +270,7 @@ impl Limit {
             return false;
         }
         if success {
-            let fastest = |known: Option<Duration>| Some(known.map_or(latency, |f| f.min(latency)));
-            self.no_load = fastest(self.no_load);
-            self.window.fastest_success = fastest(self.window.fastest_success);
+            self.window.successes.push(latency);
         }
         self.window.samples.push(latency);
         let samples = self.window.samples.len();
@@ -263,14 +284,12 @@ impl Limit {
 
     fn close_window(&mut self, now: Instant) {
         let window = std::mem::replace(&mut self.window, Window::new(now));
-        let mut samples = window.samples;
-        let middle = samples.len() / 2;
-        let median = *samples.select_nth_unstable(middle).1;
         match self.next_probe {
-            // Measured again: the fastest success of a window with little in flight.
+            // Measured again: the successes of a window with little in flight.
             None => {
-                self.no_load = window.fastest_success.or(self.no_load);
+                self.no_load = Latency::of(&window.successes).or(self.no_load);
                 self.next_probe = Some(now + self.config.probe_every);
+                return;
             }
             Some(at) if now >= at => {
                 self.next_probe = None;
@@ -279,24 +298,58 @@ impl Limit {
             }
             Some(_) => {}
         }
-        let no_load = self.no_load.unwrap_or(median);
-        let gradient = if median <= no_load {
-            1.0 // no queue (and no division by a zero latency)
-        } else {
-            let ratio = no_load.as_secs_f64() / median.as_secs_f64();
-            (self.config.tolerance * ratio).clamp(0.5, 1.0)
+        let (Some(no_load), Some(recent)) = (self.no_load, Latency::of(&window.samples)) else {
+            return;
         };
-        let limit = if gradient >= 1.0 {
-            if window.used {
-                self.limit + self.limit.sqrt()
+        let noise = 2.0 * (no_load.error * no_load.error + recent.error * recent.error).sqrt();
+        let excess = recent.mean - no_load.mean * self.config.tolerance;
+        let probed = std::mem::take(&mut self.probing);
+        if excess > noise {
+            // A queue: by Little's law the endpoint serves `limit × no-load / recent` at once.
+            let served = self.limit * (no_load.mean / recent.mean).max(0.5);
+            // A probe that found no room is undone (unless the endpoint served more than the
+            // limit before it), and the next waits twice as long.
+            if probed {
+                self.limit = served.max(self.limit - self.step);
+                self.pause = (self.pause * 2).min(MAX_PAUSE);
+                self.grows_at = now + self.pause;
             } else {
-                self.limit
+                self.limit = served;
             }
-        } else {
-            self.limit * gradient
-        };
+            self.step = 1.0;
+        } else if window.used && now >= self.grows_at {
+            if probed {
+                self.step *= 2.0;
+                self.pause = self.config.window;
+            }
+            self.limit += self.step;
+            self.probing = true;
+        }
         let (min, max) = (f64::from(self.config.min), f64::from(self.config.max));
-        self.limit = limit.clamp(min, max);
+        self.limit = self.limit.clamp(min, max);
+    }
+}
+
+/// The longest a limit holds before it probes for room again.
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// A window's mean latency and its standard error, in seconds.
+#[derive(Clone, Copy, Debug)]
+struct Latency {
+    mean: f64,
+    error: f64,
+}
+
+impl Latency {
+    fn of(samples: &[Duration]) -> Option<Self> {
+        let n = samples.len() as f64;
+        let mean = samples.iter().map(Duration::as_secs_f64).sum::<f64>() / n;
+        let squares: f64 = samples
+            .iter()
+            .map(|s| (s.as_secs_f64() - mean).powi(2))
+            .sum();
+        let error = (squares / (n - 1.0).max(1.0) / n).sqrt();
+        (!samples.is_empty()).then_some(Self { mean, error })
     }
 }
 
@@ -308,9 +361,20 @@ mod tests {
 
     /// Runs `limit` against a closed queue of `workers` that each answer in `service`, for
     /// `windows` windows of answers: each window, the limit's requests are answered at the
-    /// latency such a queue gives them (`service × max(1, limit / workers)`).
-    fn closed_queue(limit: &mut Limit, workers: u32, service: Duration, windows: u32) -> Instant {
+    /// latency such a queue gives them on average (`service × max(1, limit / workers)`, Little's
+    /// law), each spread by up to `spread` of it either way (seeded). Returns the limit at the
+    /// close of each window.
+    fn closed_queue(
+        limit: &mut Limit,
+        workers: u32,
+        service: Duration,
+        spread: f64,
+        windows: u32,
+    ) -> Vec<u32> {
+        use rand::{RngExt, SeedableRng};
+        let mut random = rand::rngs::SmallRng::seed_from_u64(7);
         let mut now = Instant::now();
+        let mut limits = Vec::new();
         for _ in 0..windows {
             let current = limit.current().max(1);
             let latency = service.mul_f64((f64::from(current) / f64::from(workers)).max(1.0));
@@ -319,28 +383,49 @@ mod tests {
                     limit.sent();
                 }
                 now += latency / current;
-                limit.finished(Some(latency), true, now);
+                let noise = 1.0 + spread * random.random_range(-1.0..=1.0);
+                limit.finished(Some(latency.mul_f64(noise)), true, now);
             }
+            limits.push(limit.current());
         }
-        now
+        limits
     }
 
     #[tokio::test(start_paused = true)]
-    async fn settles_near_the_tolerance_times_the_endpoints_concurrency() {
-        let config = AdaptiveConcurrency::new();
-        let mut limit = Limit::new(config, Instant::now());
-        closed_queue(&mut limit, 8, 5 * MS, 60);
-        let settled = limit.current();
-        assert!((8..=13).contains(&settled), "settled at {settled}");
+    async fn settles_at_the_endpoints_concurrency_and_probes_for_room_ever_less_often() {
+        let mut limit = Limit::new(AdaptiveConcurrency::new(), Instant::now());
+        let limits = closed_queue(&mut limit, 8, 5 * MS, 0.0, 400);
         assert_eq!(limit.no_load(), Some(5 * MS));
+        // Settled after 50 windows (4 s): at 8, but for probes of one more that find no room,
+        // each followed by a pause twice the last, up to 2 s (25 windows of 80 ms).
+        let settled = &limits[50..];
+        assert!(settled.iter().all(|l| (8..=9).contains(l)), "{settled:?}");
+        let probes = settled.iter().filter(|l| **l > 8).count();
+        assert!(
+            (1..=settled.len() / 20).contains(&probes),
+            "{probes} probes"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_noisy_endpoint_keeps_a_limit_near_its_concurrency() {
+        // Each answer up to half its latency faster or slower: a window's mean is set against
+        // the no-load mean with both standard errors, so noise is not taken for a queue.
+        let mut limit = Limit::new(AdaptiveConcurrency::new(), Instant::now());
+        let mut limits = closed_queue(&mut limit, 8, 5 * MS, 0.5, 400).split_off(50);
+        limits.sort_unstable();
+        let (low, median) = (limits[limits.len() / 20], limits[limits.len() / 2]);
+        assert!(low >= 7 && (8..=10).contains(&median), "{low}, {median}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn grows_to_a_large_endpoints_concurrency() {
         let mut limit = Limit::new(AdaptiveConcurrency::new(), Instant::now());
-        closed_queue(&mut limit, 200, 5 * MS, 200);
+        let limits = closed_queue(&mut limit, 200, 5 * MS, 0.0, 400);
         let settled = limit.current();
-        assert!((200..=300).contains(&settled), "settled at {settled}");
+        assert!((190..=210).contains(&settled), "settled at {settled}");
+        let found = limits.iter().position(|l| *l >= 200);
+        assert!(found.is_some_and(|windows| windows < 20), "{limits:?}");
     }
 
     #[tokio::test(start_paused = true)]
