@@ -18,13 +18,19 @@ fn main() -> Result<(), std::fmt::Error> {
         Limiter::Adaptive,
     ];
     let mut runs = 0;
-    print!("{}", report(&knee, &rows, run_knee_live, WHY, &mut runs)?);
+    let steady = report(&knee, &rows, run_knee_live, WHY, &mut runs)?;
+    print!("{}", steady.markdown);
     let ramp = ramp::Ramp::harness();
-    println!();
-    print!(
-        "{}",
-        ramp::report(&knee, ramp, &rows, run_knee_live, RAMP_WHY, &mut runs)?
-    );
+    let ramped = ramp::report(
+        &knee,
+        ramp,
+        &rows,
+        run_knee_live,
+        steady.knee,
+        RAMP_WHY,
+        &mut runs,
+    )?;
+    print!("\n{ramped}");
     Ok(())
 }
 

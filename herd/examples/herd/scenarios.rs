@@ -211,15 +211,9 @@ pub(crate) fn knee(runs: &mut usize) -> Result<String, std::fmt::Error> {
         Limiter::Adaptive,
     ];
     let steady = report(&knee, &rows, run_knee, WHY, runs)?;
-    let ramped = ramp::report(
-        &knee,
-        ramp::Ramp::harness(),
-        &rows,
-        run_knee,
-        RAMP_WHY,
-        runs,
-    )?;
-    Ok(format!("{steady}{ramped}"))
+    let ramp = ramp::Ramp::harness();
+    let ramped = ramp::report(&knee, ramp, &rows, run_knee, steady.knee, RAMP_WHY, runs)?;
+    Ok(format!("{}{ramped}", steady.markdown))
 }
 
 /// What the rows of the load ramped past the knee and back show, on the paused clock.

@@ -384,7 +384,7 @@ pub fn report(
     run: fn(&Knee, Limiter, u64) -> KneeRun,
     why: &str,
     runs: &mut usize,
-) -> Result<String, std::fmt::Error> {
+) -> Result<Report, std::fmt::Error> {
     let mut out = String::new();
     writeln!(
         out,
@@ -499,5 +499,18 @@ pub fn report(
         )?;
     }
     writeln!(out, "\n{why}")?;
-    Ok(out)
+    Ok(Report {
+        markdown: out,
+        knee: measured_knee,
+    })
+}
+
+/// The section [`report`] writes, and the knee it measured.
+pub struct Report {
+    /// The section, in markdown.
+    pub markdown: String,
+    /// Requests a second at the knee as the clock delivers it: the workers over the no-load
+    /// latency's median (the nominal capacity on the paused clock; less on the wall clock,
+    /// whose timers round the service time up).
+    pub knee: f64,
 }

@@ -53,9 +53,9 @@ impl Ramp {
         }
     }
 
-    /// When the load crosses the knee going up, and going back down.
-    pub fn crossings(&self, top: f64) -> (Duration, Duration) {
-        let share = (1.0 - self.low) / (top - self.low);
+    /// When the load crosses `knee` (a multiple of the capacity) going up, and going back down.
+    pub fn crossings(&self, top: f64, knee: f64) -> (Duration, Duration) {
+        let share = ((knee - self.low) / (top - self.low)).clamp(0.0, 1.0);
         let up = self.rise.mul_f64(share);
         (up, self.rise + self.hold + self.fall.mul_f64(1.0 - share))
     }
@@ -107,7 +107,8 @@ impl Phases {
     }
 }
 
-/// The markdown section of `rows` run by `run` (seed 1) on `knee` with its load ramped: each
+/// The markdown section of `rows` run by `run` (seed 1) on `knee` with its load ramped, the knee
+/// at `measured_knee` requests a second (as [`super::report`] measured it on the same clock): each
 /// row's deliveries on each side of the knee and how soon after the load's fall under it every
 /// 100 ms is delivered again; ours against its target when it is a row; and `why`. Counts each
 /// run in `runs`.
@@ -116,6 +117,7 @@ pub fn report(
     ramp: Ramp,
     rows: &[Limiter],
     run: fn(&Knee, Limiter, u64) -> KneeRun,
+    measured_knee: f64,
     why: &str,
     runs: &mut usize,
 ) -> Result<String, std::fmt::Error> {
@@ -124,19 +126,21 @@ pub fn report(
         length: ramp.length(),
         ..*knee
     };
-    let (up, down) = ramp.crossings(knee.offered);
+    let (up, down) = ramp.crossings(knee.offered, measured_knee / knee.capacity());
     let secs = |d: Duration| d.as_secs_f64();
     let mut out = String::new();
     writeln!(
         out,
         "### The load past the knee and back\n\nThe same server; the load rises from {}× the \
-         knee to {}× in {} s (over the knee from {:.1} s), stays there {} s, falls back to {}× in \
-         {} s (under the knee again at {:.1} s) and stays there {} s. \"Full throughput again\": \
+         nominal knee to {}× in {} s (over the knee measured above, {:.0} a second, from {:.1} s), \
+         stays there {} s, falls back to {}× in {} s (under the knee again at {:.1} s) and stays \
+         there {} s. \"Full throughput again\": \
          from the load's fall under the knee to the end of the last 100 ms after it in which \
          under {:.0} % of the requests offered were delivered. Seed 1.\n",
         ramp.low,
         knee.offered,
         secs(ramp.rise),
+        measured_knee,
         secs(up),
         secs(ramp.hold),
         ramp.low,
@@ -205,8 +209,14 @@ mod tests {
         assert!((at(25.0) - 1.0).abs() < 1e-9);
         assert_eq!(at(32.0), 0.5);
         assert_eq!(
-            ramp.crossings(1.5),
+            ramp.crossings(1.5, 1.0),
             (Duration::from_secs(5), Duration::from_secs(25))
+        );
+        // A knee at 0.75 of the nominal one: crossed at a quarter of the rise, and of the fall.
+        let (up, down) = ramp.crossings(1.5, 0.75);
+        assert_eq!(
+            (up, down),
+            (Duration::from_millis(2500), Duration::from_millis(27500))
         );
         assert_eq!(ramp.length(), Duration::from_secs(35));
     }

@@ -19,7 +19,7 @@ fn ramped(limiter: Limiter) -> Phases {
         settled_after: Duration::ZERO,
         ..Knee::harness()
     };
-    let (up, down) = ramp.crossings(knee.offered);
+    let (up, down) = ramp.crossings(knee.offered, 1.0);
     Phases::of(&run_knee(&knee, limiter, 1), up, down)
 }
 
