@@ -110,4 +110,9 @@ async fn a_burst_waits_in_the_layer_not_in_the_servers_queue() {
         no_load >= Duration::from_millis(20),
         "no-load latency {no_load:?}"
     );
+    // The figures docs/pacing.md quotes (`-- --nocapture`).
+    println!(
+        "held at most {most} at once; limit {:?}, no-load latency {no_load:?}",
+        stats.limit
+    );
 }

@@ -79,26 +79,31 @@ impl Phases {
     /// The phases of `run`, whose load crossed the knee going `up` and back `down`
     /// ([`Ramp::crossings`]).
     pub fn of(run: &KneeRun, up: Duration, down: Duration) -> Self {
-        let index = |at: Duration| at.as_nanos().div_ceil(BUCKET.as_nanos()) as usize;
-        let (up, down_index) = (index(up), index(down));
+        // Whole buckets on each side: before the knee ends where the bucket that crosses it
+        // begins, after it begins where the one that crosses back ends.
+        let buckets = &run.buckets;
+        let index = |at: Duration| (at.as_nanos() / BUCKET.as_nanos()) as usize;
+        let up = index(up).min(buckets.len());
+        let down_index =
+            (index(down) + usize::from(down.as_nanos() % BUCKET.as_nanos() > 0)).min(buckets.len());
         let share = |buckets: &[super::Bucket]| {
             let offered: u64 = buckets.iter().map(|b| b.offered).sum();
             let delivered: u64 = buckets.iter().map(|b| b.delivered).sum();
             delivered as f64 / offered.max(1) as f64
         };
-        let buckets = &run.buckets;
-        let over = &buckets[up.min(buckets.len())..down_index.min(buckets.len())];
-        let after = &buckets[down_index.min(buckets.len())..];
+        let over = &buckets[up..down_index];
+        let after = &buckets[down_index..];
         let short = after
             .iter()
             .rposition(|b| (b.delivered as f64) < FULL * b.offered as f64);
         let reopened = match short {
+            _ if after.is_empty() => None,
             Some(last) if last + 1 == after.len() => None,
             Some(last) => Some((BUCKET * (down_index + last + 1) as u32).saturating_sub(down)),
             None => Some(Duration::ZERO),
         };
         Self {
-            before: share(&buckets[..up.min(buckets.len())]),
+            before: share(&buckets[..up]),
             over: over.iter().map(|b| b.delivered).sum::<u64>() as f64
                 / (BUCKET * over.len().max(1) as u32).as_secs_f64(),
             after: share(after),
