@@ -16,8 +16,8 @@
 //!
 //! Without a queue, a window that used the limit probes for room: the limit grows by a step
 //! that starts at one and doubles while each probe finds room (a large endpoint is found in a
-//! few windows). A window that follows a change of the limit (a probe's, a cut's), as one that
-//! measures the no-load latency, counts only the answers to requests sent after it opened. A probe that finds a queue is
+//! few windows). The window that judges a probe, as one that measures the no-load latency,
+//! counts only the answers to requests sent after it opened. A probe that finds a queue is
 //! undone, and the next waits twice as long as the last, up to 2 s: an endpoint at its
 //! concurrency is probed ever less often, so few answers wait behind a probe (in the spirit of
 //! BBR's bandwidth probing).
@@ -177,8 +177,6 @@ struct Window {
     successes: Moments,
     /// Whether the requests in flight reached the limit in it.
     used: bool,
-    /// Whether the limit changed as it opened.
-    after_change: bool,
 }
 
 impl Window {
@@ -188,7 +186,6 @@ impl Window {
             answers: Moments::default(),
             successes: Moments::default(),
             used: false,
-            after_change: false,
         }
     }
 }
@@ -265,11 +262,11 @@ impl Limit {
         let Some(latency) = latency else {
             return false;
         };
-        // A window that measures the no-load latency or follows a change of the limit counts the
-        // answers to requests sent since it opened: the others went under the limit before.
-        let fresh_only = self.next_probe.is_none() || self.window.after_change;
+        // A window that measures the no-load latency or judges a probe counts the answers to
+        // requests sent since it opened: the others went under the limit before.
+        let judging = self.next_probe.is_none() || self.probing.is_some();
         let sent = now.checked_sub(latency);
-        if fresh_only && sent.is_some_and(|sent| sent < self.window.opened) {
+        if judging && sent.is_some_and(|sent| sent < self.window.opened) {
             return false;
         }
         self.window.answers.add(latency);
@@ -287,7 +284,6 @@ impl Limit {
 
     fn close_window(&mut self, now: Instant) {
         let window = std::mem::replace(&mut self.window, Window::new(now));
-        let before = self.current();
         match self.next_probe {
             // Measured again, from enough successes of a window with little in flight (none
             // yet: measured again at once).
@@ -299,7 +295,6 @@ impl Limit {
                     .filter(|_| enough)
                     .or(self.no_load);
                 self.next_probe = self.no_load.map(|_| now + self.config.probe_every);
-                self.window.after_change = true;
                 return;
             }
             Some(at) if now >= at => {
@@ -347,7 +342,6 @@ impl Limit {
             self.limit += self.step;
         }
         self.limit = self.limit.clamp(min, f64::from(self.config.max));
-        self.window.after_change = self.current() != before;
     }
 }
 
