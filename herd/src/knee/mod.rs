@@ -63,6 +63,15 @@ impl Knee {
         }
     }
 
+    /// The same model with its load ramped by `ramp`, over the ramp's length.
+    pub fn ramped(self, ramp: Ramp) -> Self {
+        Self {
+            ramp: Some(ramp),
+            length: ramp.length(),
+            ..self
+        }
+    }
+
     /// The load offered `elapsed` into the run, as a multiple of the capacity.
     pub fn offered_at(&self, elapsed: Duration) -> f64 {
         self.ramp

@@ -126,11 +126,7 @@ pub fn report(
     why: &str,
     runs: &mut usize,
 ) -> Result<String, std::fmt::Error> {
-    let knee = Knee {
-        ramp: Some(ramp),
-        length: ramp.length(),
-        ..*knee
-    };
+    let knee = knee.ramped(ramp);
     let (up, down) = ramp.crossings(knee.offered, measured_knee / knee.capacity());
     let secs = |d: Duration| d.as_secs_f64();
     let mut out = String::new();

@@ -13,12 +13,7 @@ fn ramped(limiter: Limiter) -> Phases {
         fall: Duration::from_secs(2),
         tail: Duration::from_secs(1),
     };
-    let knee = Knee {
-        ramp: Some(ramp),
-        length: ramp.length(),
-        settled_after: Duration::ZERO,
-        ..Knee::harness()
-    };
+    let knee = Knee::harness().ramped(ramp);
     let (up, down) = ramp.crossings(knee.offered, 1.0);
     Phases::of(&run_knee(&knee, limiter, 1), up, down)
 }

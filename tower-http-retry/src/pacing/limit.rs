@@ -395,10 +395,10 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     /// Runs `limit` against a closed queue of `workers` that each answer in `service`, from
-    /// `now` (moved on by the answers), for
-    /// `windows` times 128 answers: each answered at the latency such a queue gives the limit
-    /// of the moment on average (`service × max(1, limit / workers)`, Little's law), spread by
-    /// up to `spread` of it either way (seeded). Returns the limit after each 128.
+    /// `now` (moved on by the answers), for `windows` times 128 answers: each answered at the
+    /// latency such a queue gives the limit of the moment on average (`service × max(1, limit /
+    /// workers)`, Little's law), spread by up to `spread` of it either way (seeded). Returns the
+    /// limit after each 128.
     fn closed_queue(
         limit: &mut Limit,
         now: &mut Instant,
