@@ -313,12 +313,13 @@ where
             .await
         {
             Ok(moved) => inner.counters.count_n(Event::DeferredInBulk, moved),
-            // Moved at the next hand-back instead.
+            // Moved at the next hand-back instead (nothing to resume on an engine that failed).
             Err(_) => {
                 let mut deferrals = lock(&inner.deferrals);
                 if deferrals.get(&endpoint) == Some(&deferral) {
                     deferrals.remove(&endpoint);
                 }
+                return;
             }
         }
         // The endpoint took a delivery while the move ran (the probe goes out as the pause

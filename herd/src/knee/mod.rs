@@ -121,10 +121,6 @@ impl Limiter {
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 pub struct KneeRun {
-    /// Requests offered.
-    pub offered: u64,
-    /// Requests answered 200.
-    pub delivered: u64,
     /// Attempts that reached the server.
     pub sent: u64,
     /// Attempts that timed out, and those after the limit counts as settled.
@@ -159,7 +155,8 @@ pub const BUCKET: Duration = Duration::from_millis(100);
 impl KneeRun {
     /// Delivered requests a second over the run.
     pub fn delivered_per_second(&self, knee: &Knee) -> f64 {
-        self.delivered as f64 / knee.length.as_secs_f64()
+        let delivered: u64 = self.buckets.iter().map(|bucket| bucket.delivered).sum();
+        delivered as f64 / knee.length.as_secs_f64()
     }
 }
 
@@ -364,7 +361,6 @@ async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
             let offered = Instant::now();
             let delivered = client.oneshot(request).await.is_ok();
             let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
-            log.run.offered += 1;
             let bucket = ((offered - start).as_millis() / BUCKET.as_millis()) as usize;
             let buckets = &mut log.run.buckets;
             if buckets.len() <= bucket {
@@ -373,7 +369,6 @@ async fn simulate(knee: Knee, limiter: Limiter, seed: u64) -> KneeRun {
             buckets[bucket].offered += 1;
             if delivered {
                 buckets[bucket].delivered += 1;
-                log.run.delivered += 1;
                 log.run.request_latency.push(offered.elapsed());
             }
         });

@@ -15,6 +15,7 @@ struct HeldMoves {
     resumes: Arc<Mutex<Vec<u64>>>,
     move_started: Arc<Notify>,
     move_may_end: Arc<Notify>,
+    moves_fail: bool,
 }
 
 const MOVED: u64 = 5;
@@ -33,6 +34,9 @@ impl Outbox for HeldMoves {
     async fn defer_due(&self, _: &str, _: SystemTime, _: SystemTime) -> Result<u64, Self::Error> {
         self.move_started.notify_one();
         self.move_may_end.notified().await;
+        if self.moves_fail {
+            return Err(std::io::Error::other("the engine is down"));
+        }
         *lock(&self.moved) = MOVED;
         Ok(MOVED)
     }
@@ -86,15 +90,37 @@ async fn a_delivery_taken_while_the_backlog_moves_brings_it_back_after_the_move(
     );
 }
 
-#[tokio::test]
-async fn a_move_while_the_endpoint_keeps_failing_stays_until_it_takes_a_delivery() {
-    let outbox = HeldMoves::default();
-    let redelivery = failing(&outbox);
+/// The redelivery of `outbox` after one move of its failing endpoint's backlog, not held.
+async fn moved_at_once(
+    outbox: &HeldMoves,
+) -> Redelivery<tower::util::ServiceFn<Answer>, HeldMoves, Bytes> {
+    let redelivery = failing(outbox);
     outbox.move_may_end.notify_one();
     let pause_end = SystemTime::now() + Duration::from_secs(5);
     redelivery
         .defer_backlog(ENDPOINT.to_owned(), pause_end)
         .await;
+    redelivery
+}
+
+#[tokio::test]
+async fn a_move_while_the_endpoint_keeps_failing_stays_until_it_takes_a_delivery() {
+    let outbox = HeldMoves::default();
+    moved_at_once(&outbox).await;
     assert!(lock(&outbox.resumes).is_empty());
     assert_eq!(*lock(&outbox.moved), MOVED);
+}
+
+#[tokio::test]
+async fn a_move_that_failed_resumes_nothing() {
+    let outbox = HeldMoves {
+        moves_fail: true,
+        ..HeldMoves::default()
+    };
+    let redelivery = moved_at_once(&outbox).await;
+    assert!(
+        lock(&outbox.resumes).is_empty(),
+        "no write to a failed engine"
+    );
+    assert_eq!(redelivery.stats().deferred_in_bulk, 0);
 }

@@ -223,8 +223,7 @@ impl Limit {
 
     /// The no-load latency it believes (the mean of its last measurement), once measured.
     pub(crate) fn no_load(&self) -> Option<Duration> {
-        self.no_load
-            .map(|no_load| Duration::from_secs_f64(no_load.mean))
+        self.no_load.map(|no_load| no_load.mean)
     }
 
     /// How long the request at `position` in the queue is predicted to wait for a place in
@@ -265,13 +264,17 @@ impl Limit {
         // A window that measures the no-load latency or judges a probe counts the answers to
         // requests sent since it opened: the others went under the limit before.
         let judging = self.next_probe.is_none() || self.probing.is_some();
-        let sent = now.checked_sub(latency);
-        if judging && sent.is_some_and(|sent| sent < self.window.opened) {
+        if judging
+            && now
+                .checked_sub(latency)
+                .is_some_and(|sent| sent < self.window.opened)
+        {
             return false;
         }
-        self.window.answers.add(latency);
+        let secs = latency.as_secs_f64();
+        self.window.answers.add(secs);
         if success {
-            self.window.successes.add(latency);
+            self.window.successes.add(secs);
         }
         let samples = self.window.answers.count as usize;
         let closes = samples >= WINDOW_SAMPLES
@@ -307,18 +310,19 @@ impl Limit {
             return;
         };
         let tolerance = self.config.tolerance;
-        let excess = recent.mean - no_load.mean * tolerance;
+        let (no_load_mean, recent_mean) = (no_load.mean.as_secs_f64(), recent.mean.as_secs_f64());
+        let excess = recent_mean - no_load_mean * tolerance;
         let probed = self.probing.take();
         let min = f64::from(self.config.min);
         // Equal latencies (a paused clock's) differ by rounding only.
-        if excess > recent.noise(&no_load) + no_load.mean * 1e-9 {
+        if excess > recent.noise(&no_load) + no_load_mean * 1e-9 {
             // A queue of this limit's (not when the window left it unused): by Little's law the
             // endpoint serves `limit × no-load / recent` at once, `tolerance` times that with
             // the queue it allows.
             if !window.used && probed.is_none() {
                 return;
             }
-            let served = self.limit * (tolerance * no_load.mean / recent.mean).max(0.5);
+            let served = self.limit * (tolerance * no_load_mean / recent_mean).max(0.5);
             // A probe that found no room is undone (unless the endpoint served more than the
             // limit before it), and the next waits twice as long.
             self.limit = probed.map_or(served, |before| served.max(before));
@@ -348,10 +352,11 @@ impl Limit {
 /// The longest a limit holds before it probes for room again.
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
-/// A window's mean latency and its standard error, in seconds.
+/// A window's mean latency (a `Duration`, made once a window: every request reads the no-load
+/// one) and its standard error in seconds.
 #[derive(Clone, Copy, Debug)]
 struct Latency {
-    mean: f64,
+    mean: Duration,
     error: f64,
 }
 
@@ -371,8 +376,7 @@ struct Moments {
 }
 
 impl Moments {
-    fn add(&mut self, latency: Duration) {
-        let secs = latency.as_secs_f64();
+    fn add(&mut self, secs: f64) {
         (self.count, self.sum, self.squares) =
             (self.count + 1, self.sum + secs, self.squares + secs * secs);
     }
@@ -382,7 +386,7 @@ impl Moments {
         let mean = self.sum / n;
         let variance = ((self.squares - n * mean * mean) / (n - 1.0).max(1.0)).max(0.0);
         (self.count > 0).then(|| Latency {
-            mean,
+            mean: Duration::from_secs_f64(mean),
             error: (variance / n).sqrt(),
         })
     }
