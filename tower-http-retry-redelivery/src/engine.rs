@@ -329,6 +329,14 @@ where
     ) -> impl Future<Output = Result<u64, EngineError>> + Send {
         self.dead.resume_deferred(endpoint, now)
     }
+
+    fn resume_one(
+        &self,
+        endpoint: &str,
+        at: SystemTime,
+    ) -> impl Future<Output = Result<u64, EngineError>> + Send {
+        self.dead.resume_one(endpoint, at)
+    }
 }
 
 /// Where an [`ApalisOutbox`] keeps its dead letters: each written once (under its delivery's
@@ -394,6 +402,17 @@ pub trait DeadLetterQueue {
         now: SystemTime,
     ) -> impl Future<Output = Result<u64, EngineError>> + Send {
         let _ = (endpoint, now);
+        std::future::ready(Ok(0))
+    }
+
+    /// [`Outbox::resume_one`] on the deliveries' queue of the same engine, as
+    /// [`defer_due`](Self::defer_due) moves them; the default moves none.
+    fn resume_one(
+        &self,
+        endpoint: &str,
+        at: SystemTime,
+    ) -> impl Future<Output = Result<u64, EngineError>> + Send {
+        let _ = (endpoint, at);
         std::future::ready(Ok(0))
     }
 }

@@ -66,4 +66,19 @@ pub trait Outbox: Clone + Send + Sync + 'static {
         let _ = (endpoint, now);
         std::future::ready(Ok(0))
     }
+
+    /// Makes one delivery to `endpoint` that [`defer_due`](Self::defer_due) moved due at `at`
+    /// (or at its own due time, if later), the oldest where the engine can tell, and returns
+    /// how many (0 or 1): called when the endpoint failed again and the pacer holds it until
+    /// `at`, so that while its backlog is moved a delivery is due to carry the next probe and
+    /// the endpoint's return is seen at once, not when the backlog falls due. The default moves
+    /// none.
+    fn resume_one(
+        &self,
+        endpoint: &str,
+        at: SystemTime,
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send {
+        let _ = (endpoint, at);
+        std::future::ready(Ok(0))
+    }
 }

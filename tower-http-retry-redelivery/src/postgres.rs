@@ -180,7 +180,8 @@ const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($3) WHERE 
 /// and their own due time (`due_at`, Unix milliseconds in the record, rounded up to the second
 /// as every store rounds it), that is the ones `DEFER_DUE` moved: due again at the later of the
 /// two. A delivery stored for later on its own is never among them, nor a record without a
-/// numeric `due_at`; locked rows are skipped as `DEFER_DUE` skips them.
+/// numeric `due_at`; locked rows are skipped as `DEFER_DUE` skips them. At most `$4` of them
+/// (NULL: all), the oldest first; `$2` is now, or the pacer's next probe.
 const RESUME_DEFERRED: &str = "UPDATE apalis.jobs AS jobs \
      SET run_at = GREATEST(to_timestamp($2), moved.own_due) \
      FROM ( \
@@ -192,6 +193,7 @@ const RESUME_DEFERRED: &str = "UPDATE apalis.jobs AS jobs \
        WHERE candidates.job_type = $1 AND candidates.status = 'Pending' \
        AND candidates.lock_by IS NULL AND candidates.run_at > to_timestamp($2) \
        AND stored.record ->> 'endpoint' = $3 \
+       ORDER BY own_due LIMIT $4 \
        FOR UPDATE OF candidates SKIP LOCKED) AS moved \
      WHERE jobs.id = moved.id AND jobs.run_at > moved.own_due";
 
@@ -230,11 +232,17 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     }
 
     async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
-        let resume = sqlx::query(RESUME_DEFERRED)
-            .bind(DELIVERIES)
-            .bind(engine::now_second(now))
-            .bind(endpoint);
-        rows_changed(resume, self.pool()).await
+        resume(self.pool(), endpoint, engine::now_second(now), None).await
+    }
+
+    async fn resume_one(&self, endpoint: &str, at: SystemTime) -> Result<u64, EngineError> {
+        resume(
+            self.pool(),
+            endpoint,
+            engine::second_rounded_up(at),
+            Some(1),
+        )
+        .await
     }
 
     async fn mark_replayed(&self, letter: &DeadLetter) -> Result<(), EngineError> {
@@ -279,6 +287,22 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
 }
 
 crate::engine::sql_health_store!(PostgresStorage<DeadLetter>, "$");
+
+/// [`RESUME_DEFERRED`] for `endpoint`, due at the second `at` at the earliest, at most `limit`
+/// deliveries (`None`: all).
+async fn resume(
+    pool: &PgPool,
+    endpoint: &str,
+    at: i64,
+    limit: Option<i64>,
+) -> Result<u64, EngineError> {
+    let resume = sqlx::query(RESUME_DEFERRED)
+        .bind(DELIVERIES)
+        .bind(at)
+        .bind(endpoint)
+        .bind(limit);
+    rows_changed(resume, pool).await
+}
 
 /// Runs `statement` on `pool` and returns how many rows it changed.
 async fn rows_changed(

@@ -258,6 +258,7 @@ where
             status,
             report,
         };
+        let next_probe = result.next_probe();
         let now = SystemTime::now();
         let step = match control {
             Some(control) => {
@@ -272,7 +273,20 @@ where
         if was_failing && matches!(step, Step::Delivered) {
             self.resume_backlog(&endpoint, now).await;
         }
+        if let Some(at) = next_probe.filter(|_| inner.health.failing(&endpoint)) {
+            self.keep_probe_due(&endpoint, at).await;
+        }
         step
+    }
+
+    /// `endpoint` failed again and the pacer lets its next probe go at `at`: one delivery of a
+    /// backlog moved in bulk (if any) is due then to carry it, one write a failed attempt. A
+    /// failed write loses nothing: the backlog falls due at the time it was moved to.
+    async fn keep_probe_due(&self, endpoint: &str, at: SystemTime) {
+        let inner = &*self.inner;
+        if let Ok(resumed) = inner.outbox.resume_one(endpoint, at).await {
+            inner.counters.count_n(Event::ResumedForProbe, resumed);
+        }
     }
 
     /// A delivery to `endpoint` was handed back until `pause_end`: if the endpoint is failing

@@ -407,6 +407,10 @@ impl DeadLetterQueue for RedisDeadLetters {
         self.resume_backlog(endpoint, now).await
     }
 
+    async fn resume_one(&self, endpoint: &str, at: SystemTime) -> Result<u64, EngineError> {
+        self.resume_oldest(endpoint, at).await
+    }
+
     async fn all(&self) -> Result<Vec<DeadLetter>, EngineError> {
         // HSCAN, not HGETALL: a long queue is read in steps, never in one blocking reply. A
         // field may come back twice while the hash grows: keyed by field, each is kept once.

@@ -225,14 +225,17 @@ const DEFER_DUE: &str = "UPDATE Jobs SET run_at = ?3 \
      AND instr(CAST(job AS TEXT), ?4) > 0";
 
 /// The deliveries to an endpoint (`?3`, its field as stored) that wait in the queue (`?1`) past
-/// both now (`?2`) and their own due time (`due_at`, Unix milliseconds in the record, rounded up
-/// to the second as every store rounds it), that is the ones `DEFER_DUE` moved: due again at
-/// the later of the two. A delivery stored for later on its own is never among them.
+/// both `?2` (now, or the pacer's next probe) and their own due time (`due_at`, Unix
+/// milliseconds in the record, rounded up to the second as every store rounds it), that is the
+/// ones `DEFER_DUE` moved: due again at the later of the two. A delivery stored for later on
+/// its own is never among them. At most `?4` of them (-1: all), the oldest first.
 const RESUME_DEFERRED: &str = "UPDATE Jobs \
      SET run_at = MAX(?2, (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000) \
-     WHERE job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at > ?2 \
-     AND instr(CAST(job AS TEXT), ?3) > 0 \
-     AND run_at > (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000";
+     WHERE id IN (SELECT id FROM Jobs \
+       WHERE job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at > ?2 \
+       AND instr(CAST(job AS TEXT), ?3) > 0 \
+       AND run_at > (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000 \
+       ORDER BY json_extract(CAST(job AS TEXT), '$.due_at') LIMIT ?4)";
 
 /// The dead letters as a queue of the same file that no worker takes.
 impl DeadLetterQueue for SqliteStorage<DeadLetter> {
@@ -273,11 +276,11 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
     }
 
     async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
-        let resume = sqlx::query(RESUME_DEFERRED)
-            .bind(DELIVERIES)
-            .bind(engine::now_second(now))
-            .bind(record::endpoint_field(endpoint));
-        rows_changed(resume, self.pool()).await
+        resume(self.pool(), endpoint, engine::now_second(now), -1).await
+    }
+
+    async fn resume_one(&self, endpoint: &str, at: SystemTime) -> Result<u64, EngineError> {
+        resume(self.pool(), endpoint, engine::second_rounded_up(at), 1).await
     }
 
     async fn mark_replayed(&self, letter: &DeadLetter) -> Result<(), EngineError> {
@@ -308,6 +311,22 @@ impl Reclaim for SqliteOutbox {
 }
 
 crate::engine::sql_health_store!(SqliteStorage<DeadLetter>, "?");
+
+/// [`RESUME_DEFERRED`] for `endpoint`, due at the second `at` at the earliest, at most `limit`
+/// deliveries (-1: all).
+async fn resume(
+    pool: &SqlitePool,
+    endpoint: &str,
+    at: i64,
+    limit: i64,
+) -> Result<u64, EngineError> {
+    let resume = sqlx::query(RESUME_DEFERRED)
+        .bind(DELIVERIES)
+        .bind(at)
+        .bind(record::endpoint_field(endpoint))
+        .bind(limit);
+    rows_changed(resume, pool).await
+}
 
 /// Runs `statement` on `pool` and returns how many rows it changed.
 async fn rows_changed(

@@ -14,6 +14,7 @@ pub(crate) struct Counters {
     deferred: AtomicU64,
     deferred_in_bulk: AtomicU64,
     resumed_in_bulk: AtomicU64,
+    resumed_for_probes: AtomicU64,
     dead_lettered: AtomicU64,
     endpoints_disabled: AtomicU64,
     handling: AtomicU64,
@@ -44,6 +45,10 @@ pub struct RedeliveryStats {
     /// Deliveries a move in bulk had set aside, made due again in bulk when their
     /// endpoint took a delivery ([`Outbox::resume_deferred`](crate::Outbox::resume_deferred)).
     pub resumed_in_bulk: u64,
+    /// Deliveries a move in bulk had set aside, made due one at a time when the pacer's next
+    /// probe may go, while their endpoint stays down
+    /// ([`Outbox::resume_one`](crate::Outbox::resume_one)): at most one a failed attempt.
+    pub resumed_for_probes: u64,
     /// Deliveries moved to the dead-letter queue.
     pub dead_lettered: u64,
     /// Endpoints this process disabled.
@@ -66,6 +71,7 @@ pub(crate) enum Event {
     Deferred,
     DeferredInBulk,
     ResumedInBulk,
+    ResumedForProbe,
     DeadLettered,
     EndpointDisabled,
 }
@@ -82,6 +88,7 @@ impl Event {
             Event::Deferred => "redelivery_deferred_total",
             Event::DeferredInBulk => "redelivery_deferred_in_bulk_total",
             Event::ResumedInBulk => "redelivery_resumed_in_bulk_total",
+            Event::ResumedForProbe => "redelivery_resumed_for_probes_total",
             Event::DeadLettered => "redelivery_dead_lettered_total",
             Event::EndpointDisabled => "redelivery_endpoints_disabled_total",
         }
@@ -104,6 +111,7 @@ impl Counters {
             Event::Deferred => &self.deferred,
             Event::DeferredInBulk => &self.deferred_in_bulk,
             Event::ResumedInBulk => &self.resumed_in_bulk,
+            Event::ResumedForProbe => &self.resumed_for_probes,
             Event::DeadLettered => &self.dead_lettered,
             Event::EndpointDisabled => &self.endpoints_disabled,
         };
@@ -129,6 +137,7 @@ impl Counters {
             deferred: self.deferred.load(Relaxed),
             deferred_in_bulk: self.deferred_in_bulk.load(Relaxed),
             resumed_in_bulk: self.resumed_in_bulk.load(Relaxed),
+            resumed_for_probes: self.resumed_for_probes.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
             endpoints_disabled: self.endpoints_disabled.load(Relaxed),
             handling: self.handling.load(Relaxed),
@@ -161,6 +170,9 @@ mod tests {
             Event::Delivered,
             Event::StoredAgain,
             Event::Deferred,
+            Event::DeferredInBulk,
+            Event::ResumedInBulk,
+            Event::ResumedForProbe,
             Event::DeadLettered,
             Event::EndpointDisabled,
         ];
@@ -197,10 +209,13 @@ mod tests {
             stats.delivered,
             stats.stored_again,
             stats.deferred,
+            stats.deferred_in_bulk,
+            stats.resumed_in_bulk,
+            stats.resumed_for_probes,
             stats.dead_lettered,
             stats.endpoints_disabled,
         ];
-        assert_eq!(by_field, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(by_field, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     }
 }
 

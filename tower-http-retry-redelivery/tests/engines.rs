@@ -14,7 +14,7 @@ use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_http_retry_redelivery::health::{EndpointHealth, HealthRules, HealthStore};
 use tower_http_retry_redelivery::{
     dead_letters, replay, ApalisOutbox, DeadLetterQueue, DeadReason, Delivery, EngineError, Outbox,
-    RecordRules, Redelivery, Schedule,
+    RecordRules, Redelivery, RedeliveryStats, Schedule,
 };
 
 type Client = tower::util::BoxCloneSyncService<
@@ -453,16 +453,16 @@ where
     assert_eq!(errors, 0);
 }
 
-/// Now, a pause that ends in a minute, and the time a move takes its endpoint's backlog to.
-fn a_pause_from_now() -> (SystemTime, SystemTime, SystemTime) {
+/// A pause that ends in a minute, and the time a move takes its endpoint's backlog to.
+fn a_pause_from_now() -> (SystemTime, SystemTime) {
     let now = SystemTime::now();
     let minutes = |n: u64| now + Duration::from_secs(60 * n);
-    (now, minutes(1), minutes(2))
+    (minutes(1), minutes(2))
 }
 
 /// A failing endpoint's due deliveries move past its pause in bulk (`Outbox::defer_due`), and no
 /// other endpoint's, and come back in bulk (`Outbox::resume_deferred`), never ahead of their own
-/// due time.
+/// due time, or one at a time for a probe (`Outbox::resume_one`).
 async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O) {
     let delivery = |id: String, uri: &str| {
         let request = http::Request::post(uri).body(Bytes::from("{}")).unwrap();
@@ -497,7 +497,7 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O) 
         .store(due_in("later", Duration::from_secs(3_600)))
         .await
         .unwrap();
-    let (now, pause_ends, moved_to) = a_pause_from_now();
+    let (pause_ends, moved_to) = a_pause_from_now();
     let down = "http://127.0.0.1:9";
     assert_eq!(
         outbox.defer_due(down, pause_ends, moved_to).await.unwrap(),
@@ -522,24 +522,33 @@ async fn a_failing_endpoints_backlog_moves_past_its_pause<O: Outbox>(outbox: O) 
             .unwrap(),
         6
     );
-    // The endpoint is back: the moved ones are due again (the one due in half a minute at its
-    // own time), the one due in an hour was never moved.
-    assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), 6);
-    assert_eq!(outbox.resume_deferred(down, now).await.unwrap(), 0);
-    // The other endpoint's deliveries were not moved by any of it.
+    // The endpoint failed a probe: one moved delivery is due at the pacer's next, the others
+    // stay moved; an endpoint with nothing moved has none to give.
     let up = "http://127.0.0.1:10";
+    assert_eq!(outbox.resume_one(up, pause_ends).await.unwrap(), 0);
+    assert_eq!(outbox.resume_one(down, pause_ends).await.unwrap(), 1);
+    // The endpoint is back (a second after that probe): the other moved ones are due again,
+    // the one due in an hour was never moved.
+    let back = pause_ends + Duration::from_secs(1);
+    assert_eq!(outbox.resume_deferred(down, back).await.unwrap(), 5);
+    assert_eq!(outbox.resume_deferred(down, back).await.unwrap(), 0);
+    assert_eq!(outbox.resume_one(down, back).await.unwrap(), 0);
+    // The other endpoint's deliveries were not moved by any of it.
     assert_eq!(outbox.defer_due(up, pause_ends, moved_to).await.unwrap(), 3);
 }
 
-/// A backlog moved past its endpoint's pause (a slot's deadline ahead, 30 s here) is due again
-/// as soon as the endpoint takes a delivery, not 30 s later: the deliveries recover within
-/// seconds of the endpoint's return.
-async fn a_moved_backlog_comes_back_with_its_endpoint<O: Outbox>(
+/// Sends [`OUTAGE_DELIVERIES`] through one worker, on a schedule of `delays` (seconds), to an
+/// endpoint that answers 503 for `down` and 200 after, until `done` holds of the worker's stats
+/// or `limit` passes: whether it held, and the stats.
+async fn through_an_outage<O: Outbox>(
     outbox: O,
     start_worker: fn(&str, &Handle<O>) -> RunningWorker,
-) {
-    const N: usize = 60;
-    let up_at = Instant::now() + Duration::from_secs(3);
+    down: Duration,
+    delays: &[u64],
+    limit: Duration,
+    done: fn(&RedeliveryStats) -> bool,
+) -> (bool, RedeliveryStats) {
+    let up_at = Instant::now() + down;
     let server = TestServer::start(move |_| {
         if Instant::now() < up_at {
             Reply::status(503)
@@ -548,17 +557,35 @@ async fn a_moved_backlog_comes_back_with_its_endpoint<O: Outbox>(
         }
     })
     .await;
-    let schedule = Schedule::from_delays([0, 2, 2, 2, 2].map(Duration::from_secs)).unwrap();
+    let schedule = Schedule::from_delays(delays.iter().map(|s| Duration::from_secs(*s))).unwrap();
     assert_eq!(schedule.slot_sequence().deadline, Duration::from_secs(30));
     let redelivery = Redelivery::new(client(&schedule), outbox.clone(), schedule.clone());
-    enqueue_posts(&redelivery, &server.uri("/hook"), "msg", N).await;
+    enqueue_posts(&redelivery, &server.uri("/hook"), "msg", OUTAGE_DELIVERIES).await;
     let worker = start_worker("backlog-1", &redelivery);
-    let delivered = until(Duration::from_secs(15), || {
-        redelivery.stats().delivered == N as u64
-    })
-    .await;
+    let held = until(limit, || done(&redelivery.stats())).await;
     drop(worker);
-    let stats = redelivery.stats();
+    (held, redelivery.stats())
+}
+
+/// The deliveries [`through_an_outage`] sends.
+const OUTAGE_DELIVERIES: usize = 60;
+
+/// A backlog moved past its endpoint's pause (a slot's deadline ahead, 30 s here) is due again
+/// as soon as the endpoint takes a delivery, not 30 s later: the deliveries recover within
+/// seconds of the endpoint's return.
+async fn a_moved_backlog_comes_back_with_its_endpoint<O: Outbox>(
+    outbox: O,
+    start_worker: fn(&str, &Handle<O>) -> RunningWorker,
+) {
+    let (delivered, stats) = through_an_outage(
+        outbox,
+        start_worker,
+        Duration::from_secs(3),
+        &[0, 2, 2, 2, 2],
+        Duration::from_secs(15),
+        |stats| stats.delivered == OUTAGE_DELIVERIES as u64,
+    )
+    .await;
     assert!(
         delivered,
         "not all delivered 12 s after the return: {stats:?}"
@@ -566,6 +593,32 @@ async fn a_moved_backlog_comes_back_with_its_endpoint<O: Outbox>(
     assert_eq!(stats.dead_lettered, 0, "{stats:?}");
     assert!(stats.deferred_in_bulk > 0, "{stats:?}");
     assert!(stats.resumed_in_bulk > 0, "{stats:?}");
+}
+
+/// A backlog moved while its endpoint stays down, and whose probes keep failing (each failed
+/// delivery then waits two minutes for its next slot), still has a delivery due at each of the
+/// pacer's probes: the endpoint's return is seen within seconds, not when the backlog falls due
+/// a slot's deadline (30 s) after its move.
+async fn a_moved_backlog_keeps_a_probe_due_while_its_endpoint_is_down<O: Outbox>(
+    outbox: O,
+    start_worker: fn(&str, &Handle<O>) -> RunningWorker,
+) {
+    // Those that failed a probe wait for their next slot; every other one is delivered.
+    let (delivered, stats) = through_an_outage(
+        outbox,
+        start_worker,
+        Duration::from_secs(10),
+        &[0, 120],
+        Duration::from_secs(20),
+        |stats| stats.delivered + stats.stored_again == OUTAGE_DELIVERIES as u64,
+    )
+    .await;
+    assert!(
+        delivered,
+        "not all delivered 10 s after the return: {stats:?}"
+    );
+    assert!(stats.deferred_in_bulk > 0, "{stats:?}");
+    assert!(stats.resumed_for_probes > 0, "{stats:?}");
 }
 
 /// The tests on one engine: `$open` makes a fresh outbox (and what keeps its engine up),
@@ -634,6 +687,18 @@ macro_rules! on_engine {
                     return;
                 };
                 super::a_moved_backlog_comes_back_with_its_endpoint(outbox, start_worker).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_moved_backlog_keeps_a_probe_due_while_its_endpoint_is_down() {
+                let Some((outbox, _engine)) = $open("probes").await else {
+                    return;
+                };
+                super::a_moved_backlog_keeps_a_probe_due_while_its_endpoint_is_down(
+                    outbox,
+                    start_worker,
+                )
+                .await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -942,7 +1007,7 @@ async fn a_redis_move_keeps_the_other_deliveries_in_their_order() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(before.len(), N, "the outbox's task queued them");
-    let (_, pause_ends, moved_to) = a_pause_from_now();
+    let (pause_ends, moved_to) = a_pause_from_now();
     let moved = outbox
         .defer_due("http://127.0.0.1:9", pause_ends, moved_to)
         .await
@@ -974,7 +1039,7 @@ async fn a_redis_move_of_large_records_goes_in_short_slices() {
             .await
             .unwrap();
     }
-    let (_, pause_ends, moved_to) = a_pause_from_now();
+    let (pause_ends, moved_to) = a_pause_from_now();
     let moved = outbox
         .defer_due("http://127.0.0.1:9", pause_ends, moved_to)
         .await

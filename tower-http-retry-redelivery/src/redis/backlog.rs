@@ -111,9 +111,11 @@ return {moved, kept, done and 1 or 0}
 
 /// One slice of a resume of what [`DEFER_DUE`] moved for an endpoint
 /// ([`Outbox::resume_deferred`]): the first of the endpoint's set, taken out of it, each due at
-/// the later of now and its own due second if it still waits in the moved set past that.
+/// the later of now (or the pacer's next probe) and its own due second if it still waits in the
+/// moved set past that.
 ///
-/// KEYS: the moved set, the endpoint's set. ARGV: now (Unix seconds), the slice's length.
+/// KEYS: the moved set, the endpoint's set. ARGV: now or the probe's time (Unix seconds), the
+/// slice's length.
 /// Returns how many it resumed and how many it took from the endpoint's set.
 ///
 /// [`Outbox::resume_deferred`]: crate::Outbox::resume_deferred
@@ -202,21 +204,45 @@ impl RedisDeadLetters {
         endpoint: &str,
         now: SystemTime,
     ) -> Result<u64, EngineError> {
-        let mut connection = self.connection.clone();
         let mut total = 0;
         loop {
-            let (resumed, taken): (u64, u64) = RESUME_DEFERRED_SCRIPT
-                .key(&self.queue.moved)
-                .key(self.deferred_key(endpoint))
-                .arg(engine::now_second(now))
-                .arg(MOVE_AT_ONCE)
-                .invoke_async(&mut connection)
-                .await
-                .map_err(EngineError::new)?;
+            let (resumed, taken) = self
+                .resume_slice(endpoint, engine::now_second(now), MOVE_AT_ONCE)
+                .await?;
             total += resumed;
             if taken < MOVE_AT_ONCE {
                 return Ok(total);
             }
         }
+    }
+
+    /// [`Outbox::resume_one`] on Redis: a slice of one.
+    pub(super) async fn resume_oldest(
+        &self,
+        endpoint: &str,
+        at: SystemTime,
+    ) -> Result<u64, EngineError> {
+        let (resumed, _) = self
+            .resume_slice(endpoint, engine::second_rounded_up(at), 1)
+            .await?;
+        Ok(resumed)
+    }
+
+    /// One [`RESUME_DEFERRED`] call: the endpoint's `length` oldest moved deliveries due at the
+    /// second `at` at the earliest; how many it resumed and how many it took.
+    async fn resume_slice(
+        &self,
+        endpoint: &str,
+        at: i64,
+        length: u64,
+    ) -> Result<(u64, u64), EngineError> {
+        RESUME_DEFERRED_SCRIPT
+            .key(&self.queue.moved)
+            .key(self.deferred_key(endpoint))
+            .arg(at)
+            .arg(length)
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(EngineError::new)
     }
 }
