@@ -769,23 +769,25 @@ on_engine!(
 );
 
 /// A peer's success brings back a backlog another process moved: process A sees the endpoint
-/// fail and moves its backlog a slot's deadline (30 s) ahead, then stops; process B, started
-/// once the endpoint is back and never seeing it fail, delivers the delivery A handed back and
-/// resumes the backlog through the health the engine shares: all delivered well within the
-/// 30 s.
+/// fail and moves its backlog a slot's deadline (30 s) ahead, then stops; the endpoint comes
+/// back; process B, started then and never seeing it fail, delivers what is due and resumes the
+/// backlog through the health the engine shares: all delivered well within the 30 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peers_success_brings_a_moved_backlog_back() {
     const N: u64 = 60;
     let Some((outbox, _dir)) = open_sqlite("peer-resume").await else {
         return;
     };
-    let start = Instant::now();
-    let up_at = start + Duration::from_secs(8);
-    let server = TestServer::start(move |_| {
-        if Instant::now() < up_at {
-            Reply::status(503)
-        } else {
-            Reply::status(200)
+    // Up once A has stopped, however long that takes on a busy machine.
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = TestServer::start({
+        let up = Arc::clone(&up);
+        move |_| {
+            if up.load(std::sync::atomic::Ordering::Relaxed) {
+                Reply::status(200)
+            } else {
+                Reply::status(503)
+            }
         }
     })
     .await;
@@ -794,14 +796,10 @@ async fn a_peers_success_brings_a_moved_backlog_back() {
     let (a, b): (Handle<_>, Handle<_>) = (process(), process());
     enqueue_posts(&a, &server.uri("/hook"), "msg", N as usize).await;
     let worker_a = sqlite::start_worker("peer-a", &a);
-    let moved = until(Duration::from_secs(3), || a.stats().deferred_in_bulk > 0).await;
+    let moved = until(Duration::from_secs(10), || a.stats().deferred_in_bulk > 0).await;
     drop(worker_a);
     assert!(moved, "{:?}", a.stats());
-    assert!(
-        Instant::now() < up_at,
-        "A stopped after the endpoint came back"
-    );
-    tokio::time::sleep(up_at.saturating_duration_since(Instant::now())).await;
+    up.store(true, std::sync::atomic::Ordering::Relaxed);
     let worker_b = sqlite::start_worker("peer-b", &b);
     let delivered = until(Duration::from_secs(10), || {
         a.stats().delivered + b.stats().delivered == N
