@@ -41,7 +41,7 @@ pub trait Outbox: Clone + Send + Sync + 'static {
     /// where one would block it too long), and returns how many: called when the retry layer
     /// hands a delivery back because its endpoint is down (`before`: the end of its pause, or
     /// sooner), so that the workers do not take the endpoint's backlog one delivery at a time
-    /// ahead of other endpoints' deliveries, nor at each of its probes. The default moves none
+    /// ahead of other endpoints' deliveries, nor all of it at each of its probes. The default moves none
     /// (each is then handed back as it is taken); an engine may move fewer (Redis stops after
     /// 10 s of slices): what it leaves is handed back the same way.
     fn defer_due(
@@ -67,12 +67,14 @@ pub trait Outbox: Clone + Send + Sync + 'static {
         std::future::ready(Ok(0))
     }
 
-    /// Makes one delivery to `endpoint` that [`defer_due`](Self::defer_due) moved due at `at`
-    /// (or at its own due time, if later), the oldest where the engine can tell, and returns
-    /// how many (0 or 1): called when the endpoint failed again and the pacer holds it until
-    /// `at`, so that while its backlog is moved a delivery is due to carry the next probe and
-    /// the endpoint's return is seen at once, not when the backlog falls due. The default moves
-    /// none.
+    /// Makes the oldest delivery to `endpoint` that [`defer_due`](Self::defer_due) moved due at
+    /// `at` (or at its own due time, if later), unless it falls due by then anyway, and returns
+    /// how many (0 or 1): called after a failed attempt to an endpoint whose backlog this
+    /// process moved, when the pacer holds the endpoint until `at`, so that a delivery is due
+    /// to carry the next probe and the endpoint's return is seen then, not when the backlog
+    /// falls due. A delivery made due so that the endpoint's return finds still waiting is
+    /// made due again by [`resume_deferred`](Self::resume_deferred) where the engine cannot
+    /// tell it from the rest (SQLite, Postgres). The default moves none.
     fn resume_one(
         &self,
         endpoint: &str,

@@ -178,24 +178,45 @@ const DEFER_DUE: &str = "UPDATE apalis.jobs SET run_at = to_timestamp($3) WHERE 
 
 /// The deliveries to an endpoint (`$3`) that wait in the queue (`$1`) past both the second `$2`
 /// and their own due time (`due_at`, Unix milliseconds in the record, rounded up to the second
-/// as every store rounds it), that is the ones `DEFER_DUE` moved: due again at the later of the
-/// two. A delivery stored for later on its own is never among them, nor a record without a
-/// numeric `due_at`; locked rows are skipped as `DEFER_DUE` skips them. At most `$4` of them
-/// (NULL: all), the oldest first; `$2` is now, or the pacer's next probe.
-const RESUME_DEFERRED: &str = "UPDATE apalis.jobs AS jobs \
-     SET run_at = GREATEST(to_timestamp($2), moved.own_due) \
-     FROM ( \
-       SELECT candidates.id, to_timestamp(ceil(CASE \
-           WHEN jsonb_typeof(stored.record -> 'due_at') = 'number' \
-           THEN (stored.record ->> 'due_at')::numeric END / 1000)) AS own_due \
-       FROM apalis.jobs AS candidates \
-       CROSS JOIN LATERAL (SELECT convert_from(candidates.job, 'UTF8')::jsonb AS record) AS stored \
-       WHERE candidates.job_type = $1 AND candidates.status = 'Pending' \
-       AND candidates.lock_by IS NULL AND candidates.run_at > to_timestamp($2) \
-       AND stored.record ->> 'endpoint' = $3 \
-       ORDER BY own_due LIMIT $4 \
-       FOR UPDATE OF candidates SKIP LOCKED) AS moved \
-     WHERE jobs.id = moved.id AND jobs.run_at > moved.own_due";
+/// as every store rounds it), that is the ones `DEFER_DUE` moved, with that time (`own_due`);
+/// then what follows (an order and a limit), and their rows locked. A delivery stored for later
+/// on its own is never among them, nor a record without a numeric `due_at`; locked rows are
+/// skipped as `DEFER_DUE` skips them.
+macro_rules! moved_past {
+    ($($then:literal)?) => {
+        concat!(
+            "SELECT candidates.id, due.own_due FROM apalis.jobs AS candidates \
+             CROSS JOIN LATERAL (SELECT convert_from(candidates.job, 'UTF8')::jsonb AS record) \
+               AS stored \
+             CROSS JOIN LATERAL (SELECT to_timestamp(ceil(CASE \
+               WHEN jsonb_typeof(stored.record -> 'due_at') = 'number' \
+               THEN (stored.record ->> 'due_at')::numeric END / 1000)) AS own_due) AS due \
+             WHERE candidates.job_type = $1 AND candidates.status = 'Pending' \
+             AND candidates.lock_by IS NULL AND candidates.run_at > to_timestamp($2) \
+             AND stored.record ->> 'endpoint' = $3 AND candidates.run_at > due.own_due ",
+            $($then,)?
+            " FOR UPDATE OF candidates SKIP LOCKED"
+        )
+    };
+}
+
+/// Due again at the later of `$2` and the delivery's own due time: those of `$moved`.
+macro_rules! due_again {
+    ($moved:expr) => {
+        concat!(
+            "UPDATE apalis.jobs AS jobs SET run_at = GREATEST(to_timestamp($2), moved.own_due) \
+             FROM (",
+            $moved,
+            ") AS moved WHERE jobs.id = moved.id"
+        )
+    };
+}
+
+/// Every delivery [`moved_past`] now (`$2`), due again.
+const RESUME_DEFERRED: &str = due_again!(moved_past!());
+
+/// The oldest delivery [`moved_past`] the pacer's next probe (`$2`), due again then.
+const RESUME_ONE: &str = due_again!(moved_past!("ORDER BY due.own_due LIMIT 1"));
 
 /// The dead letters as a queue of the same table that no worker takes.
 impl DeadLetterQueue for PostgresStorage<DeadLetter> {
@@ -232,15 +253,21 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
     }
 
     async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
-        resume(self.pool(), endpoint, engine::now_second(now), None).await
+        resume(
+            self.pool(),
+            RESUME_DEFERRED,
+            endpoint,
+            engine::now_second(now),
+        )
+        .await
     }
 
     async fn resume_one(&self, endpoint: &str, at: SystemTime) -> Result<u64, EngineError> {
         resume(
             self.pool(),
+            RESUME_ONE,
             endpoint,
             engine::second_rounded_up(at),
-            Some(1),
         )
         .await
     }
@@ -288,19 +315,15 @@ impl DeadLetterQueue for PostgresStorage<DeadLetter> {
 
 crate::engine::sql_health_store!(PostgresStorage<DeadLetter>, "$");
 
-/// [`RESUME_DEFERRED`] for `endpoint`, due at the second `at` at the earliest, at most `limit`
-/// deliveries (`None`: all).
+/// `resume` ([`RESUME_DEFERRED`] or [`RESUME_ONE`]) for `endpoint`, due at the second `at` at
+/// the earliest.
 async fn resume(
     pool: &PgPool,
+    resume: &'static str,
     endpoint: &str,
     at: i64,
-    limit: Option<i64>,
 ) -> Result<u64, EngineError> {
-    let resume = sqlx::query(RESUME_DEFERRED)
-        .bind(DELIVERIES)
-        .bind(at)
-        .bind(endpoint)
-        .bind(limit);
+    let resume = sqlx::query(resume).bind(DELIVERIES).bind(at).bind(endpoint);
     rows_changed(resume, pool).await
 }
 

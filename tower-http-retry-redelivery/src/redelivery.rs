@@ -41,12 +41,13 @@ struct Inner<S, O> {
     deferrals: Mutex<HashMap<String, Deferral>>,
 }
 
-/// An endpoint's backlog moved in bulk: when it may move again (its pause's end) and the time
-/// it was moved to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// An endpoint's backlog moved in bulk: when it may move again (its pause's end), the time it
+/// was moved to, and the probe a delivery of it was last made due for.
+#[derive(Clone, Copy, Debug)]
 struct Deferral {
     next_move: SystemTime,
     moved_to: SystemTime,
+    probe_at: Option<SystemTime>,
 }
 
 impl<S, O, B> Clone for Redelivery<S, O, B> {
@@ -258,7 +259,7 @@ where
             status,
             report,
         };
-        let next_probe = result.next_probe();
+        let resend_at = result.report.resend_at;
         let now = SystemTime::now();
         let step = match control {
             Some(control) => {
@@ -273,17 +274,37 @@ where
         if was_failing && matches!(step, Step::Delivered) {
             self.resume_backlog(&endpoint, now).await;
         }
-        if let Some(at) = next_probe.filter(|_| inner.health.failing(&endpoint)) {
-            self.keep_probe_due(&endpoint, at).await;
+        if let Some(at) = resend_at.filter(|_| step.leaves_the_probe()) {
+            self.keep_probe_due(&endpoint, at, now).await;
         }
         step
     }
 
-    /// `endpoint` failed again and the pacer lets its next probe go at `at`: one delivery of a
-    /// backlog moved in bulk (if any) is due then to carry it, one write a failed attempt. A
-    /// failed write loses nothing: the backlog falls due at the time it was moved to.
-    async fn keep_probe_due(&self, endpoint: &str, at: SystemTime) {
+    /// A delivery to `endpoint` that could carry its next probe no longer does
+    /// ([`Step::leaves_the_probe`]), and the retry layer (its pacer) would send again at `at`:
+    /// if this process moved the endpoint's backlog until after then, and no delivery of it is
+    /// due for a probe between now and then already, one is made due then (one write a probe,
+    /// none when nothing is moved). Without it, a moved backlog's endpoint could be seen back
+    /// only when the backlog falls due: no other delivery to it may be due before. A failed
+    /// write loses nothing: the backlog falls due at the time it was moved to.
+    async fn keep_probe_due(&self, endpoint: &str, at: SystemTime, now: SystemTime) {
         let inner = &*self.inner;
+        if !inner.health.failing(endpoint) {
+            return;
+        }
+        {
+            let mut deferrals = lock(&inner.deferrals);
+            let Some(deferral) = deferrals.get_mut(endpoint) else {
+                return;
+            };
+            let carried = deferral
+                .probe_at
+                .is_some_and(|probe| now < probe && probe <= at);
+            if at >= deferral.moved_to || carried {
+                return;
+            }
+            deferral.probe_at = Some(at);
+        }
         if let Ok(resumed) = inner.outbox.resume_one(endpoint, at).await {
             inner.counters.count_n(Event::ResumedForProbe, resumed);
         }
@@ -292,10 +313,10 @@ where
     /// A delivery to `endpoint` was handed back until `pause_end`: if the endpoint is failing
     /// (its last attempt failed: down, or a loss while it ramps), the engine moves its other
     /// deliveries due before then a slot's deadline ahead in bulk (one write, or slices on
-    /// Redis), so that the workers
-    /// take its backlog neither one delivery at a time ahead of other endpoints' deliveries nor
-    /// at each probe (the delivery handed back, due at the pause's end, carries the probe). A
-    /// success brings the backlog back ([`resume_backlog`](Self::resume_backlog)); without one,
+    /// Redis), so that the workers take its backlog neither one delivery at a time ahead of
+    /// other endpoints' deliveries nor all of it at each probe: the delivery handed back, due at
+    /// the pause's end, carries the probe, and one moved delivery is made due for each probe
+    /// after it ([`keep_probe_due`](Self::keep_probe_due)). A success brings the backlog back ([`resume_backlog`](Self::resume_backlog)); without one,
     /// it falls due a deadline later and moves again, so a moved delivery whose schedule ends
     /// meanwhile is dead-lettered at most that late. Once per pause: no other move until its
     /// end, and then only the deliveries that fell due since. Nothing is lost if the move
@@ -310,6 +331,7 @@ where
         let deferral = Deferral {
             next_move: pause_end.min(moved_to),
             moved_to,
+            probe_at: None,
         };
         {
             let mut deferrals = lock(&inner.deferrals);
@@ -330,7 +352,7 @@ where
             // Moved at the next hand-back instead (nothing to resume on an engine that failed).
             Err(_) => {
                 let mut deferrals = lock(&inner.deferrals);
-                if deferrals.get(&endpoint) == Some(&deferral) {
+                if deferrals.get(&endpoint).map(|last| last.moved_to) == Some(moved_to) {
                     deferrals.remove(&endpoint);
                 }
                 return;

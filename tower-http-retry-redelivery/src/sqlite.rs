@@ -225,17 +225,34 @@ const DEFER_DUE: &str = "UPDATE Jobs SET run_at = ?3 \
      AND instr(CAST(job AS TEXT), ?4) > 0";
 
 /// The deliveries to an endpoint (`?3`, its field as stored) that wait in the queue (`?1`) past
-/// both `?2` (now, or the pacer's next probe) and their own due time (`due_at`, Unix
-/// milliseconds in the record, rounded up to the second as every store rounds it), that is the
-/// ones `DEFER_DUE` moved: due again at the later of the two. A delivery stored for later on
-/// its own is never among them. At most `?4` of them (-1: all), the oldest first.
-const RESUME_DEFERRED: &str = "UPDATE Jobs \
-     SET run_at = MAX(?2, (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000) \
-     WHERE id IN (SELECT id FROM Jobs \
-       WHERE job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at > ?2 \
-       AND instr(CAST(job AS TEXT), ?3) > 0 \
-       AND run_at > (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000 \
-       ORDER BY json_extract(CAST(job AS TEXT), '$.due_at') LIMIT ?4)";
+/// both `?2` and their own due time (`due_at`, Unix milliseconds in the record, rounded up to the
+/// second as every store rounds it), that is the ones `DEFER_DUE` moved. A delivery stored for
+/// later on its own is never among them.
+macro_rules! moved_past {
+    () => {
+        "job_type = ?1 AND status = 'Pending' AND lock_by IS NULL AND run_at > ?2 \
+         AND instr(CAST(job AS TEXT), ?3) > 0 \
+         AND run_at > (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000"
+    };
+}
+
+/// Due again at the later of `?2` and the delivery's own due time.
+macro_rules! due_again {
+    () => {
+        "UPDATE Jobs SET run_at = MAX(?2, (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000) "
+    };
+}
+
+/// Every delivery [`moved_past`] now (`?2`), due again.
+const RESUME_DEFERRED: &str = concat!(due_again!(), "WHERE ", moved_past!());
+
+/// The oldest delivery [`moved_past`] the pacer's next probe (`?2`), due again then.
+const RESUME_ONE: &str = concat!(
+    due_again!(),
+    "WHERE id = (SELECT id FROM Jobs WHERE ",
+    moved_past!(),
+    " ORDER BY json_extract(CAST(job AS TEXT), '$.due_at') LIMIT 1)"
+);
 
 /// The dead letters as a queue of the same file that no worker takes.
 impl DeadLetterQueue for SqliteStorage<DeadLetter> {
@@ -276,11 +293,23 @@ impl DeadLetterQueue for SqliteStorage<DeadLetter> {
     }
 
     async fn resume_deferred(&self, endpoint: &str, now: SystemTime) -> Result<u64, EngineError> {
-        resume(self.pool(), endpoint, engine::now_second(now), -1).await
+        resume(
+            self.pool(),
+            RESUME_DEFERRED,
+            endpoint,
+            engine::now_second(now),
+        )
+        .await
     }
 
     async fn resume_one(&self, endpoint: &str, at: SystemTime) -> Result<u64, EngineError> {
-        resume(self.pool(), endpoint, engine::second_rounded_up(at), 1).await
+        resume(
+            self.pool(),
+            RESUME_ONE,
+            endpoint,
+            engine::second_rounded_up(at),
+        )
+        .await
     }
 
     async fn mark_replayed(&self, letter: &DeadLetter) -> Result<(), EngineError> {
@@ -312,19 +341,18 @@ impl Reclaim for SqliteOutbox {
 
 crate::engine::sql_health_store!(SqliteStorage<DeadLetter>, "?");
 
-/// [`RESUME_DEFERRED`] for `endpoint`, due at the second `at` at the earliest, at most `limit`
-/// deliveries (-1: all).
+/// `resume` ([`RESUME_DEFERRED`] or [`RESUME_ONE`]) for `endpoint`, due at the second `at` at
+/// the earliest.
 async fn resume(
     pool: &SqlitePool,
+    resume: &'static str,
     endpoint: &str,
     at: i64,
-    limit: i64,
 ) -> Result<u64, EngineError> {
-    let resume = sqlx::query(RESUME_DEFERRED)
+    let resume = sqlx::query(resume)
         .bind(DELIVERIES)
         .bind(at)
-        .bind(record::endpoint_field(endpoint))
-        .bind(limit);
+        .bind(record::endpoint_field(endpoint));
     rows_changed(resume, pool).await
 }
 

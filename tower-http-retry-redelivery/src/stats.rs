@@ -47,7 +47,7 @@ pub struct RedeliveryStats {
     pub resumed_in_bulk: u64,
     /// Deliveries a move in bulk had set aside, made due one at a time when the pacer's next
     /// probe may go, while their endpoint stays down
-    /// ([`Outbox::resume_one`](crate::Outbox::resume_one)): at most one a failed attempt.
+    /// ([`Outbox::resume_one`](crate::Outbox::resume_one)): at most one a probe.
     pub resumed_for_probes: u64,
     /// Deliveries moved to the dead-letter queue.
     pub dead_lettered: u64,

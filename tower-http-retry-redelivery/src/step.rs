@@ -93,6 +93,21 @@ pub enum Step {
     DeadLetter(DeadLetter),
 }
 
+impl Step {
+    /// Whether the delivery, which could carry its endpoint's next probe, no longer does: stored
+    /// for its next slot after a failed one (minutes later perhaps), or dead-lettered at the
+    /// schedule's end. While the endpoint's backlog is moved, the worker then makes one moved
+    /// delivery due at the pacer's next probe instead
+    /// ([`Outbox::resume_one`](crate::Outbox::resume_one)).
+    pub(crate) fn leaves_the_probe(&self) -> bool {
+        match self {
+            Step::StoreAgain { sent, .. } => *sent,
+            Step::DeadLetter(letter) => letter.reason == DeadReason::ScheduleExhausted,
+            Step::Delivered => false,
+        }
+    }
+}
+
 /// The step when the receiver's answer asked for `control`: the delivery dead-lettered at once
 /// with the slot's outcome in its history, as [`DeadReason::Aborted`], or with its endpoint
 /// disabled ([`DisableReason::ReceiverAsked`]). A 2xx that carries either is delivered all the
@@ -173,18 +188,6 @@ impl SlotResult {
             stop: self.report.stop,
             status: self.status,
         }
-    }
-
-    /// When the endpoint may take its next attempt, if the slot sent one and failed (not
-    /// finally): the report's resend time, with pacing never before the pacer lets the next
-    /// probe go. While the endpoint's backlog is moved, the worker makes one moved delivery due
-    /// then ([`Outbox::resume_one`](crate::Outbox::resume_one)) to carry that probe: the
-    /// delivery that failed waits for its next slot, minutes later perhaps, and without a
-    /// delivery due the endpoint's return would be seen only when its backlog falls due.
-    pub(crate) fn next_probe(&self) -> Option<SystemTime> {
-        let stop = self.report.stop;
-        let failed = self.report.attempts > 0 && stop != StopReason::Success && !stop.is_final();
-        self.report.resend_at.filter(|_| failed)
     }
 
     /// Whether the slot delivered: a classified success with a 2xx.
@@ -536,29 +539,6 @@ mod tests {
                 }
                 Step::Delivered => unreachable!(),
             }
-        }
-    }
-
-    #[test]
-    fn a_failed_slot_asks_for_a_delivery_due_at_the_next_probe() {
-        let now = SystemTime::now();
-        let next = now + Duration::from_secs(2);
-        let slot = |attempts, stop| SlotResult {
-            started: now,
-            status: None,
-            report: report(attempts, stop, Some(next)),
-        };
-        assert_eq!(
-            slot(1, StopReason::AttemptsExhausted).next_probe(),
-            Some(next)
-        );
-        // Delivered, failed for good, or not sent: no probe failed.
-        for (attempts, stop) in [
-            (1, StopReason::Success),
-            (1, StopReason::Permanent),
-            (0, StopReason::Deferred),
-        ] {
-            assert_eq!(slot(attempts, stop).next_probe(), None, "{stop:?}");
         }
     }
 

@@ -8,11 +8,13 @@ use tokio::sync::Notify;
 
 const ENDPOINT: &str = "http://127.0.0.1:9/hook";
 
-/// Moves `MOVED` deliveries when a move may end; each resume brings back what is moved.
+/// Moves `MOVED` deliveries when a move may end; each resume brings back what is moved, each
+/// resume of one (recorded with its time) one of them.
 #[derive(Clone, Default)]
 struct HeldMoves {
     moved: Arc<Mutex<u64>>,
     resumes: Arc<Mutex<Vec<u64>>>,
+    probes: Arc<Mutex<Vec<SystemTime>>>,
     move_started: Arc<Notify>,
     move_may_end: Arc<Notify>,
     moves_fail: bool,
@@ -44,6 +46,14 @@ impl Outbox for HeldMoves {
     async fn resume_deferred(&self, _: &str, _: SystemTime) -> Result<u64, Self::Error> {
         let resumed = std::mem::take(&mut *lock(&self.moved));
         lock(&self.resumes).push(resumed);
+        Ok(resumed)
+    }
+
+    async fn resume_one(&self, _: &str, at: SystemTime) -> Result<u64, Self::Error> {
+        lock(&self.probes).push(at);
+        let mut moved = lock(&self.moved);
+        let resumed = u64::from(*moved > 0);
+        *moved -= resumed;
         Ok(resumed)
     }
 }
@@ -123,4 +133,43 @@ async fn a_move_that_failed_resumes_nothing() {
         "no write to a failed engine"
     );
     assert_eq!(redelivery.stats().deferred_in_bulk, 0);
+}
+
+#[tokio::test]
+async fn a_moved_backlog_gives_one_delivery_to_each_probe_and_no_more() {
+    let outbox = HeldMoves::default();
+    let redelivery = moved_at_once(&outbox).await;
+    let now = SystemTime::now();
+    let seconds = |n: u64| now + Duration::from_secs(n);
+    redelivery.keep_probe_due(ENDPOINT, seconds(2), now).await;
+    // Failed again before that probe: it has its delivery (a later time would wait for it).
+    redelivery.keep_probe_due(ENDPOINT, seconds(2), now).await;
+    redelivery.keep_probe_due(ENDPOINT, seconds(4), now).await;
+    // That probe went and failed: the next one gets a delivery.
+    redelivery
+        .keep_probe_due(ENDPOINT, seconds(6), seconds(3))
+        .await;
+    // The backlog falls due before this one anyway.
+    redelivery
+        .keep_probe_due(ENDPOINT, seconds(60), seconds(7))
+        .await;
+    assert_eq!(*lock(&outbox.probes), [seconds(2), seconds(6)]);
+    assert_eq!(redelivery.stats().resumed_for_probes, 2);
+    assert_eq!(*lock(&outbox.moved), MOVED - 2);
+}
+
+#[tokio::test]
+async fn no_probe_takes_a_delivery_where_nothing_was_moved_or_the_endpoint_is_back() {
+    let outbox = HeldMoves::default();
+    let redelivery = failing(&outbox);
+    let now = SystemTime::now();
+    redelivery
+        .keep_probe_due(ENDPOINT, now + Duration::from_secs(2), now)
+        .await;
+    let moved = moved_at_once(&outbox).await;
+    moved.health().succeeded(ENDPOINT);
+    moved
+        .keep_probe_due(ENDPOINT, now + Duration::from_secs(2), now)
+        .await;
+    assert!(lock(&outbox.probes).is_empty(), "no write");
 }

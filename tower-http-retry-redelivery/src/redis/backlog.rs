@@ -1,8 +1,10 @@
 //! A failing endpoint's backlog moved aside on Redis and brought back, in slices of Lua calls
-//! ([`Outbox::defer_due`], [`Outbox::resume_deferred`]).
+//! ([`Outbox::defer_due`], [`Outbox::resume_deferred`]), or one delivery of it for a probe
+//! ([`Outbox::resume_one`]).
 //!
 //! [`Outbox::defer_due`]: crate::Outbox::defer_due
 //! [`Outbox::resume_deferred`]: crate::Outbox::resume_deferred
+//! [`Outbox::resume_one`]: crate::Outbox::resume_one
 
 use super::RedisDeadLetters;
 use crate::engine::{self, EngineError};
@@ -111,11 +113,9 @@ return {moved, kept, done and 1 or 0}
 
 /// One slice of a resume of what [`DEFER_DUE`] moved for an endpoint
 /// ([`Outbox::resume_deferred`]): the first of the endpoint's set, taken out of it, each due at
-/// the later of now (or the pacer's next probe) and its own due second if it still waits in the
-/// moved set past that.
+/// the later of now and its own due second if it still waits in the moved set past that.
 ///
-/// KEYS: the moved set, the endpoint's set. ARGV: now or the probe's time (Unix seconds), the
-/// slice's length.
+/// KEYS: the moved set, the endpoint's set. ARGV: now (Unix seconds), the slice's length.
 /// Returns how many it resumed and how many it took from the endpoint's set.
 ///
 /// [`Outbox::resume_deferred`]: crate::Outbox::resume_deferred
@@ -134,12 +134,47 @@ end
 return {resumed, #deferred / 2}
 "#;
 
+/// The oldest delivery of an endpoint's backlog that [`DEFER_DUE`] moved, due at the later of the
+/// pacer's next probe and its own due second ([`Outbox::resume_one`]). The endpoint's set also
+/// holds deliveries that fell due from the moved set since (their entries are removed here, at
+/// most `ARGV[2]` of them a call); a moved delivery due by the probe anyway is left as it is.
+///
+/// KEYS: the moved set, the endpoint's set. ARGV: the probe's time (Unix seconds), the most
+/// entries to look at. Returns 1 if it made one due, else 0.
+///
+/// [`Outbox::resume_one`]: crate::Outbox::resume_one
+const RESUME_ONE: &str = r#"
+local at = tonumber(ARGV[1])
+for _ = 1, tonumber(ARGV[2]) do
+    local oldest = redis.call("zrange", KEYS[2], 0, 0, "WITHSCORES")
+    if #oldest == 0 then
+        return 0
+    end
+    local moved_to = tonumber(redis.call("zscore", KEYS[1], oldest[1]))
+    if moved_to then
+        local due = math.max(at, tonumber(oldest[2]))
+        if due >= moved_to then
+            return 0
+        end
+        redis.call("zadd", KEYS[1], due, oldest[1])
+        redis.call("zrem", KEYS[2], oldest[1])
+        return 1
+    end
+    redis.call("zrem", KEYS[2], oldest[1])
+end
+return 0
+"#;
+
 /// [`DEFER_DUE`], hashed once.
 static DEFER_DUE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEFER_DUE));
 
 /// [`RESUME_DEFERRED`], hashed once.
 static RESUME_DEFERRED_SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(RESUME_DEFERRED));
+
+/// [`RESUME_ONE`], hashed once.
+static RESUME_ONE_SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(RESUME_ONE));
 
 impl RedisDeadLetters {
     /// The sorted set of `endpoint`'s moved deliveries, by their own due second.
@@ -204,11 +239,17 @@ impl RedisDeadLetters {
         endpoint: &str,
         now: SystemTime,
     ) -> Result<u64, EngineError> {
+        let mut connection = self.connection.clone();
         let mut total = 0;
         loop {
-            let (resumed, taken) = self
-                .resume_slice(endpoint, engine::now_second(now), MOVE_AT_ONCE)
-                .await?;
+            let (resumed, taken): (u64, u64) = RESUME_DEFERRED_SCRIPT
+                .key(&self.queue.moved)
+                .key(self.deferred_key(endpoint))
+                .arg(engine::now_second(now))
+                .arg(MOVE_AT_ONCE)
+                .invoke_async(&mut connection)
+                .await
+                .map_err(EngineError::new)?;
             total += resumed;
             if taken < MOVE_AT_ONCE {
                 return Ok(total);
@@ -216,31 +257,18 @@ impl RedisDeadLetters {
         }
     }
 
-    /// [`Outbox::resume_one`] on Redis: a slice of one.
+    /// [`Outbox::resume_one`] on Redis: one call, which looks at a slice's worth of entries at
+    /// most.
     pub(super) async fn resume_oldest(
         &self,
         endpoint: &str,
         at: SystemTime,
     ) -> Result<u64, EngineError> {
-        let (resumed, _) = self
-            .resume_slice(endpoint, engine::second_rounded_up(at), 1)
-            .await?;
-        Ok(resumed)
-    }
-
-    /// One [`RESUME_DEFERRED`] call: the endpoint's `length` oldest moved deliveries due at the
-    /// second `at` at the earliest; how many it resumed and how many it took.
-    async fn resume_slice(
-        &self,
-        endpoint: &str,
-        at: i64,
-        length: u64,
-    ) -> Result<(u64, u64), EngineError> {
-        RESUME_DEFERRED_SCRIPT
+        RESUME_ONE_SCRIPT
             .key(&self.queue.moved)
             .key(self.deferred_key(endpoint))
-            .arg(at)
-            .arg(length)
+            .arg(engine::second_rounded_up(at))
+            .arg(MOVE_AT_ONCE)
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(EngineError::new)
