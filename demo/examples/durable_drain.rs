@@ -54,6 +54,13 @@ async fn main() {
         100.0 * drain.overload as f64 / N as f64,
         target(drain.overload * 100 <= N)
     );
+    match drain.first {
+        Some(first) => println!(
+            "first delivered after return {:>7.1} s   (the endpoint's return seen)",
+            first.as_secs_f64()
+        ),
+        None => println!("first delivered after return     never"),
+    }
     match drain.t99 {
         Some(t99) => println!(
             "99 % delivered after return  {:>7.1} s   (target <= N/C + 2 s = {slack:.1} s: {})",
@@ -73,6 +80,7 @@ struct Drain {
 struct Drained {
     attempts_while_down: usize,
     overload: usize,
+    first: Option<Duration>,
     t99: Option<Duration>,
     delivered: usize,
     stats: String,
@@ -173,6 +181,7 @@ impl engines::EngineRun for Drain {
                 .iter()
                 .filter(|(at, status)| *at >= 0.0 && *status == 503)
                 .count(),
+            first: delivered_at.first().map(|at| Duration::from_secs_f64(*at)),
             t99: delivered_at
                 .get(p99 - 1)
                 .map(|at| Duration::from_secs_f64(*at)),
