@@ -36,14 +36,14 @@ pub trait Outbox: Clone + Send + Sync + 'static {
         None
     }
 
-    /// Moves every delivery to `endpoint` that waits in the queue due before `before` to
-    /// `until` (at or after `before`), in one engine write where the engine can (in slices
-    /// where one would block it too long), and returns how many: called when the retry layer
-    /// hands a delivery back because its endpoint is down (`before`: the end of its pause, or
-    /// sooner), so that the workers do not take the endpoint's backlog one delivery at a time
-    /// ahead of other endpoints' deliveries, nor all of it at each of its probes. The default moves none
-    /// (each is then handed back as it is taken); an engine may move fewer (Redis stops after
-    /// 10 s of slices): what it leaves is handed back the same way.
+    /// Moves every delivery to `endpoint` that waits in the queue due before `before` to `until`
+    /// (at or after `before`), in one engine write where the engine can (in slices where one would
+    /// block it too long), and returns how many: called when the retry layer hands a delivery back
+    /// because its endpoint is down (`before`: the end of its pause, or sooner), so that the
+    /// workers do not take the endpoint's backlog one delivery at a time ahead of other endpoints'
+    /// deliveries, nor all of it at each of its probes. The default moves none (each is then handed
+    /// back as it is taken); an engine may move fewer (Redis stops after 10 s of slices): what it
+    /// leaves is handed back the same way.
     fn defer_due(
         &self,
         endpoint: &str,
@@ -67,14 +67,14 @@ pub trait Outbox: Clone + Send + Sync + 'static {
         std::future::ready(Ok(0))
     }
 
-    /// Makes the oldest delivery to `endpoint` that [`defer_due`](Self::defer_due) moved due at
-    /// `at` (or at its own due time, if later), unless it falls due by then anyway, and returns
-    /// how many (0 or 1): called after a failed attempt to an endpoint whose backlog this
-    /// process moved, when the pacer holds the endpoint until `at`, so that a delivery is due
-    /// to carry the next probe and the endpoint's return is seen then, not when the backlog
-    /// falls due. A delivery made due so that the endpoint's return finds still waiting is
-    /// made due again by [`resume_deferred`](Self::resume_deferred) where the engine cannot
-    /// tell it from the rest (SQLite, Postgres). The default moves none.
+    /// Makes one delivery to `endpoint` that [`defer_due`](Self::defer_due) moved (the oldest
+    /// where the engine can tell) due at `at`, or at its own due time if later, and returns how
+    /// many (0 or 1): called by the process that moved the backlog when a delivery that could
+    /// carry the endpoint's next probe no longer does and the pacer holds the endpoint until
+    /// `at`, so that a delivery is due for that probe and the endpoint's return is seen then,
+    /// not when the backlog falls due. If the endpoint comes back before `at`,
+    /// [`resume_deferred`](Self::resume_deferred) makes that delivery due again with the rest
+    /// where the engine cannot tell it from them (SQLite, Postgres). The default moves none.
     fn resume_one(
         &self,
         endpoint: &str,

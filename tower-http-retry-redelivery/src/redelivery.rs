@@ -274,19 +274,19 @@ where
         if was_failing && matches!(step, Step::Delivered) {
             self.resume_backlog(&endpoint, now).await;
         }
-        if let Some(at) = resend_at.filter(|_| step.leaves_the_probe()) {
+        if let Some(at) = resend_at.filter(|at| step.leaves_the_probe(*at)) {
             self.keep_probe_due(&endpoint, at, now).await;
         }
         step
     }
 
     /// A delivery to `endpoint` that could carry its next probe no longer does
-    /// ([`Step::leaves_the_probe`]), and the retry layer (its pacer) would send again at `at`:
-    /// if this process moved the endpoint's backlog until after then, and no delivery of it is
-    /// due for a probe between now and then already, one is made due then (one write a probe,
-    /// none when nothing is moved). Without it, a moved backlog's endpoint could be seen back
-    /// only when the backlog falls due: no other delivery to it may be due before. A failed
-    /// write loses nothing: the backlog falls due at the time it was moved to.
+    /// ([`Step::leaves_the_probe`]), and the retry layer (its pacer) would send again at `at`: if
+    /// this process moved the endpoint's backlog until after then, and has not made one of it due
+    /// for a probe between now and then already, one is made due then (one write a probe, none when
+    /// nothing is moved). Without it, a moved backlog's endpoint could be seen back only when the
+    /// backlog falls due: no other delivery to it may be due before. A failed write loses nothing:
+    /// the backlog falls due at the time it was moved to.
     async fn keep_probe_due(&self, endpoint: &str, at: SystemTime, now: SystemTime) {
         let inner = &*self.inner;
         if !inner.health.failing(endpoint) {
@@ -305,22 +305,31 @@ where
             }
             deferral.probe_at = Some(at);
         }
-        if let Ok(resumed) = inner.outbox.resume_one(endpoint, at).await {
-            inner.counters.count_n(Event::ResumedForProbe, resumed);
+        let resumed = inner.outbox.resume_one(endpoint, at).await.unwrap_or(0);
+        inner.counters.count_n(Event::ResumedForProbe, resumed);
+        if resumed == 0 {
+            // Nothing made due (a move not yet written, a failed write): the next failed
+            // attempt before the probe tries again.
+            if let Some(deferral) = lock(&inner.deferrals).get_mut(endpoint) {
+                if deferral.probe_at == Some(at) {
+                    deferral.probe_at = None;
+                }
+            }
         }
     }
 
-    /// A delivery to `endpoint` was handed back until `pause_end`: if the endpoint is failing
-    /// (its last attempt failed: down, or a loss while it ramps), the engine moves its other
-    /// deliveries due before then a slot's deadline ahead in bulk (one write, or slices on
-    /// Redis), so that the workers take its backlog neither one delivery at a time ahead of
-    /// other endpoints' deliveries nor all of it at each probe: the delivery handed back, due at
-    /// the pause's end, carries the probe, and one moved delivery is made due for each probe
-    /// after it ([`keep_probe_due`](Self::keep_probe_due)). A success brings the backlog back ([`resume_backlog`](Self::resume_backlog)); without one,
-    /// it falls due a deadline later and moves again, so a moved delivery whose schedule ends
-    /// meanwhile is dead-lettered at most that late. Once per pause: no other move until its
-    /// end, and then only the deliveries that fell due since. Nothing is lost if the move
-    /// fails: each delivery is then handed back as it is taken.
+    /// A delivery to `endpoint` was handed back until `pause_end`: if the endpoint is failing (its
+    /// last attempt failed: down, or a loss while it ramps), the engine moves its other deliveries
+    /// due before then a slot's deadline ahead in bulk (one write, or slices on Redis), so that the
+    /// workers take its backlog neither one delivery at a time ahead of other endpoints' deliveries
+    /// nor all of it at each probe: the delivery handed back, due at the pause's end, carries the
+    /// probe, and one moved delivery is made due for each probe after it
+    /// ([`keep_probe_due`](Self::keep_probe_due)). A success brings the backlog back
+    /// ([`resume_backlog`](Self::resume_backlog)); without one, it falls due a deadline later and
+    /// moves again, so a moved delivery whose schedule ends meanwhile is dead-lettered at most that
+    /// late. Once per pause: no other move until its end, and then only the deliveries that fell
+    /// due since. Nothing is lost if the move fails: each delivery is then handed back as it is
+    /// taken.
     async fn defer_backlog(&self, endpoint: String, pause_end: SystemTime) {
         let inner = &*self.inner;
         if !inner.health.failing(&endpoint) {

@@ -239,7 +239,8 @@ macro_rules! moved_past {
 /// Due again at the later of `?2` and the delivery's own due time.
 macro_rules! due_again {
     () => {
-        "UPDATE Jobs SET run_at = MAX(?2, (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000) "
+        "UPDATE Jobs \
+         SET run_at = MAX(?2, (json_extract(CAST(job AS TEXT), '$.due_at') + 999) / 1000) "
     };
 }
 

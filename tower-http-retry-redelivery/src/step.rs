@@ -94,14 +94,14 @@ pub enum Step {
 }
 
 impl Step {
-    /// Whether the delivery, which could carry its endpoint's next probe, no longer does: stored
-    /// for its next slot after a failed one (minutes later perhaps), or dead-lettered at the
-    /// schedule's end. While the endpoint's backlog is moved, the worker then makes one moved
-    /// delivery due at the pacer's next probe instead
-    /// ([`Outbox::resume_one`](crate::Outbox::resume_one)).
-    pub(crate) fn leaves_the_probe(&self) -> bool {
+    /// Whether the delivery, which could carry its endpoint's next probe at `probe`, no longer
+    /// does: stored for its next slot after a failed one, due after the probe (minutes later
+    /// perhaps), or dead-lettered at the schedule's end (sent, or held back past it). While
+    /// the endpoint's backlog is moved, the worker then makes one moved delivery due at the
+    /// probe instead ([`Outbox::resume_one`](crate::Outbox::resume_one)).
+    pub(crate) fn leaves_the_probe(&self, probe: SystemTime) -> bool {
         match self {
-            Step::StoreAgain { sent, .. } => *sent,
+            Step::StoreAgain { delivery, sent } => *sent && delivery.due_at() > probe,
             Step::DeadLetter(letter) => letter.reason == DeadReason::ScheduleExhausted,
             Step::Delivered => false,
         }
@@ -540,6 +540,32 @@ mod tests {
                 Step::Delivered => unreachable!(),
             }
         }
+    }
+
+    #[test]
+    fn a_delivery_leaves_the_probe_when_it_is_not_due_by_then_or_dead_at_its_schedules_end() {
+        let now = SystemTime::now();
+        let probe = now + Duration::from_secs(2);
+        let stored = |due: SystemTime, sent| Step::StoreAgain {
+            delivery: delivery().deferred(due),
+            sent,
+        };
+        let dead = |reason| {
+            Step::DeadLetter(DeadLetter {
+                delivery: delivery(),
+                reason,
+                at: unix_ms(now),
+            })
+        };
+        let next_slot = now + Duration::from_secs(5);
+        assert!(stored(next_slot, true).leaves_the_probe(probe));
+        assert!(dead(DeadReason::ScheduleExhausted).leaves_the_probe(probe));
+        // Due by the probe (the pacer's time was later than its next slot), handed back to the
+        // probe's time, delivered, or ended by the receiver: nothing to make due.
+        assert!(!stored(probe, true).leaves_the_probe(probe));
+        assert!(!stored(probe, false).leaves_the_probe(probe));
+        assert!(!Step::Delivered.leaves_the_probe(probe));
+        assert!(!dead(DeadReason::Permanent).leaves_the_probe(probe));
     }
 
     #[test]
