@@ -774,9 +774,9 @@ on_engine!(
 );
 
 /// A peer's success brings back a backlog another process moved: process A sees the endpoint
-/// fail and moves its backlog a slot's deadline (30 s) ahead, then stops; the endpoint comes
-/// back; process B, started then and never seeing it fail, delivers what is due and resumes the
-/// backlog through the health the engine shares: all delivered well within the 30 s.
+/// fail and moves its backlog a slot's deadline (5 min here) ahead, then stops; the endpoint
+/// comes back; process B, started then and never seeing it fail, delivers what is due and
+/// resumes the backlog through the health the engine shares: all delivered within 10 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peers_success_brings_a_moved_backlog_back() {
     const N: u64 = 60;
@@ -796,7 +796,16 @@ async fn a_peers_success_brings_a_moved_backlog_back() {
         }
     })
     .await;
-    let schedule = Schedule::from_delays([0, 2, 2, 2, 2].map(Duration::from_secs)).unwrap();
+    // The backlog moved five minutes ahead, so that it cannot fall due while A stops, however
+    // long that takes on a busy machine (a 30-s move fell due during a slow stop, and B had
+    // nothing to bring back).
+    let sequence = tower_http_retry_redelivery::schedule::SlotSequence {
+        max_attempts: 1,
+        deadline: Duration::from_secs(300),
+    };
+    let schedule = Schedule::from_delays([0, 2, 2, 2, 2].map(Duration::from_secs))
+        .and_then(|schedule| schedule.sequence(sequence))
+        .unwrap();
     let process = || Redelivery::new(client(&schedule), outbox.clone(), schedule.clone());
     let (a, b): (Handle<_>, Handle<_>) = (process(), process());
     enqueue_posts(&a, &server.uri("/hook"), "msg", N as usize).await;
