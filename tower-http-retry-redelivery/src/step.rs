@@ -97,8 +97,8 @@ impl Step {
     /// Whether the delivery, which could carry its endpoint's next probe at `probe`, no longer
     /// does: stored for its next slot after a failed one, due after the probe (minutes later
     /// perhaps), or dead-lettered at the schedule's end (sent, or held back past it). While
-    /// the endpoint's backlog is moved, the worker then makes one moved delivery due at the
-    /// probe instead ([`Outbox::resume_one`](crate::Outbox::resume_one)).
+    /// the endpoint's backlog is moved, the process that moved it then makes one moved delivery
+    /// due at the probe instead ([`Outbox::resume_one`](crate::Outbox::resume_one)).
     pub(crate) fn leaves_the_probe(&self, probe: SystemTime) -> bool {
         match self {
             Step::StoreAgain { delivery, sent } => *sent && delivery.due_at() > probe,
