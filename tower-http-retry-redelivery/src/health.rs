@@ -450,6 +450,15 @@ impl EndpointHealth {
             .map_or(0, |shared| shared.errors.load(Ordering::Relaxed))
     }
 
+    /// Changes made in this view and not yet written to the shared store (0 without one): a
+    /// flush that failed leaves them for the next. A figure that keeps growing says the store
+    /// is out of reach.
+    pub fn unwritten(&self) -> usize {
+        self.shared
+            .as_ref()
+            .map_or(0, |shared| lock(&shared.pending).len())
+    }
+
     /// Applies `change` to the process's view, queued for the store when it changed something;
     /// returns the reason if it disabled the endpoint.
     fn change(&self, endpoint: &str, change: Change) -> Option<DisableReason> {
@@ -767,15 +776,17 @@ mod tests {
         let health = EndpointHealth::shared(HealthRules::new(), store.clone());
         health.sync("e").await;
         health.succeeded("e");
-        assert!(lock(&health.shared.as_ref().unwrap().pending).is_empty());
+        assert_eq!(health.unwritten(), 0);
 
         store.fail.store(true, Ordering::Relaxed);
         assert_eq!(health.gone("e"), Some(DisableReason::Gone));
         health.flush().await;
         assert_eq!(health.store_errors(), 1);
+        assert_eq!(health.unwritten(), 1, "kept for the next flush");
         assert!(lock(&store.values).is_empty());
         store.fail.store(false, Ordering::Relaxed);
         health.sync("e").await;
+        assert_eq!(health.unwritten(), 0);
         assert!(
             lock(&store.values).contains_key("e"),
             "written once the store is back"

@@ -445,12 +445,18 @@ where
     for task in racing {
         task.await.unwrap();
     }
-    let errors: u64 = [&a, &b, &restarted]
-        .into_iter()
-        .chain(&views)
-        .map(EndpointHealth::store_errors)
-        .sum();
-    assert_eq!(errors, 0);
+    // A call past the connection's response timeout on a loaded machine, or a view that lost
+    // its swap to the others eight times in a row, is a store error whose change waits for the
+    // next flush: what must hold is that every change is written in the end.
+    for view in [&a, &b, &restarted].into_iter().chain(&views) {
+        for _ in 0..5 {
+            if view.unwritten() == 0 {
+                break;
+            }
+            view.flush().await;
+        }
+        assert_eq!(view.unwritten(), 0, "every change written");
+    }
 }
 
 /// A pause that ends in a minute, and the time a move takes its endpoint's backlog to.
