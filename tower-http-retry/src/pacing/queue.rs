@@ -67,7 +67,7 @@ impl QueueWait {
             };
             return Err(Deferred { resend });
         }
-        let id = state.enqueue(config).expect("the queue has room");
+        let id = state.enqueue(config, now).expect("the queue has room");
         Ok(Self::new(Arc::clone(endpoint), id))
     }
 

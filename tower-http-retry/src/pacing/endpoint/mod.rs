@@ -39,6 +39,9 @@ pub(crate) struct EndpointState {
     /// Local instants in the shared state's time.
     pub(crate) clock: Clock,
     pub(crate) queue: VecDeque<Waiter>,
+    /// When the queue last went from empty to waited on: the slots that passed before were
+    /// nobody's to take.
+    queued_since: Instant,
     next_id: u64,
     pub(crate) rng: SmallRng,
     pub(crate) probes: u64,
@@ -88,6 +91,7 @@ impl EndpointState {
             shared: SharedState::new(),
             clock: Clock::local(now),
             queue: VecDeque::new(),
+            queued_since: now,
             next_id: 0,
             rng,
             probes: 0,
@@ -182,11 +186,14 @@ impl EndpointState {
         }
     }
 
-    /// Joins the queue: its id, or `None` when the queue is full.
-    pub(crate) fn enqueue(&mut self, config: &PacingRules) -> Option<u64> {
+    /// Joins the queue at `now`: its id, or `None` when the queue is full.
+    pub(crate) fn enqueue(&mut self, config: &PacingRules, now: Instant) -> Option<u64> {
         if self.queue.len() >= config.max_waiters {
             self.deferred += 1;
             return None;
+        }
+        if self.queue.is_empty() {
+            self.queued_since = now;
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -353,10 +360,14 @@ impl EndpointState {
         let at = self.at(now);
         self.shared.advance(&rules, self.queue.len() > 1, at);
         self.settle();
+        let waiting_since = if self.queue.is_empty() {
+            at
+        } else {
+            self.at(self.queued_since)
+        };
         let rng = &mut self.rng;
-        let grant = self
-            .shared
-            .release(&rules, 0, Batch::One, at, || rng.random());
+        let batch = Batch::One { waiting_since };
+        let grant = self.shared.release(&rules, 0, batch, at, || rng.random());
         self.settle();
         match grant {
             Grant::Unpaced | Grant::Slots { .. } => Release::Now(Pass::Paced { released: at }),

@@ -198,10 +198,11 @@ fn an_idle_ramp_opens_the_endpoint() {
 fn a_full_queue_refuses_to_enqueue() {
     let mut config = config();
     config.max_waiters = 2;
-    let mut s = state(Instant::now());
-    assert!(s.enqueue(&config).is_some());
-    assert!(s.enqueue(&config).is_some());
-    assert!(s.enqueue(&config).is_none());
+    let now = Instant::now();
+    let mut s = state(now);
+    assert!(s.enqueue(&config, now).is_some());
+    assert!(s.enqueue(&config, now).is_some());
+    assert!(s.enqueue(&config, now).is_none());
     assert_eq!(s.deferred, 1);
 }
 
@@ -303,6 +304,43 @@ fn ramping_at_1000(config: &PacingRules, now: Instant) -> (EndpointState, Instan
     s.record(config, Some(paced(&s, at)), Signal::Success, at);
     assert_eq!(s.mode(), PacingMode::Ramping);
     (s, at)
+}
+
+/// Releases `s` lets go at once at `now`.
+fn at_once(s: &mut EndpointState, config: &PacingRules, now: Instant) -> usize {
+    (0..100)
+        .take_while(|_| matches!(s.try_release(config, now), Release::Now(_)))
+        .count()
+}
+
+#[test]
+fn only_the_slots_that_passed_while_requests_waited_go_at_once() {
+    let config = config();
+    let (mut s, at) = ramping_at_1000(&config, Instant::now());
+    // The head has waited since before `at`: a wake 50 ms late lets the window's slots go at
+    // once (10 ms at about 1,000/s), not 50 ms of them.
+    let late = at + 50 * MS;
+    let owed = at_once(&mut s, &config, late);
+    assert!((8..=14).contains(&owed), "{owed}");
+    // Nobody waits for 50 ms, then a worker's batch of 10 arrives: one goes now, the next a
+    // gap later.
+    s.queue.clear();
+    let idle = late + 50 * MS;
+    for _ in 0..10 {
+        s.enqueue(&config, idle);
+    }
+    assert_eq!(at_once(&mut s, &config, idle), 1);
+    let Release::At(next) = s.try_release(&config, idle) else {
+        panic!("the next slot is a gap away")
+    };
+    assert!(
+        (idle + MS / 2..=idle + 2 * MS).contains(&next),
+        "{:?}",
+        next - idle
+    );
+    // Woken 3 ms late, the requests that waited take the 3 ms of slots they missed.
+    let woken = next + 3 * MS;
+    assert!((3..=5).contains(&at_once(&mut s, &config, woken)));
 }
 
 #[test]
@@ -437,7 +475,7 @@ fn requests_turned_away_together_are_spread_over_the_predicted_releases() {
     let now = Instant::now();
     let mut s = down(&config, now);
     s.shared.capacity = Some(100.0);
-    assert!(s.enqueue(&config).is_some());
+    assert!(s.enqueue(&config, now).is_some());
     let resends: Vec<Resend> = (0..500).map(|_| s.turn_away(&config, now)).collect();
     let first = resends[0].after;
     let last = resends[499].after;
@@ -461,7 +499,7 @@ fn a_resend_time_never_falls_inside_a_known_pause() {
     let mut s = state(now);
     let until = now + 5000 * MS;
     s.pause_until(&config, until, now);
-    assert!(s.enqueue(&config).is_some());
+    assert!(s.enqueue(&config, now).is_some());
     for _ in 0..100 {
         let resend = s.turn_away(&config, now);
         assert!(now + resend.after >= until, "{resend:?}");
@@ -545,7 +583,7 @@ async fn a_request_over_the_limit_is_told_its_turn_not_now() {
     );
     // Five wait; the next is turned away: its turn comes with the next round, 20 ms away.
     for _ in 0..5 {
-        s.enqueue(&config);
+        s.enqueue(&config, now);
     }
     let resend = s.turn_away(&config, now);
     assert_eq!(resend.after, 20 * MS);

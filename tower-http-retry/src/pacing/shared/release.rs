@@ -9,8 +9,8 @@ use crate::pacing::rate::Ramp;
 use std::time::Duration;
 
 /// How far behind its schedule a ramp may release at once: a timer wakes the queue at most once
-/// a millisecond, so a rate above 1,000/s needs a few releases per wake; an idle moment does not
-/// save up a burst beyond that.
+/// a millisecond, so a rate above 1,000/s needs a few releases per wake. Only slots that passed
+/// while requests waited are owed: an idle moment saves up no burst at all.
 const BURST_WINDOW: Nanos = 10_000_000;
 /// A fleet's release batch aims at this many slots, so that a process calls the store about
 /// once per this many releases.
@@ -30,8 +30,10 @@ pub(crate) const PEER_TTL: Nanos = 10_000_000_000;
 /// How many releases one ask may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Batch {
-    /// The head of the queue of a process pacing alone: one, now or not yet.
-    One,
+    /// The head of the queue of a process pacing alone: one, now or not yet. Requests have
+    /// waited since `waiting_since` (now, for one that finds nobody waiting): no slot before
+    /// it is owed to them.
+    One { waiting_since: Nanos },
     /// A process of a fleet with `want` requests waiting: up to its fair share of a window of
     /// slots ahead, granted whole.
     Fleet { want: u32 },
@@ -70,7 +72,7 @@ impl SharedState {
         jitter: impl FnOnce() -> f64,
     ) -> Grant {
         let want = match batch {
-            Batch::One => 1,
+            Batch::One { .. } => 1,
             Batch::Fleet { want } => want,
         };
         match self.mode {
@@ -121,7 +123,7 @@ impl SharedState {
             Mode::Ramping { ramp, .. } => {
                 let gap = gap(ramp.rate(&rules.pacing.rate));
                 match batch {
-                    Batch::One => self.release_one(gap, now),
+                    Batch::One { waiting_since } => self.release_one(gap, waiting_since, now),
                     Batch::Fleet { want } => {
                         self.release_batch(rules, holder, &ramp, gap, want, now)
                     }
@@ -130,14 +132,18 @@ impl SharedState {
         }
     }
 
-    /// The next slot, if it is due: the slots due since the last release go now, up to
-    /// [`BURST_WINDOW`]'s worth.
-    fn release_one(&mut self, gap: Nanos, now: Nanos) -> Grant {
+    /// The next slot, if it is due: the slots due since the last release and while requests
+    /// waited (since `waiting_since`) go now, up to [`BURST_WINDOW`]'s worth. A request that
+    /// finds the queue empty takes the slot now, and the next is a gap later: a burst that
+    /// arrives after an idle moment (a worker's batch fetched at once) is spread at the rate,
+    /// not let through at once up to the window, beyond what a receiver's own limit may hold.
+    fn release_one(&mut self, gap: Nanos, waiting_since: Nanos, now: Nanos) -> Grant {
         let due = self.last_slot.saturating_add(gap);
         if now < due {
             return Grant::At(due);
         }
-        self.last_slot = due.max(now.saturating_sub(BURST_WINDOW));
+        let owed_from = now.saturating_sub(BURST_WINDOW).max(waiting_since);
+        self.last_slot = due.max(owed_from.min(now));
         Grant::Slots {
             first: now,
             gap,
@@ -168,7 +174,8 @@ impl SharedState {
     ) -> Grant {
         let Some(index) = self.peers.iter().position(|peer| peer.holder == holder) else {
             // Not among the peers (a state without them): the fleet's next slot.
-            return self.release_one(gap, now);
+            // Whether its requests waited is not known here: owed up to the window.
+            return self.release_one(gap, 0, now);
         };
         if want == 0 {
             self.peers[index].idle = true;
