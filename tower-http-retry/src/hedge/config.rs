@@ -2,7 +2,7 @@
 //! pays (the layer's cap and the shared retry budget), the gates, the endpoints' sketches and
 //! the counters; and the admission of one hedge, apart from the poll plumbing.
 
-use super::endpoints::Endpoints;
+use super::endpoints::Sketches;
 use super::gate::HedgeGate;
 use super::sketch::SketchRules;
 use super::stats::{Counters, Event};
@@ -23,7 +23,7 @@ pub(crate) struct Config<C> {
     pub(crate) max_hedges: u32,
     pub(crate) charges: Arc<Charges>,
     pub(crate) gates: Vec<Arc<dyn HedgeGate>>,
-    pub(crate) endpoints: Endpoints,
+    pub(crate) endpoints: Sketches,
     pub(crate) counters: Counters,
 }
 
@@ -151,6 +151,7 @@ impl<C: fmt::Debug> fmt::Debug for Config<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hedge::endpoints::Endpoints;
     use crate::retry::RetryBudget;
 
     #[derive(Debug)]
@@ -189,7 +190,7 @@ mod tests {
                 }),
             }),
             gates,
-            endpoints: Endpoints::new(8),
+            endpoints: Sketches::Own(Endpoints::new(8)),
             counters: Counters::default(),
         }
     }

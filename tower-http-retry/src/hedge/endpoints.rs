@@ -1,12 +1,78 @@
-//! The bounded map of the endpoints' latency sketches.
+//! Where the endpoints' latency sketches are kept: the layer's own bounded map, or the
+//! per-endpoint state of the pacer of the retry layer above it.
 
 use super::sketch::{Sketch, SketchRules};
 use crate::endpoints::{EndpointMap, Forget};
-use crate::pacing::endpoint_key;
+use crate::pacing::{endpoint_key, Lane, Pacer};
+use crate::RetryLayer;
 use http::uri::Authority;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// Where a layer keeps its sketches: in its own map, or, given a retry layer that paces
+/// ([`retry_layer`](super::HedgeLayerBuilder::retry_layer)), in its pacer's state of each
+/// endpoint, beside the pacer's mode and the adaptive limit: one entry, one key and one bound
+/// per endpoint, and one place to read what is known of it
+/// ([`PacingStats::hedge_delay`](crate::pacing::PacingStats::hedge_delay)).
+pub(crate) enum Sketches {
+    Own(Endpoints),
+    Pacer(Arc<dyn HoldsPacer>),
+}
+
+/// A retry layer, as a hedging layer below it reaches its pacer.
+pub(crate) trait HoldsPacer: Send + Sync {
+    fn pacer(&self) -> Option<&Pacer>;
+}
+
+impl<C: Send + Sync, H: Send + Sync> HoldsPacer for RetryLayer<C, H> {
+    fn pacer(&self) -> Option<&Pacer> {
+        RetryLayer::pacer(self)
+    }
+}
+
+impl Sketches {
+    /// The sketch of `authority`'s endpoint; `None` when its map is full of endpoints that may
+    /// not be forgotten (the request is then not hedged).
+    pub(crate) fn get(
+        &self,
+        authority: Option<&Authority>,
+        rules: &SketchRules,
+        now: Instant,
+    ) -> Option<Home> {
+        match self {
+            Sketches::Own(endpoints) => endpoints.get(authority, rules, now).map(Home::Own),
+            Sketches::Pacer(retry) => retry.pacer()?.lane(authority).map(Home::Pacer),
+        }
+    }
+
+    /// Endpoints with a sketch now (in the pacer: the endpoints it holds).
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Sketches::Own(endpoints) => endpoints.len(),
+            Sketches::Pacer(retry) => retry.pacer().map_or(0, Pacer::len),
+        }
+    }
+}
+
+/// One endpoint's sketch, wherever it is kept.
+pub(crate) enum Home {
+    Own(Arc<Endpoint>),
+    Pacer(Lane),
+}
+
+impl Home {
+    /// Calls `f` with the sketch, locked (made at `now` in the pacer's state if need be).
+    pub(crate) fn with<R>(&self, now: Instant, f: impl FnOnce(&mut Sketch) -> R) -> R {
+        match self {
+            Home::Own(endpoint) => f(&mut endpoint.sketch()),
+            Home::Pacer(lane) => {
+                let mut state = lane.0.lock();
+                f(state.hedge_sketch.get_or_insert_with(|| Sketch::new(now)))
+            }
+        }
+    }
+}
 
 /// One endpoint's sketch, shared by the requests in flight to it.
 pub(crate) struct Endpoint {

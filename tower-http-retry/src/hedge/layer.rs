@@ -1,7 +1,7 @@
 //! [`HedgeLayer`] and its builder.
 
 use super::config::{Charges, Config, SharedBudget};
-use super::endpoints::Endpoints;
+use super::endpoints::{Endpoints, HoldsPacer, Sketches};
 use super::gate::HedgeGate;
 use super::service::Hedge;
 use super::sketch::SketchRules;
@@ -119,7 +119,8 @@ impl<C> HedgeLayer<C> {
     }
 
     /// Endpoints with a latency sketch now (at most
-    /// [`max_endpoints`](HedgeLayerBuilder::max_endpoints)).
+    /// [`max_endpoints`](HedgeLayerBuilder::max_endpoints)); with the sketches kept in a
+    /// retry layer's pacer, the endpoints it holds.
     pub fn endpoints(&self) -> usize {
         self.config.endpoints.len()
     }
@@ -176,6 +177,8 @@ pub struct HedgeLayerBuilder<C = HttpClassifier> {
     budget: Option<SharedBudget>,
     gates: Vec<Arc<dyn HedgeGate>>,
     max_endpoints: usize,
+    /// The retry layer whose pacer keeps the sketches, if it paces.
+    pacer: Option<Arc<dyn HoldsPacer>>,
 }
 
 impl Default for HedgeLayerBuilder {
@@ -193,6 +196,7 @@ impl Default for HedgeLayerBuilder {
             budget: None,
             gates: Vec::new(),
             max_endpoints: 256,
+            pacer: None,
         }
     }
 }
@@ -261,7 +265,11 @@ impl<C> HedgeLayerBuilder<C> {
     }
 
     /// Charges every hedge to `retry`'s budget, and sends none while its pacer paces the
-    /// endpoint: the retry layer above this one, whose attempts the hedges copy.
+    /// endpoint: the retry layer above this one, whose attempts the hedges copy. With pacing on,
+    /// the latencies of each copy are kept in the pacer's state of the endpoint (bounded by its
+    /// [`max_endpoints`](crate::pacing::PacingBuilder::max_endpoints), not this layer's), where
+    /// [`pacing_stats`](RetryLayer::pacing_stats) reads the delay: one view of the endpoint,
+    /// its mode, limit and latencies, in one place.
     pub fn retry_layer<R: Send + Sync + fmt::Debug + 'static>(
         mut self,
         retry: &RetryLayer<R>,
@@ -273,6 +281,9 @@ impl<C> HedgeLayerBuilder<C> {
         });
         self.budget = shared.or(self.budget);
         self.gates.push(Arc::new(retry.clone()));
+        if retry.pacer().is_some() {
+            self.pacer = Some(Arc::new(retry.clone()));
+        }
         self
     }
 
@@ -284,7 +295,8 @@ impl<C> HedgeLayerBuilder<C> {
     }
 
     /// The most endpoints with a latency sketch (about 20 KiB each); a request to another one is
-    /// not hedged until a sketch unused for two windows is forgotten.
+    /// not hedged until a sketch unused for two windows is forgotten. Not used when the sketches
+    /// are kept in a retry layer's pacer ([`retry_layer`](Self::retry_layer)).
     pub fn max_endpoints(mut self, endpoints: usize) -> Self {
         self.max_endpoints = endpoints;
         self
@@ -306,6 +318,7 @@ impl<C> HedgeLayerBuilder<C> {
             budget: self.budget,
             gates: self.gates,
             max_endpoints: self.max_endpoints,
+            pacer: self.pacer,
         }
     }
 
@@ -363,7 +376,10 @@ impl<C> HedgeLayerBuilder<C> {
                     budget: self.budget,
                 }),
                 gates: self.gates,
-                endpoints: Endpoints::new(self.max_endpoints),
+                endpoints: match self.pacer {
+                    Some(retry) => Sketches::Pacer(retry),
+                    None => Sketches::Own(Endpoints::new(self.max_endpoints)),
+                },
                 counters: Counters::default(),
             }),
         })
@@ -385,6 +401,7 @@ impl<C: fmt::Debug> fmt::Debug for HedgeLayerBuilder<C> {
             .field("budget", &self.budget)
             .field("gates", &self.gates)
             .field("max_endpoints", &self.max_endpoints)
+            .field("sketches_in_pacer", &self.pacer.is_some())
             .finish()
     }
 }

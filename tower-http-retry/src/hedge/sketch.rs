@@ -149,6 +149,12 @@ impl Sketch {
     pub(crate) fn paused(&self) -> bool {
         self.paused
     }
+
+    /// The delay a request sent now would be given, as last read (`None`: too few latencies,
+    /// or paused); unlike [`arm`](Self::arm), counts nothing and moves no window on.
+    pub(crate) fn delay(&self) -> Option<Duration> {
+        self.cached.filter(|_| !self.paused)
+    }
 }
 
 #[cfg(test)]

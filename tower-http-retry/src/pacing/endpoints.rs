@@ -16,6 +16,7 @@ use super::mode::PacingMode;
 use super::rules::PacingRules;
 use super::shared::SharedState;
 use crate::endpoints::{EndpointMap, Forget};
+use crate::hedge::Sketch;
 use crate::random::RandomSource;
 use crate::telemetry::Labels;
 use http::uri::Authority;
@@ -76,6 +77,11 @@ pub struct PacingStats {
     /// With adaptive concurrency: the no-load latency the limit is learned against (the mean
     /// of a window's successes with the limit at its floor), once measured.
     pub no_load: Option<Duration>,
+    /// With a [hedging layer](crate::hedge::HedgeLayer) below the retry layer that keeps its
+    /// latencies here ([`retry_layer`](crate::hedge::HedgeLayerBuilder::retry_layer)): the
+    /// delay after which it hedges a request to the endpoint now (`None`: too few latencies
+    /// yet, or hedging paused in a brownout).
+    pub hedge_delay: Option<Duration>,
 }
 
 impl Pacer {
@@ -173,6 +179,11 @@ impl Pacer {
             .then(|| state.predicted_wait(endpoint.pacing(), waiting, now))
     }
 
+    /// Endpoints with a state now.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
     /// The state of `authority`'s endpoint, if it has one.
     pub(crate) fn stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
         let endpoint = self.map.peek(&key(authority))?;
@@ -211,6 +222,7 @@ fn stats(endpoint: &Endpoint) -> PacingStats {
         limit: state.limit.as_ref().map(Limit::current),
         in_flight: state.limit.as_ref().map(Limit::in_flight),
         no_load: state.limit.as_ref().and_then(Limit::no_load),
+        hedge_delay: state.hedge_sketch.as_ref().and_then(Sketch::delay),
     }
 }
 

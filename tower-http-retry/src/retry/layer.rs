@@ -13,7 +13,7 @@ use crate::abort::AbortSignal;
 use crate::classify::HttpClassifier;
 use crate::error::InvalidConfig;
 use crate::hint::HintPolicy;
-use crate::pacing::{Pacing, PacingStats};
+use crate::pacing::{Pacer, Pacing, PacingStats};
 use crate::random::RandomSource;
 use http::header::HeaderName;
 use http::uri::Authority;
@@ -215,6 +215,11 @@ impl<C, H> RetryLayer<C, H> {
     /// [pacing](RetryLayerBuilder::pacing) is on and the endpoint has a state.
     pub fn pacing_stats(&self, authority: Option<&Authority>) -> Option<PacingStats> {
         self.config.pacer.as_ref()?.stats(authority)
+    }
+
+    /// The pacer, if pacing is on: a hedging layer below keeps its latencies in its endpoints.
+    pub(crate) fn pacer(&self) -> Option<&Pacer> {
+        self.config.pacer.as_ref()
     }
 }
 

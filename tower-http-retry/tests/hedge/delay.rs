@@ -200,3 +200,49 @@ async fn a_first_copy_beaten_by_its_hedge_still_counts_so_the_delay_does_not_dri
     );
     assert!(stats.hedges as f64 <= 0.061 * i as f64, "{stats:?} of {i}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn under_a_pacing_retry_layer_the_latencies_are_kept_in_its_view_of_the_endpoint() {
+    use tower_http_retry::pacing::Pacing;
+    use tower_http_retry::RetryLayer;
+
+    let retry = RetryLayer::builder().pacing(Pacing::new()).build().unwrap();
+    let hedge = HedgeLayer::builder()
+        .min_samples(20)
+        .retry_layer(&retry)
+        .build()
+        .unwrap();
+    let (service, calls) = scripted(|n| match n {
+        20 => answer(200, 5_000),
+        _ => answer(200, 10),
+    });
+    let client = ServiceBuilder::new()
+        .layer(retry.clone())
+        .layer(hedge.clone())
+        .service(service);
+    let authority = "api.internal".parse().unwrap();
+    for i in 0..20 {
+        client.clone().oneshot(get(&format!("/{i}"))).await.unwrap();
+    }
+    // One entry for the endpoint: the pacer's, which reads the hedger's delay beside its own
+    // state.
+    let stats = retry
+        .pacing_stats(Some(&authority))
+        .expect("the pacer's endpoint");
+    let delay = stats.hedge_delay.expect("20 latencies are enough");
+    assert!(
+        (Duration::from_millis(10)..=Duration::from_millis(11)).contains(&delay),
+        "{delay:?}"
+    );
+    assert_eq!(hedge.endpoints(), 1);
+    // And the hedger reads its delay from there: the stalled 21st request is hedged at it.
+    let started = Instant::now();
+    let response = client.clone().oneshot(get("/20")).await.unwrap();
+    assert_eq!(response.body(), "copy 21", "the hedge answered");
+    assert!(
+        started.elapsed() <= Duration::from_millis(21),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(calls.sent(), 22);
+}

@@ -31,7 +31,7 @@ use lex::{lex, matching};
 /// Where it comes from: the core had 13,625 code lines when the budget was set; that figure
 /// plus 5 % (14,306), rounded up to the next 500. Growth past it is a decision: raise this
 /// figure in the same change, and say why in CONTRIBUTING.md ("The core's size").
-pub(crate) const BUDGET: usize = 15_100;
+pub(crate) const BUDGET: usize = 15_200;
 
 /// The longest a non-test function of a published crate should be, in lines: a target not met
 /// when the check was written (8 functions, of 81 to 152 lines), so the command lists the
