@@ -12,7 +12,9 @@
 //! per second (1,000 by default). One process, 4 workers on threads of their own (batches of
 //! 10, the default) sharing one client, so one retry layer and one pacer, as a sender's
 //! process would; the Standard Webhooks schedule, unscaled: a delivery that fails its slot
-//! waits 5 s, then 5 min.
+//! waits 5 s, then 5 min. With `DRAIN_ARRIVALS=<file>`, every arrival at the endpoint is
+//! written there as `seconds since its return,status` (negative while down): where the 503s
+//! fall, and what came just before them.
 
 use bytes::Bytes;
 use demo::durable::WorkerEngine;
@@ -166,6 +168,14 @@ impl engines::EngineRun for Drain {
         running.stop();
 
         let endpoint = endpoint.lock().unwrap();
+        if let Ok(path) = std::env::var("DRAIN_ARRIVALS") {
+            let lines: String = endpoint
+                .arrivals
+                .iter()
+                .map(|(at, status)| format!("{at:.6},{status}\n"))
+                .collect();
+            std::fs::write(&path, lines).expect("DRAIN_ARRIVALS: a writable path");
+        }
         let mut delivered_at: Vec<f64> = endpoint
             .arrivals
             .iter()
