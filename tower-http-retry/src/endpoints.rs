@@ -140,6 +140,14 @@ impl<V> EndpointMap<V> {
         self.read().len()
     }
 
+    /// Endpoints whose state passes `test`.
+    pub(crate) fn count(&self, test: impl Fn(&V) -> bool) -> usize {
+        self.read()
+            .values()
+            .filter(|entry| test(&entry.value))
+            .count()
+    }
+
     /// Entries forgotten to make room.
     pub(crate) fn forgotten(&self) -> u64 {
         self.forgotten.load(Ordering::Relaxed)

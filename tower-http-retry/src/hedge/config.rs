@@ -23,7 +23,7 @@ pub(crate) struct Config<C> {
     pub(crate) max_hedges: u32,
     pub(crate) charges: Arc<Charges>,
     pub(crate) gates: Vec<Arc<dyn HedgeGate>>,
-    pub(crate) endpoints: Sketches,
+    pub(crate) sketches: Sketches,
     pub(crate) counters: Counters,
 }
 
@@ -190,7 +190,7 @@ mod tests {
                 }),
             }),
             gates,
-            endpoints: Sketches::Own(Endpoints::new(8)),
+            sketches: Sketches::Own(Endpoints::new(8)),
             counters: Counters::default(),
         }
     }

@@ -3,24 +3,24 @@
 
 use super::sketch::{Sketch, SketchRules};
 use crate::endpoints::{EndpointMap, Forget};
-use crate::pacing::{endpoint_key, Lane, Pacer};
+use crate::pacing::{endpoint_key, PacedEndpoint, Pacer};
 use crate::RetryLayer;
 use http::uri::Authority;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Where a layer keeps its sketches: in its own map, or, given a retry layer that paces
-/// ([`retry_layer`](super::HedgeLayerBuilder::retry_layer)), in its pacer's state of each
-/// endpoint, beside the pacer's mode and the adaptive limit: one entry, one key and one bound
-/// per endpoint, and one place to read what is known of it
+/// Where a layer keeps its sketches: in its own map, or, as the first hedging layer given a
+/// retry layer that paces ([`retry_layer`](super::HedgeLayerBuilder::retry_layer)), in the
+/// pacer's endpoints, beside its mode and adaptive limit: one entry, one key and one bound per
+/// endpoint, and one place to read what is known of it
 /// ([`PacingStats::hedge_delay`](crate::pacing::PacingStats::hedge_delay)).
 pub(crate) enum Sketches {
     Own(Endpoints),
     Pacer(Arc<dyn HoldsPacer>),
 }
 
-/// A retry layer, as a hedging layer below it reaches its pacer.
+/// A retry layer, as a hedging layer below it reaches its pacer (without its type parameters).
 pub(crate) trait HoldsPacer: Send + Sync {
     fn pacer(&self) -> Option<&Pacer>;
 }
@@ -39,37 +39,42 @@ impl Sketches {
         authority: Option<&Authority>,
         rules: &SketchRules,
         now: Instant,
-    ) -> Option<Home> {
+    ) -> Option<EndpointSketch> {
         match self {
-            Sketches::Own(endpoints) => endpoints.get(authority, rules, now).map(Home::Own),
-            Sketches::Pacer(retry) => retry.pacer()?.lane(authority).map(Home::Pacer),
+            Sketches::Own(endpoints) => endpoints
+                .get(authority, rules, now)
+                .map(EndpointSketch::Own),
+            // Held weakly: a request in flight does not keep the pacer from forgetting an open
+            // endpoint to make room for one that fails.
+            Sketches::Pacer(retry) => retry
+                .pacer()?
+                .lane(authority)
+                .map(|lane| EndpointSketch::Pacer(Arc::downgrade(&lane.0))),
         }
     }
 
-    /// Endpoints with a sketch now (in the pacer: the endpoints it holds).
+    /// Endpoints with a sketch now.
     pub(crate) fn len(&self) -> usize {
         match self {
             Sketches::Own(endpoints) => endpoints.len(),
-            Sketches::Pacer(retry) => retry.pacer().map_or(0, Pacer::len),
+            Sketches::Pacer(retry) => retry.pacer().map_or(0, Pacer::hedge_sketches),
         }
     }
 }
 
 /// One endpoint's sketch, wherever it is kept.
-pub(crate) enum Home {
+pub(crate) enum EndpointSketch {
     Own(Arc<Endpoint>),
-    Pacer(Lane),
+    Pacer(Weak<PacedEndpoint>),
 }
 
-impl Home {
-    /// Calls `f` with the sketch, locked (made at `now` in the pacer's state if need be).
-    pub(crate) fn with<R>(&self, now: Instant, f: impl FnOnce(&mut Sketch) -> R) -> R {
+impl EndpointSketch {
+    /// Calls `f` with the sketch, locked (made at `now` in the pacer's endpoint if need be);
+    /// `None` when the pacer has forgotten the endpoint since.
+    pub(crate) fn with<R>(&self, now: Instant, f: impl FnOnce(&mut Sketch) -> R) -> Option<R> {
         match self {
-            Home::Own(endpoint) => f(&mut endpoint.sketch()),
-            Home::Pacer(lane) => {
-                let mut state = lane.0.lock();
-                f(state.hedge_sketch.get_or_insert_with(|| Sketch::new(now)))
-            }
+            EndpointSketch::Own(endpoint) => Some(f(&mut endpoint.sketch())),
+            EndpointSketch::Pacer(endpoint) => Some(f(&mut endpoint.upgrade()?.hedge_sketch(now))),
         }
     }
 }

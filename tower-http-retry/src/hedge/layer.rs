@@ -10,6 +10,7 @@ use crate::classify::HttpClassifier;
 use crate::error::{
     at_least_one, duration_at_most_max, in_range, positive_duration, InvalidConfig,
 };
+use crate::pacing::Pacer;
 use crate::retry::stats::Counters as RetryCounters;
 use crate::retry::{Idempotency, RetryBudget, TokenBucket};
 use crate::RetryLayer;
@@ -119,10 +120,10 @@ impl<C> HedgeLayer<C> {
     }
 
     /// Endpoints with a latency sketch now (at most
-    /// [`max_endpoints`](HedgeLayerBuilder::max_endpoints)); with the sketches kept in a
-    /// retry layer's pacer, the endpoints it holds.
+    /// [`max_endpoints`](HedgeLayerBuilder::max_endpoints), or the pacer's, when the sketches
+    /// are kept in a retry layer's pacer).
     pub fn endpoints(&self) -> usize {
-        self.config.endpoints.len()
+        self.config.sketches.len()
     }
 }
 
@@ -177,7 +178,7 @@ pub struct HedgeLayerBuilder<C = HttpClassifier> {
     budget: Option<SharedBudget>,
     gates: Vec<Arc<dyn HedgeGate>>,
     max_endpoints: usize,
-    /// The retry layer whose pacer keeps the sketches, if it paces.
+    /// The retry layer whose pacer may keep the sketches.
     pacer: Option<Arc<dyn HoldsPacer>>,
 }
 
@@ -266,10 +267,12 @@ impl<C> HedgeLayerBuilder<C> {
 
     /// Charges every hedge to `retry`'s budget, and sends none while its pacer paces the
     /// endpoint: the retry layer above this one, whose attempts the hedges copy. With pacing on,
-    /// the latencies of each copy are kept in the pacer's state of the endpoint (bounded by its
-    /// [`max_endpoints`](crate::pacing::PacingBuilder::max_endpoints), not this layer's), where
-    /// [`pacing_stats`](RetryLayer::pacing_stats) reads the delay: one view of the endpoint,
-    /// its mode, limit and latencies, in one place.
+    /// the first hedging layer built with it keeps the latencies of each copy in the pacer's
+    /// endpoints (bounded by its [`max_endpoints`](crate::pacing::PacingBuilder::max_endpoints),
+    /// not this layer's, and forgotten with an open endpoint the pacer forgets to make room),
+    /// where [`pacing_stats`](RetryLayer::pacing_stats) reads the delay: one view of the
+    /// endpoint, its mode, limit and latencies, in one place. A second hedging layer built with
+    /// the same retry layer keeps its own, as without pacing.
     pub fn retry_layer<R: Send + Sync + fmt::Debug + 'static>(
         mut self,
         retry: &RetryLayer<R>,
@@ -280,10 +283,9 @@ impl<C> HedgeLayerBuilder<C> {
             counters: retry.counters().clone(),
         });
         self.budget = shared.or(self.budget);
-        self.gates.push(Arc::new(retry.clone()));
-        if retry.pacer().is_some() {
-            self.pacer = Some(Arc::new(retry.clone()));
-        }
+        let retry = Arc::new(retry.clone());
+        self.gates.push(retry.clone());
+        self.pacer = Some(retry);
         self
     }
 
@@ -376,9 +378,11 @@ impl<C> HedgeLayerBuilder<C> {
                     budget: self.budget,
                 }),
                 gates: self.gates,
-                endpoints: match self.pacer {
-                    Some(retry) => Sketches::Pacer(retry),
-                    None => Sketches::Own(Endpoints::new(self.max_endpoints)),
+                sketches: match self.pacer {
+                    Some(retry) if retry.pacer().is_some_and(Pacer::claim_for_hedging) => {
+                        Sketches::Pacer(retry)
+                    }
+                    _ => Sketches::Own(Endpoints::new(self.max_endpoints)),
                 },
                 counters: Counters::default(),
             }),

@@ -79,7 +79,7 @@ where
             None => {
                 let authority = request.authority();
                 config
-                    .endpoints
+                    .sketches
                     .get(authority.as_deref(), &config.rules, now)
             }
         };
@@ -97,9 +97,9 @@ where
             .as_ref()
             .and_then(|_| match (config.fixed_delay, &endpoint) {
                 (Some(delay), _) => Some(delay),
-                (None, Some(endpoint)) => {
-                    endpoint.with(now, |sketch| sketch.arm(&config.rules, now))
-                }
+                (None, Some(endpoint)) => endpoint
+                    .with(now, |sketch| sketch.arm(&config.rules, now))
+                    .flatten(),
                 (None, None) => None,
             });
         match (delay, copy) {

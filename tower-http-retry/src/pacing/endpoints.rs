@@ -16,12 +16,11 @@ use super::mode::PacingMode;
 use super::rules::PacingRules;
 use super::shared::SharedState;
 use crate::endpoints::{EndpointMap, Forget};
-use crate::hedge::Sketch;
 use crate::random::RandomSource;
 use crate::telemetry::Labels;
 use http::uri::Authority;
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -36,6 +35,8 @@ pub(crate) struct Pacer {
     unsettled: Arc<AtomicUsize>,
     /// The keys of the layer's metrics, which its endpoints record under.
     labels: Labels,
+    /// A hedging layer keeps its sketches in the endpoints.
+    hedging: AtomicBool,
 }
 
 /// The map's key for `authority`: its text, ASCII-lowercased (authorities compare without
@@ -79,8 +80,9 @@ pub struct PacingStats {
     pub no_load: Option<Duration>,
     /// With a [hedging layer](crate::hedge::HedgeLayer) below the retry layer that keeps its
     /// latencies here ([`retry_layer`](crate::hedge::HedgeLayerBuilder::retry_layer)): the
-    /// delay after which it hedges a request to the endpoint now (`None`: too few latencies
-    /// yet, or hedging paused in a brownout).
+    /// delay after which it hedges a request to the endpoint, as its last request read it
+    /// (`None`: too few latencies, or hedging paused in a brownout). The endpoint has a state
+    /// once the hedging layer has sent to it, healthy or not.
     pub hedge_delay: Option<Duration>,
 }
 
@@ -93,6 +95,7 @@ impl Pacer {
             map: EndpointMap::new(max_endpoints),
             unsettled: Arc::default(),
             labels,
+            hedging: AtomicBool::new(false),
         }
     }
 
@@ -179,9 +182,15 @@ impl Pacer {
             .then(|| state.predicted_wait(endpoint.pacing(), waiting, now))
     }
 
-    /// Endpoints with a state now.
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
+    /// Whether a hedging layer may keep its sketches in this pacer's endpoints: `true` for the
+    /// first to ask only, so that two layers with their own rules never share a sketch.
+    pub(crate) fn claim_for_hedging(&self) -> bool {
+        !self.hedging.swap(true, Ordering::AcqRel)
+    }
+
+    /// Endpoints with a hedging layer's sketch now.
+    pub(crate) fn hedge_sketches(&self) -> usize {
+        self.map.count(Endpoint::has_hedge_sketch)
     }
 
     /// The state of `authority`'s endpoint, if it has one.
@@ -222,7 +231,7 @@ fn stats(endpoint: &Endpoint) -> PacingStats {
         limit: state.limit.as_ref().map(Limit::current),
         in_flight: state.limit.as_ref().map(Limit::in_flight),
         no_load: state.limit.as_ref().and_then(Limit::no_load),
-        hedge_delay: state.hedge_sketch.as_ref().and_then(Sketch::delay),
+        hedge_delay: endpoint.hedge_delay(),
     }
 }
 

@@ -11,12 +11,13 @@ use super::pass::Pass;
 use super::queue::QueueWait;
 use super::rules::PacingRules;
 use super::shared::{SharedState, Signal};
+use crate::hedge::Sketch;
 use crate::pacing::store::Applied;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -29,6 +30,11 @@ pub(crate) struct Endpoint {
     state: Mutex<Slot>,
     /// The pacer's count of unsettled endpoints.
     unsettled: Arc<AtomicUsize>,
+    /// The latencies of each copy the hedging layer that claimed the pacer sent
+    /// ([`HedgeLayerBuilder::retry_layer`](crate::hedge::HedgeLayerBuilder::retry_layer)),
+    /// made by its first request; behind a lock of its own, as reading a histogram is more than
+    /// a few field updates.
+    hedge_sketch: OnceLock<Mutex<Sketch>>,
 }
 
 /// An endpoint's state, and whether it is counted as unsettled.
@@ -98,9 +104,33 @@ impl Endpoint {
                 counted: false,
             }),
             unsettled,
+            hedge_sketch: OnceLock::new(),
         };
         drop(endpoint.lock()); // counted if it starts paced
         endpoint
+    }
+
+    /// The hedging layer's sketch of the endpoint, locked (made at `now` if need be).
+    pub(crate) fn hedge_sketch(&self, now: Instant) -> MutexGuard<'_, Sketch> {
+        let sketch = self
+            .hedge_sketch
+            .get_or_init(|| Mutex::new(Sketch::new(now)));
+        // Plain data with no invariant broken half-way: a poisoned lock is usable.
+        sketch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a hedging layer keeps a sketch here.
+    pub(crate) fn has_hedge_sketch(&self) -> bool {
+        self.hedge_sketch.get().is_some()
+    }
+
+    /// The hedge delay as the sketch last read it, if there is a sketch.
+    pub(crate) fn hedge_delay(&self) -> Option<Duration> {
+        let sketch = self.hedge_sketch.get()?;
+        sketch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .delay()
     }
 
     pub(crate) fn lock(&self) -> Locked<'_> {

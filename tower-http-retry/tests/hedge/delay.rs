@@ -245,4 +245,23 @@ async fn under_a_pacing_retry_layer_the_latencies_are_kept_in_its_view_of_the_en
         started.elapsed()
     );
     assert_eq!(calls.sent(), 22);
+    // A second hedging layer with rules of its own keeps its own sketches.
+    let other = HedgeLayer::builder()
+        .window(Duration::from_secs(5))
+        .retry_layer(&retry)
+        .build()
+        .unwrap();
+    let (service, _) = scripted(|_| answer(200, 30));
+    let second = ServiceBuilder::new()
+        .layer(retry.clone())
+        .layer(other.clone())
+        .service(service);
+    let elsewhere = Request::get("http://other.internal/")
+        .body(String::new())
+        .unwrap();
+    second.oneshot(elsewhere).await.unwrap();
+    assert_eq!((hedge.endpoints(), other.endpoints()), (1, 1));
+    let elsewhere = "other.internal".parse().unwrap();
+    let stats = retry.pacing_stats(Some(&elsewhere));
+    assert_eq!(stats.and_then(|stats| stats.hedge_delay), None);
 }

@@ -19,7 +19,6 @@ use super::rules::PacingRules;
 use super::schedule::{Resend, Schedule};
 use super::shared::{Batch, Grant, Mode, Rules, SharedState, Signal};
 use super::store::Lease;
-use crate::hedge::Sketch;
 use crate::random::uniform;
 use crate::telemetry::Labels;
 use rand::rngs::SmallRng;
@@ -72,10 +71,6 @@ pub(crate) struct EndpointState {
     pub(super) watched: bool,
     /// With adaptive concurrency, the endpoint's limit on requests in flight.
     pub(crate) limit: Option<Limit>,
-    /// The latencies of each copy a hedging layer below the retry layer sent, when it keeps
-    /// them here ([`HedgeLayerBuilder::retry_layer`](crate::hedge::HedgeLayerBuilder::retry_layer)):
-    /// made by its first request.
-    pub(crate) hedge_sketch: Option<Sketch>,
 }
 
 impl Drop for EndpointState {
@@ -109,7 +104,6 @@ impl EndpointState {
             labels,
             watched: false,
             limit: None,
-            hedge_sketch: None,
         }
     }
 
