@@ -1,13 +1,12 @@
 //! Where the endpoints' latency sketches are kept: the layer's own bounded map, or the
 //! per-endpoint state of the pacer of the retry layer above it.
 
-use super::sketch::{Sketch, SketchRules};
-use crate::endpoints::{EndpointMap, Forget};
-use crate::pacing::{endpoint_key, PacedEndpoint, Pacer};
+use super::sketch::{SharedSketch, SketchRules};
+use crate::endpoints::EndpointMap;
+use crate::pacing::{endpoint_key, Pacer};
 use crate::RetryLayer;
 use http::uri::Authority;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 use tokio::time::Instant;
 
 /// Where a layer keeps its sketches: in its own map, or, as the first hedging layer given a
@@ -39,17 +38,15 @@ impl Sketches {
         authority: Option<&Authority>,
         rules: &SketchRules,
         now: Instant,
-    ) -> Option<EndpointSketch> {
+    ) -> Option<Arc<SharedSketch>> {
         match self {
-            Sketches::Own(endpoints) => endpoints
-                .get(authority, rules, now)
-                .map(EndpointSketch::Own),
-            // Held weakly: a request in flight does not keep the pacer from forgetting an open
-            // endpoint to make room for one that fails.
-            Sketches::Pacer(retry) => retry
-                .pacer()?
-                .lane(authority)
-                .map(|lane| EndpointSketch::Pacer(Arc::downgrade(&lane.0))),
+            Sketches::Own(endpoints) => endpoints.get(authority, rules, now),
+            // The sketch is held, not the pacer's endpoint: a request in flight does not keep
+            // the pacer from forgetting an open endpoint to make room for one that fails.
+            Sketches::Pacer(retry) => {
+                let lane = retry.pacer()?.lane(authority)?;
+                Some(lane.0.hedge_sketch(|| SharedSketch::new(rules, now)))
+            }
         }
     }
 
@@ -62,51 +59,10 @@ impl Sketches {
     }
 }
 
-/// One endpoint's sketch, wherever it is kept.
-pub(crate) enum EndpointSketch {
-    Own(Arc<Endpoint>),
-    Pacer(Weak<PacedEndpoint>),
-}
-
-impl EndpointSketch {
-    /// Calls `f` with the sketch, locked (made at `now` in the pacer's endpoint if need be);
-    /// `None` when the pacer has forgotten the endpoint since.
-    pub(crate) fn with<R>(&self, now: Instant, f: impl FnOnce(&mut Sketch) -> R) -> Option<R> {
-        match self {
-            EndpointSketch::Own(endpoint) => Some(f(&mut endpoint.sketch())),
-            EndpointSketch::Pacer(endpoint) => Some(f(&mut endpoint.upgrade()?.hedge_sketch(now))),
-        }
-    }
-}
-
-/// One endpoint's sketch, shared by the requests in flight to it.
-pub(crate) struct Endpoint {
-    sketch: Mutex<Sketch>,
-    /// How long after its current window began it may be forgotten: every request moves the
-    /// window on, so three windows mean unused for two at least (an older sketch has nothing
-    /// to say).
-    stale_after: Duration,
-}
-
-impl Endpoint {
-    /// The sketch, locked. Plain data with no invariant broken half-way: a poisoned lock is
-    /// usable.
-    pub(crate) fn sketch(&self) -> MutexGuard<'_, Sketch> {
-        self.sketch.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Forget for Endpoint {
-    fn rank(&self, _held: bool, now: Instant) -> Option<u8> {
-        let began = self.sketch().began();
-        (now.saturating_duration_since(began) >= self.stale_after).then_some(0)
-    }
-}
-
 /// The sketches of up to `max` endpoints (requests without an authority share one), keyed as
 /// the pacer keys its endpoints; a sketch unused for two windows may be forgotten to make room.
 pub(crate) struct Endpoints {
-    map: EndpointMap<Endpoint>,
+    map: EndpointMap<SharedSketch>,
 }
 
 impl Endpoints {
@@ -123,14 +79,11 @@ impl Endpoints {
         authority: Option<&Authority>,
         rules: &SketchRules,
         now: Instant,
-    ) -> Option<Arc<Endpoint>> {
+    ) -> Option<Arc<SharedSketch>> {
         let endpoint = self.map.get_or_insert_with(
             &endpoint_key(authority),
             || now,
-            || Endpoint {
-                sketch: Mutex::new(Sketch::new(now)),
-                stale_after: rules.window * 3,
-            },
+            || SharedSketch::new(rules, now),
         )?;
         Some(endpoint)
     }
@@ -144,6 +97,7 @@ impl Endpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn a_sketch_is_forgotten_only_once_unused_for_two_windows() {

@@ -6,7 +6,7 @@
 //! [`Race::settle`], apart from the polling.
 
 use super::config::{Admission, Config};
-use super::endpoints::EndpointSketch;
+use super::sketch::SharedSketch;
 use super::stats::Event;
 use crate::classify::{Classify, Outcome};
 use crate::message::{RetryRequest, RetryResponse};
@@ -36,7 +36,7 @@ pin_project! {
         first: Option<S::Future>,
         // `None` for a request that is not hedged.
         race: Option<Box<Race<S, Req>>>,
-        endpoint: Option<EndpointSketch>,
+        endpoint: Option<Arc<SharedSketch>>,
         config: Arc<Config<C>>,
         sent_at: Instant,
     }
@@ -171,7 +171,7 @@ where
     pub(crate) fn new(
         first: S::Future,
         race: Option<Box<Race<S, Req>>>,
-        endpoint: Option<EndpointSketch>,
+        endpoint: Option<Arc<SharedSketch>>,
         config: Arc<Config<C>>,
         sent_at: Instant,
     ) -> Self {
@@ -186,12 +186,12 @@ where
 }
 
 /// Records a finished copy's latency in the endpoint's sketch.
-fn record<C>(endpoint: Option<&EndpointSketch>, config: &Config<C>, sent_at: Instant) {
+fn record<C>(endpoint: Option<&Arc<SharedSketch>>, config: &Config<C>, sent_at: Instant) {
     if let Some(endpoint) = endpoint {
         let now = Instant::now();
-        let latency = now.saturating_duration_since(sent_at);
-        // An endpoint the pacer forgot meanwhile has no sketch to add to.
-        let _ = endpoint.with(now, |sketch| sketch.record(&config.rules, latency, now));
+        endpoint
+            .sketch()
+            .record(&config.rules, now.saturating_duration_since(sent_at), now);
     }
 }
 
@@ -273,25 +273,21 @@ where
 
 /// The first copy outlived its delay (a tail, or a brownout): the endpoint's sketch hears of
 /// it; `true` when hedging to the endpoint is paused, and no hedge goes.
-fn first_copy_outlived<C>(endpoint: Option<&EndpointSketch>, config: &Config<C>) -> bool {
+fn first_copy_outlived<C>(endpoint: Option<&Arc<SharedSketch>>, config: &Config<C>) -> bool {
     let Some(endpoint) = endpoint else {
         return false;
     };
-    let now = Instant::now();
-    endpoint
-        .with(now, |sketch| {
-            if sketch.outlived(&config.rules, now) {
-                config.counters.count(Event::Pause);
-            }
-            sketch.paused()
-        })
-        .unwrap_or(false)
+    let mut sketch = endpoint.sketch();
+    if sketch.outlived(&config.rules, Instant::now()) {
+        config.counters.count(Event::Pause);
+    }
+    sketch.paused()
 }
 
 /// Moves the sending of the next hedge on: `true` when one was sent now.
 fn send_hedge<S, Req, C>(
     race: &mut Race<S, Req>,
-    endpoint: Option<&EndpointSketch>,
+    endpoint: Option<&Arc<SharedSketch>>,
     config: &Config<C>,
     cx: &mut Context<'_>,
 ) -> bool

@@ -49,5 +49,5 @@ pub use layer::{HedgeLayer, HedgeLayerBuilder};
 pub use service::Hedge;
 pub use stats::HedgeStats;
 
-/// The pacer keeps a hedging layer's sketches in its endpoints' state (one view of each).
-pub(crate) use sketch::Sketch;
+/// The pacer keeps a hedging layer's sketches in its endpoints (one view of each).
+pub(crate) use sketch::SharedSketch;

@@ -97,9 +97,7 @@ where
             .as_ref()
             .and_then(|_| match (config.fixed_delay, &endpoint) {
                 (Some(delay), _) => Some(delay),
-                (None, Some(endpoint)) => endpoint
-                    .with(now, |sketch| sketch.arm(&config.rules, now))
-                    .flatten(),
+                (None, Some(endpoint)) => endpoint.sketch().arm(&config.rules, now),
                 (None, None) => None,
             });
         match (delay, copy) {

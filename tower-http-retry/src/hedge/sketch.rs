@@ -3,7 +3,9 @@
 //! count of requests that outlived their delay, which pauses hedging in a brownout. Pure: the
 //! caller passes `now` in, so the unit tests below drive it without a runtime.
 
+use crate::endpoints::Forget;
 use hdrhistogram::Histogram;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -154,6 +156,38 @@ impl Sketch {
     /// or paused); unlike [`arm`](Self::arm), counts nothing and moves no window on.
     pub(crate) fn delay(&self) -> Option<Duration> {
         self.cached.filter(|_| !self.paused)
+    }
+}
+
+/// One endpoint's sketch, shared by the requests in flight to it.
+pub(crate) struct SharedSketch {
+    sketch: Mutex<Sketch>,
+    /// How long after its current window began it may be forgotten: every request moves the
+    /// window on, so three windows mean unused for two at least (an older sketch has nothing
+    /// to say).
+    stale_after: Duration,
+}
+
+impl SharedSketch {
+    /// A sketch begun at `now`.
+    pub(crate) fn new(rules: &SketchRules, now: Instant) -> Self {
+        Self {
+            sketch: Mutex::new(Sketch::new(now)),
+            stale_after: rules.window * 3,
+        }
+    }
+
+    /// The sketch, locked. Plain data with no invariant broken half-way: a poisoned lock is
+    /// usable.
+    pub(crate) fn sketch(&self) -> MutexGuard<'_, Sketch> {
+        self.sketch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Forget for SharedSketch {
+    fn rank(&self, _held: bool, now: Instant) -> Option<u8> {
+        let began = self.sketch().began();
+        (now.saturating_duration_since(began) >= self.stale_after).then_some(0)
     }
 }
 

@@ -11,7 +11,7 @@ use super::pass::Pass;
 use super::queue::QueueWait;
 use super::rules::PacingRules;
 use super::shared::{SharedState, Signal};
-use crate::hedge::Sketch;
+use crate::hedge::SharedSketch;
 use crate::pacing::store::Applied;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
@@ -33,8 +33,8 @@ pub(crate) struct Endpoint {
     /// The latencies of each copy the hedging layer that claimed the pacer sent
     /// ([`HedgeLayerBuilder::retry_layer`](crate::hedge::HedgeLayerBuilder::retry_layer)),
     /// made by its first request; behind a lock of its own, as reading a histogram is more than
-    /// a few field updates.
-    hedge_sketch: OnceLock<Mutex<Sketch>>,
+    /// a few field updates, and shared with the requests in flight, which hold it and not this.
+    hedge_sketch: OnceLock<Arc<SharedSketch>>,
 }
 
 /// An endpoint's state, and whether it is counted as unsettled.
@@ -110,13 +110,9 @@ impl Endpoint {
         endpoint
     }
 
-    /// The hedging layer's sketch of the endpoint, locked (made at `now` if need be).
-    pub(crate) fn hedge_sketch(&self, now: Instant) -> MutexGuard<'_, Sketch> {
-        let sketch = self
-            .hedge_sketch
-            .get_or_init(|| Mutex::new(Sketch::new(now)));
-        // Plain data with no invariant broken half-way: a poisoned lock is usable.
-        sketch.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The hedging layer's sketch of the endpoint, made by `make` if need be.
+    pub(crate) fn hedge_sketch(&self, make: impl FnOnce() -> SharedSketch) -> Arc<SharedSketch> {
+        Arc::clone(self.hedge_sketch.get_or_init(|| Arc::new(make())))
     }
 
     /// Whether a hedging layer keeps a sketch here.
@@ -126,11 +122,7 @@ impl Endpoint {
 
     /// The hedge delay as the sketch last read it, if there is a sketch.
     pub(crate) fn hedge_delay(&self) -> Option<Duration> {
-        let sketch = self.hedge_sketch.get()?;
-        sketch
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .delay()
+        self.hedge_sketch.get()?.sketch().delay()
     }
 
     pub(crate) fn lock(&self) -> Locked<'_> {

@@ -62,7 +62,7 @@ pub use mode::PacingMode;
 pub use rules::PacingRules;
 
 pub(crate) use endpoints::{key as endpoint_key, Pacer};
-pub(crate) use handle::{Endpoint as PacedEndpoint, Lane};
+pub(crate) use handle::Lane;
 pub(crate) use queue::{Deferred, PassGuard, QueueWait};
 pub(crate) use schedule::Resend;
 pub(crate) use shared::Signal;
