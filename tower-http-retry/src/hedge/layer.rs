@@ -267,12 +267,13 @@ impl<C> HedgeLayerBuilder<C> {
 
     /// Charges every hedge to `retry`'s budget, and sends none while its pacer paces the
     /// endpoint: the retry layer above this one, whose attempts the hedges copy. With pacing on,
-    /// the first hedging layer built with it keeps the latencies of each copy in the pacer's
-    /// endpoints (bounded by its [`max_endpoints`](crate::pacing::PacingBuilder::max_endpoints),
-    /// not this layer's, and forgotten with an open endpoint the pacer forgets to make room),
-    /// where [`pacing_stats`](RetryLayer::pacing_stats) reads the delay: one view of the
-    /// endpoint, its mode, limit and latencies, in one place. A second hedging layer built with
-    /// the same retry layer keeps its own, as without pacing.
+    /// the first hedging layer built with it (or a clone of it) that reads its delay from the
+    /// latencies keeps them in the pacer's endpoints, for as long as the retry layer lives
+    /// (bounded by its [`max_endpoints`](crate::pacing::PacingBuilder::max_endpoints), not this
+    /// layer's, and forgotten with an open endpoint the pacer forgets to make room), where
+    /// [`pacing_stats`](RetryLayer::pacing_stats) reads the delay: one view of the endpoint,
+    /// its mode, limit and latencies, in one place. A later hedging layer built with the same
+    /// retry layer keeps its own, as without pacing.
     pub fn retry_layer<R: Send + Sync + fmt::Debug + 'static>(
         mut self,
         retry: &RetryLayer<R>,
@@ -378,8 +379,12 @@ impl<C> HedgeLayerBuilder<C> {
                     budget: self.budget,
                 }),
                 gates: self.gates,
+                // A fixed delay reads no latencies: it leaves the pacer to a layer that does.
                 sketches: match self.pacer {
-                    Some(retry) if retry.pacer().is_some_and(Pacer::claim_for_hedging) => {
+                    Some(retry)
+                        if self.delay.is_none()
+                            && retry.pacer().is_some_and(Pacer::claim_for_hedging) =>
+                    {
                         Sketches::Pacer(retry)
                     }
                     _ => Sketches::Own(Endpoints::new(self.max_endpoints)),
@@ -405,7 +410,7 @@ impl<C: fmt::Debug> fmt::Debug for HedgeLayerBuilder<C> {
             .field("budget", &self.budget)
             .field("gates", &self.gates)
             .field("max_endpoints", &self.max_endpoints)
-            .field("sketches_in_pacer", &self.pacer.is_some())
+            .field("retry_layer", &self.pacer.is_some())
             .finish()
     }
 }

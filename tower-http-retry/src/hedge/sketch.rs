@@ -159,12 +159,13 @@ impl Sketch {
     }
 }
 
-/// One endpoint's sketch, shared by the requests in flight to it.
+/// One endpoint's sketch, shared by the requests in flight to it (and by the pacer's endpoint,
+/// when the sketches are kept there).
 pub(crate) struct SharedSketch {
     sketch: Mutex<Sketch>,
-    /// How long after its current window began it may be forgotten: every request moves the
-    /// window on, so three windows mean unused for two at least (an older sketch has nothing
-    /// to say).
+    /// In the layer's own map: how long after its current window began it may be forgotten:
+    /// every request moves the window on, so three windows mean unused for two at least (an
+    /// older sketch has nothing to say). A pacer forgets it with its endpoint instead.
     stale_after: Duration,
 }
 

@@ -258,8 +258,10 @@ impl PacingBuilder {
     }
 
     /// The most endpoints with a state at once (at least 1): past it, the least recently used
-    /// open endpoint with nobody waiting is forgotten; when none can be, a request to a new
-    /// endpoint is not paced.
+    /// open endpoint with nobody waiting is forgotten (one counting failures in a row after the
+    /// others); when none can be, a request to a new endpoint is not paced. The endpoints a
+    /// [hedging layer](crate::hedge::HedgeLayerBuilder::retry_layer) keeps its latencies in
+    /// count too.
     pub fn max_endpoints(mut self, endpoints: usize) -> Self {
         self.max_endpoints = endpoints;
         self

@@ -200,22 +200,25 @@ impl Pacer {
     }
 }
 
-/// Forgets the least recently used endpoint that is open at `now` and that no request holds
 impl Forget for Endpoint {
     /// An endpoint nobody holds (so nobody waits on it) and that is open once moved on with time
-    /// (without a wake: nobody waits) may go.
+    /// (without a wake: nobody waits) may go: a settled one first, then one counting failures
+    /// in a row, whose count toward an outage would be lost (a hedging layer's endpoints make
+    /// room this way too).
     fn rank(&self, held: bool, now: Instant) -> Option<u8> {
         if held {
             return None;
         }
         let mut state = self.lock();
         state.advance(self.pacing(), now);
-        (state.mode() == PacingMode::Open).then_some(0)
+        (state.mode() == PacingMode::Open).then_some(u8::from(!state.is_settled()))
     }
 }
 
 /// The state and counters of `endpoint` now (its mode moved on with time).
 fn stats(endpoint: &Endpoint) -> PacingStats {
+    // Read before the state's lock: the sketch has a lock of its own, never held with it.
+    let hedge_delay = endpoint.hedge_delay();
     let mut state = endpoint.lock();
     let before = state.mode();
     state.advance(endpoint.pacing(), Instant::now());
@@ -231,7 +234,7 @@ fn stats(endpoint: &Endpoint) -> PacingStats {
         limit: state.limit.as_ref().map(Limit::current),
         in_flight: state.limit.as_ref().map(Limit::in_flight),
         no_load: state.limit.as_ref().and_then(Limit::no_load),
-        hedge_delay: endpoint.hedge_delay(),
+        hedge_delay,
     }
 }
 
@@ -302,5 +305,25 @@ mod tests {
             "b.test is new, a.test's count went with it"
         );
         drop(b);
+    }
+
+    #[test]
+    fn an_endpoint_counting_failures_is_forgotten_after_the_settled_ones() {
+        let pacer = pacer(2);
+        let now = Instant::now();
+        let (a, b, c) = (
+            authority("a.test"),
+            authority("b.test"),
+            authority("c.test"),
+        );
+        // a.test, the least recently used, counts a failure toward an outage; b.test is settled.
+        pacer
+            .lane(Some(&a))
+            .unwrap()
+            .record(Signal::Congestion, now);
+        drop(pacer.lane(Some(&b)).unwrap());
+        drop(pacer.lane(Some(&c)).expect("b.test forgotten"));
+        assert!(pacer.existing(Some(&a)).is_some(), "its count is kept");
+        assert!(pacer.existing(Some(&b)).is_none());
     }
 }

@@ -207,6 +207,12 @@ async fn under_a_pacing_retry_layer_the_latencies_are_kept_in_its_view_of_the_en
     use tower_http_retry::RetryLayer;
 
     let retry = RetryLayer::builder().pacing(Pacing::new()).build().unwrap();
+    // A layer with a fixed delay reads no latencies: it leaves the pacer to the next one.
+    let _fixed = HedgeLayer::builder()
+        .delay(Duration::from_millis(5))
+        .retry_layer(&retry)
+        .build()
+        .unwrap();
     let hedge = HedgeLayer::builder()
         .min_samples(20)
         .retry_layer(&retry)
