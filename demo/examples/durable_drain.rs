@@ -14,7 +14,9 @@
 //! process would; the Standard Webhooks schedule, unscaled: a delivery that fails its slot
 //! waits 5 s, then 5 min. With `DRAIN_ARRIVALS=<file>`, every arrival at the endpoint is
 //! written there as `seconds since its return,status` (negative while down): where the 503s
-//! fall, and what came just before them.
+//! fall, and what came just before them. With `DRAIN_TRACE=<file>`, every 20 ms the pacer's
+//! state of the endpoint (its mode, rate and queue) beside the workers' (deliveries in hand,
+//! taken, delivered): whether the pacer or the engine set the pace.
 
 use bytes::Bytes;
 use demo::durable::WorkerEngine;
@@ -114,14 +116,15 @@ impl Endpoint {
                 503
             }
         };
-        let since_up = if now >= self.up_at {
-            now.duration_since(self.up_at).as_secs_f64()
-        } else {
-            -self.up_at.duration_since(now).as_secs_f64()
-        };
-        self.arrivals.push((since_up, status));
+        self.arrivals.push((since(self.up_at, now), status));
         status
     }
+}
+
+/// Seconds from `up_at` to `now`, negative before it.
+fn since(up_at: Instant, now: Instant) -> f64 {
+    now.saturating_duration_since(up_at).as_secs_f64()
+        - up_at.saturating_duration_since(now).as_secs_f64()
 }
 
 impl engines::EngineRun for Drain {
@@ -151,8 +154,13 @@ impl engines::EngineRun for Drain {
         }
 
         let schedule = Schedule::standard_webhooks();
+        let retry = schedule
+            .retry_layer()
+            .build()
+            .expect("the preset's layer builds");
+        let client = demo::durable::client_over(retry.clone(), &schedule);
         let redelivery: demo::durable::Worker<O> =
-            Redelivery::new(demo::durable::client(&schedule), outbox.clone(), schedule);
+            Redelivery::new(client, outbox.clone(), schedule);
         let handles = vec![redelivery.clone(); WORKERS];
         let up_at = Instant::now() + OUTAGE;
         {
@@ -162,10 +170,29 @@ impl engines::EngineRun for Drain {
         }
         let running = engines::Workers::start(&outbox, &handles);
         let limit = up_at + Duration::from_secs_f64(3.0 * N as f64 / self.capacity + 60.0);
+        let trace_path = std::env::var("DRAIN_TRACE").ok();
+        let authority = uri.authority().cloned();
+        let mut trace = String::from("since_return,mode,rate,waiting,handling,due,delivered\n");
         while redelivery.stats().delivered < N as u64 && Instant::now() < limit {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let (stats, pacing) = (redelivery.stats(), retry.pacing_stats(authority.as_ref()));
+            if let (Some(_), Some(pacing)) = (&trace_path, pacing) {
+                trace.push_str(&format!(
+                    "{:.3},{:?},{:.0},{},{},{},{}\n",
+                    since(up_at, Instant::now()),
+                    pacing.mode,
+                    pacing.rate,
+                    pacing.waiting,
+                    stats.handling,
+                    stats.due,
+                    stats.delivered,
+                ));
+            }
         }
         running.stop();
+        if let Some(path) = trace_path {
+            std::fs::write(&path, trace).expect("DRAIN_TRACE: a writable path");
+        }
 
         let endpoint = endpoint.lock().unwrap();
         if let Ok(path) = std::env::var("DRAIN_ARRIVALS") {

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_http_retry::retry::FailUnsent;
+use tower_http_retry::HttpClassifier;
 use tower_http_retry_redelivery::signature::{SignLayer, Signer};
 use tower_http_retry_redelivery::sqlite::{self, SqliteOptions, SqliteOutbox};
 use tower_http_retry_redelivery::{supervise, Delivery, Outbox, Reclaim, Redelivery, Schedule};
@@ -81,10 +83,21 @@ pub fn schedule(seconds_per_hour: f64) -> Schedule {
 /// timestamp ([`SECRET`]), and cut at the schedule's per-attempt timeout (a receiver that never
 /// answers fails its slot, and the delivery moves on).
 pub fn client(schedule: &Schedule) -> Client {
-    let retry = schedule
-        .retry_layer()
-        .build()
-        .expect("the preset's layer builds");
+    client_over(
+        schedule
+            .retry_layer()
+            .build()
+            .expect("the preset's layer builds"),
+        schedule,
+    )
+}
+
+/// [`client`] with the retry layer given: a caller that keeps a clone reads its pacer's
+/// state (`RetryLayer::pacing_stats`).
+pub fn client_over(
+    retry: tower_http_retry::RetryLayer<HttpClassifier, FailUnsent>,
+    schedule: &Schedule,
+) -> Client {
     let signer = Signer::new(SECRET.parse().expect("the demo's secret parses"));
     let transport =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
