@@ -223,10 +223,11 @@ const RAMP_WHY: &str = "No limit: every attempt that timed out over the knee is 
     work and times out: none offered after the fall is delivered within the run. tower's fixed \
     limit under the retry layer sheds from 0.8× the knee on, as in the steady table (a shed \
     attempt's semaphore acquire stays queued while it sleeps), and again for 4 s after the fall. \
-    Ours keeps the limit it learned over the knee, the 8 the load needs at the knee; its 1.1 s \
-    are a probe to 9 just after the fall whose extra answers made the next window look queued: \
-    the limit was cut to 7 for a pause, and the load, still 0.98× the knee, lost 13 requests \
-    in it.\n";
+    Ours keeps the limit it learned over the knee, the 8 the load needs at the knee, and \
+    delivers every request offered after the fall. (Before a probe ended with the first answers \
+    that showed its queue, a probe to 9 just after the fall judged on a whole window made the \
+    next window look queued: the limit was cut to 7 for a pause, and the load, still 0.98× the \
+    knee, lost 13 requests in it, full throughput again after 1.1 s.)\n";
 
 /// Why the knee's rows miss, as measured on the paused clock.
 const WHY: &str = "The model's service time is fixed and its workers finish together, so an \
@@ -235,7 +236,8 @@ const WHY: &str = "The model's service time is fixed and its workers finish toge
     mean (by Little's law a limit L over 8 answers in L / 8 times it on average, where a median \
     stays at the no-load latency until half a window waits) and probes for room one request at \
     a time, undoing a probe that finds a queue and waiting twice as long before the next, up to \
-    2 s: the limit is 8, and 9 for one window now and then. tower's fixed limit under the retry \
+    2 s, and ending a probe with the first answers that show its queue: the limit is 8, and 9 \
+    for a probe's few answers now and then. tower's fixed limit under the retry \
     layer: a shed attempt is retried after its backoff on a service whose semaphore acquire \
     stays queued, and tokio's fair semaphore hands a freed permit to that sleeping request, so \
     permits sit unused (the same stack without retries delivers more). The peers' adaptive \

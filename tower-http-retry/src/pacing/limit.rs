@@ -17,8 +17,9 @@
 //! Without a queue, a window that used the limit probes for room: the limit grows by a step
 //! that starts at one and doubles while each probe finds room (a large endpoint is found in a
 //! few windows). The window that judges a probe, as one that measures the no-load latency,
-//! counts only the answers to requests sent after it opened. A probe that finds a queue is
-//! undone, and the next waits twice as long as the last, up to 2 s: an endpoint at its
+//! counts only the answers to requests sent after it opened, and closes as soon as they show a
+//! queue (at 8 answers or more), not at 100 ms: a probe that found no room ends as soon as that
+//! is known. A probe that finds a queue is undone, and the next waits twice as long as the last, up to 2 s: an endpoint at its
 //! concurrency is probed ever less often, so few answers wait behind a probe (in the spirit of
 //! BBR's bandwidth probing).
 
@@ -277,8 +278,12 @@ impl Limit {
             self.window.successes.add(secs);
         }
         let samples = self.window.answers.count as usize;
+        // A probe that has found a queue has no more to learn: judged at once, it keeps the
+        // request it added waiting in the endpoint's queue for as few answers as that takes.
         let closes = samples >= WINDOW_SAMPLES
-            || (samples >= MIN_SAMPLES && now >= self.window.opened + self.config.window);
+            || (samples >= MIN_SAMPLES
+                && (now >= self.window.opened + self.config.window
+                    || (self.probing.is_some() && self.queued(&self.window.answers))));
         if closes {
             self.close_window(now);
         }
@@ -311,11 +316,9 @@ impl Limit {
         };
         let tolerance = self.config.tolerance;
         let (no_load_mean, recent_mean) = (no_load.mean.as_secs_f64(), recent.mean.as_secs_f64());
-        let excess = recent_mean - no_load_mean * tolerance;
         let probed = self.probing.take();
         let min = f64::from(self.config.min);
-        // Equal latencies (a paused clock's) differ by rounding only.
-        if excess > recent.noise(&no_load) + no_load_mean * 1e-9 {
+        if self.queued(&window.answers) {
             // A queue of this limit's (not when the window left it unused): by Little's law the
             // endpoint serves `limit × no-load / recent` at once, `tolerance` times that with
             // the queue it allows.
@@ -346,6 +349,18 @@ impl Limit {
             self.limit += self.step;
         }
         self.limit = self.limit.clamp(min, f64::from(self.config.max));
+    }
+
+    /// Whether `answers` show a queue: their mean exceeds `tolerance` times the no-load mean by
+    /// more than the noise of the two.
+    fn queued(&self, answers: &Moments) -> bool {
+        let (Some(no_load), Some(recent)) = (self.no_load, answers.latency()) else {
+            return false;
+        };
+        let no_load_mean = no_load.mean.as_secs_f64();
+        let excess = recent.mean.as_secs_f64() - no_load_mean * self.config.tolerance;
+        // Equal latencies (a paused clock's) differ by rounding only.
+        excess > recent.noise(&no_load) + no_load_mean * 1e-9
     }
 }
 
@@ -411,42 +426,95 @@ mod tests {
         spread: f64,
         windows: u32,
     ) -> Vec<u32> {
+        let mut limits = Vec::new();
+        let mut answers = 0;
+        answer_closed_queue(
+            limit,
+            now,
+            (workers, service, spread),
+            windows as usize * WINDOW_SAMPLES,
+            |limit| {
+                answers += 1;
+                if answers % WINDOW_SAMPLES == 0 {
+                    limits.push(limit);
+                }
+            },
+        );
+        limits
+    }
+
+    /// [`closed_queue`] answer by answer, for `answers`: `each` reads the limit after each.
+    fn answer_closed_queue(
+        limit: &mut Limit,
+        now: &mut Instant,
+        (workers, service, spread): (u32, Duration, f64),
+        answers: usize,
+        mut each: impl FnMut(u32),
+    ) {
         use rand::{RngExt, SeedableRng};
         let mut random = rand::rngs::SmallRng::seed_from_u64(7);
-        let mut limits = Vec::new();
-        for _ in 0..windows {
-            for _ in 0..WINDOW_SAMPLES {
-                let current = limit.current().max(1);
-                let latency = service.mul_f64((f64::from(current) / f64::from(workers)).max(1.0));
-                while limit.admits() {
-                    limit.sent();
-                }
-                *now += latency / current;
-                let noise = 1.0 + spread * random.random_range(-1.0..=1.0);
-                limit.finished(Some(latency.mul_f64(noise)), true, *now);
+        for _ in 0..answers {
+            let current = limit.current().max(1);
+            let latency = service.mul_f64((f64::from(current) / f64::from(workers)).max(1.0));
+            while limit.admits() {
+                limit.sent();
             }
-            limits.push(limit.current());
+            *now += latency / current;
+            let noise = 1.0 + spread * random.random_range(-1.0..=1.0);
+            limit.finished(Some(latency.mul_f64(noise)), true, *now);
+            each(limit.current());
         }
-        limits
     }
 
     #[tokio::test(start_paused = true)]
     async fn settles_at_the_endpoints_concurrency_and_probes_for_room_ever_less_often() {
         let mut limit = Limit::new(AdaptiveConcurrency::new(), Instant::now());
-        let limits = closed_queue(&mut limit, &mut Instant::now(), 8, 5 * MS, 0.0, 400);
+        // Answer by answer: where each probe of one more begins, and the limits once settled.
+        let (mut probes, mut settled, mut last) = (Vec::new(), Vec::new(), 0);
+        let queue = (8, 5 * MS, 0.0);
+        let answers = 400 * WINDOW_SAMPLES;
+        answer_closed_queue(&mut limit, &mut Instant::now(), queue, answers, |current| {
+            let answer = settled.len() + 50 * WINDOW_SAMPLES;
+            if current > 8 && last <= 8 {
+                probes.push(answer);
+            }
+            last = current;
+            settled.push(current);
+        });
         assert_eq!(limit.no_load(), Some(5 * MS));
         // At 8, but for probes of one more that find no room, each followed by a pause twice
-        // the last, up to 2 s (25 windows of 80 ms): the windows where a probe begins.
-        let probes: Vec<usize> = (1..limits.len())
-            .filter(|i| limits[*i] > 8 && limits[i - 1] <= 8)
-            .collect();
+        // the last, up to 2 s (25 windows of 128 answers, 80 ms each).
         let gaps: Vec<usize> = probes.windows(2).map(|p| p[1] - p[0]).collect();
         assert!(gaps[0] < gaps[1] && gaps[1] < gaps[2], "{gaps:?}");
-        assert!(gaps[4..].iter().all(|gap| *gap >= 20), "{gaps:?}");
-        let settled = &limits[50..];
+        assert!(
+            gaps[4..].iter().all(|gap| *gap >= 20 * WINDOW_SAMPLES),
+            "{gaps:?}"
+        );
+        let settled = settled.split_off(50 * WINDOW_SAMPLES);
         assert!(settled.iter().all(|l| (8..=9).contains(l)), "{settled:?}");
         let above = settled.iter().filter(|l| **l > 8).count();
-        assert!(above <= settled.len() / 20, "{above} windows above 8");
+        assert!(above <= settled.len() / 100, "{above} answers above 8");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_finds_no_room_ends_with_the_answers_that_show_it() {
+        let mut limit = Limit::new(AdaptiveConcurrency::new(), Instant::now());
+        let mut now = Instant::now();
+        closed_queue(&mut limit, &mut now, 8, 5 * MS, 0.0, 50);
+        // Each probe of 9 is judged on the first 8 answers sent after it began (the answers
+        // before them are skipped: 8 more at most), not on a window of 128.
+        let (mut probes, mut above, mut last) = (0, 0, limit.current());
+        let queue = (8, 5 * MS, 0.0);
+        answer_closed_queue(&mut limit, &mut now, queue, 200 * WINDOW_SAMPLES, |limit| {
+            probes += usize::from(limit > 8 && last <= 8);
+            above += usize::from(limit > 8);
+            last = limit;
+        });
+        assert!(probes >= 5, "{probes} probes");
+        assert!(
+            above <= probes * 2 * MIN_SAMPLES,
+            "{above} answers in {probes} probes"
+        );
     }
 
     #[tokio::test(start_paused = true)]
