@@ -21,6 +21,7 @@
 use bytes::Bytes;
 use demo::durable::WorkerEngine;
 use http::header::HeaderName;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_support::{Reply, TestServer};
@@ -154,10 +155,7 @@ impl engines::EngineRun for Drain {
         }
 
         let schedule = Schedule::standard_webhooks();
-        let retry = schedule
-            .retry_layer()
-            .build()
-            .expect("the preset's layer builds");
+        let retry = demo::durable::retry_layer(&schedule);
         let client = demo::durable::client_over(retry.clone(), &schedule);
         let redelivery: demo::durable::Worker<O> =
             Redelivery::new(client, outbox.clone(), schedule);
@@ -172,13 +170,17 @@ impl engines::EngineRun for Drain {
         let limit = up_at + Duration::from_secs_f64(3.0 * N as f64 / self.capacity + 60.0);
         let trace_path = std::env::var("DRAIN_TRACE").ok();
         let authority = uri.authority().cloned();
-        let mut trace = String::from("since_return,mode,rate,waiting,handling,due,delivered\n");
+        let mut trace = String::from("since_return,mode,rate,waiting,handling,taken,delivered\n");
         while redelivery.stats().delivered < N as u64 && Instant::now() < limit {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            let (stats, pacing) = (redelivery.stats(), retry.pacing_stats(authority.as_ref()));
-            if let (Some(_), Some(pacing)) = (&trace_path, pacing) {
-                trace.push_str(&format!(
-                    "{:.3},{:?},{:.0},{},{},{},{}\n",
+            let pacing = trace_path
+                .as_ref()
+                .and_then(|_| retry.pacing_stats(authority.as_ref()));
+            if let Some(pacing) = pacing {
+                let stats = redelivery.stats();
+                writeln!(
+                    trace,
+                    "{:.3},{:?},{:.0},{},{},{},{}",
                     since(up_at, Instant::now()),
                     pacing.mode,
                     pacing.rate,
@@ -186,7 +188,8 @@ impl engines::EngineRun for Drain {
                     stats.handling,
                     stats.due,
                     stats.delivered,
-                ));
+                )
+                .expect("a String takes every write");
             }
         }
         running.stop();

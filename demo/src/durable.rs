@@ -83,17 +83,21 @@ pub fn schedule(seconds_per_hour: f64) -> Schedule {
 /// timestamp ([`SECRET`]), and cut at the schedule's per-attempt timeout (a receiver that never
 /// answers fails its slot, and the delivery moves on).
 pub fn client(schedule: &Schedule) -> Client {
-    client_over(
-        schedule
-            .retry_layer()
-            .build()
-            .expect("the preset's layer builds"),
-        schedule,
-    )
+    client_over(retry_layer(schedule), schedule)
 }
 
-/// [`client`] with the retry layer given: a caller that keeps a clone reads its pacer's
-/// state (`RetryLayer::pacing_stats`).
+/// The schedule's retry layer, as [`client`] builds it.
+pub fn retry_layer(
+    schedule: &Schedule,
+) -> tower_http_retry::RetryLayer<HttpClassifier, FailUnsent> {
+    schedule
+        .retry_layer()
+        .build()
+        .expect("the preset's layer builds")
+}
+
+/// [`client`] over `retry` (from [`retry_layer`]): a caller that keeps a clone reads its
+/// pacer's state (`RetryLayer::pacing_stats`).
 pub fn client_over(
     retry: tower_http_retry::RetryLayer<HttpClassifier, FailUnsent>,
     schedule: &Schedule,

@@ -17,37 +17,24 @@ fn main() {
     );
     let ms = |latency: std::time::Duration| latency.as_secs_f64() * 1e3;
     for run in 1..=runs {
-        let no_load = run_knee_live(
-            &Knee {
-                offered: 0.5,
-                ..knee
-            },
-            Limiter::None,
-            1,
-        );
+        let no_load = run_knee_live(&knee.no_load(), Limiter::None, 1);
         let ours = run_knee_live(&knee, Limiter::Adaptive, 1);
         let no_load_p99 = quantile(&no_load.attempt_latency, 0.99);
         let p99 = quantile(&ours.attempt_latency, 0.99);
         let ratio = p99.as_secs_f64() / no_load_p99.as_secs_f64();
-        let measured_knee =
-            knee.workers as f64 / quantile(&no_load.attempt_latency, 0.5).as_secs_f64();
         let over = ours
             .attempt_latency
             .iter()
             .filter(|latency| latency.as_secs_f64() > 1.5 * no_load_p99.as_secs_f64())
             .count();
-        let mut limits = ours.limits.clone();
-        limits.sort_unstable();
         println!(
-            "| {run} | {:.1} ms | {:.1} ms | {ratio:.2}×: {} | {:.1} % | {:.2} % | {} / {} / {} |",
+            "| {run} | {:.1} ms | {:.1} ms | {ratio:.2}×: {} | {:.1} % | {:.2} % | {} |",
             ms(no_load_p99),
             ms(p99),
             if ratio <= 1.5 { "met" } else { "missed" },
-            100.0 * ours.delivered_per_second(&knee) / measured_knee,
+            100.0 * ours.delivered_per_second(&knee) / knee.measured_knee(&no_load),
             100.0 * over as f64 / ours.attempt_latency.len() as f64,
-            limits[0],
-            limits[limits.len() / 2],
-            limits[limits.len() - 1],
+            ours.limits_settled(),
         );
     }
 }

@@ -224,10 +224,10 @@ const RAMP_WHY: &str = "No limit: every attempt that timed out over the knee is 
     limit under the retry layer sheds from 0.8× the knee on, as in the steady table (a shed \
     attempt's semaphore acquire stays queued while it sleeps), and again for 4 s after the fall. \
     Ours keeps the limit it learned over the knee, the 8 the load needs at the knee, and \
-    delivers every request offered after the fall. (Before a probe ended with the first answers \
-    that showed its queue, a probe to 9 just after the fall judged on a whole window made the \
-    next window look queued: the limit was cut to 7 for a pause, and the load, still 0.98× the \
-    knee, lost 13 requests in it, full throughput again after 1.1 s.)\n";
+    delivers every request offered after the fall. (With probes judged on a whole window, a \
+    probe to 9 just after the fall left answers that made the next window look queued: the \
+    limit was cut to 7 for a pause, and the load, still 0.98× the knee, lost 13 requests in it, \
+    full throughput again after 1.1 s.)\n";
 
 /// Why the knee's rows miss, as measured on the paused clock.
 const WHY: &str = "The model's service time is fixed and its workers finish together, so an \

@@ -82,6 +82,21 @@ impl Knee {
     pub fn capacity(&self) -> f64 {
         self.workers as f64 / self.service.as_secs_f64()
     }
+
+    /// The same model offered half the knee: no limit then measures the no-load latency.
+    pub fn no_load(self) -> Self {
+        Self {
+            offered: 0.5,
+            ..self
+        }
+    }
+
+    /// Requests a second at the knee as the clock delivers it: the workers over the no-load
+    /// latency's median in `no_load` (a run of [`Knee::no_load`]; the nominal capacity on the
+    /// paused clock, less on the wall clock, whose timers round the service time up).
+    pub fn measured_knee(&self, no_load: &KneeRun) -> f64 {
+        self.workers as f64 / quantile(&no_load.attempt_latency, 0.5).as_secs_f64()
+    }
 }
 
 /// What bounds the requests in flight to the server.
@@ -157,6 +172,16 @@ impl KneeRun {
     pub fn delivered_per_second(&self, knee: &Knee) -> f64 {
         let delivered: u64 = self.buckets.iter().map(|bucket| bucket.delivered).sum();
         delivered as f64 / knee.length.as_secs_f64()
+    }
+
+    /// The limit once settled as `min / median / max` (ours), or `–` (no limit read).
+    pub fn limits_settled(&self) -> String {
+        let mut limits = self.limits.clone();
+        limits.sort_unstable();
+        match (limits.first(), limits.last()) {
+            (Some(low), Some(high)) => format!("{low} / {} / {high}", limits[limits.len() / 2]),
+            _ => "–".to_owned(),
+        }
     }
 }
 
@@ -412,10 +437,7 @@ pub fn report(
          | timeouts (settled) | retries (settled) | limit once settled: min / median / max |\n\
          |---|---|---|---|---|---|---|---|---|"
     )?;
-    let no_load = Knee {
-        offered: 0.5,
-        ..*knee
-    };
+    let no_load = knee.no_load();
     let no_retry = Knee {
         attempts: 1,
         ..*knee
@@ -441,18 +463,7 @@ pub fn report(
     for (label, model, limiter) in all {
         let result = run(&model, limiter, 1);
         *runs += 1;
-        let limits = if result.limits.is_empty() {
-            "–".to_owned()
-        } else {
-            let mut limits = result.limits.clone();
-            limits.sort_unstable();
-            let (low, mid, high) = (
-                limits[0],
-                limits[limits.len() / 2],
-                limits[limits.len() - 1],
-            );
-            format!("{low} / {mid} / {high}")
-        };
+        let limits = result.limits_settled();
         writeln!(
             out,
             "| {label} | {:.0} | {:.1} % | {} | {} | {} | {} ({}) | {} ({}) | {limits} |",
@@ -468,8 +479,7 @@ pub fn report(
         )?;
         if model.offered < knee.offered {
             no_load_p99 = quantile(&result.attempt_latency, 0.99);
-            let no_load = quantile(&result.attempt_latency, 0.5).as_secs_f64();
-            measured_knee = knee.workers as f64 / no_load;
+            measured_knee = knee.measured_knee(&result);
         }
         if limiter == Limiter::Adaptive {
             ours = Some(result);
