@@ -236,7 +236,7 @@ const WHY: &str = "The model's service time is fixed and its workers finish toge
     mean (by Little's law a limit L over 8 answers in L / 8 times it on average, where a median \
     stays at the no-load latency until half a window waits) and probes for room one request at \
     a time, undoing a probe that finds a queue and waiting twice as long before the next, up to \
-    2 s, and ending a probe with the first answers that show its queue: the limit is 8, and 9 \
+    2 s, and ending a probe once its answers show a queue: the limit is 8, and 9 \
     for a probe's few answers now and then. tower's fixed limit under the retry \
     layer: a shed attempt is retried after its backoff on a service whose semaphore acquire \
     stays queued, and tokio's fair semaphore hands a freed permit to that sleeping request, so \

@@ -16,12 +16,13 @@
 //!
 //! Without a queue, a window that used the limit probes for room: the limit grows by a step
 //! that starts at one and doubles while each probe finds room (a large endpoint is found in a
-//! few windows). The window that judges a probe, as one that measures the no-load latency,
-//! counts only the answers to requests sent after it opened, and closes as soon as they show a
-//! queue (looked at after 8, 16, 32 and 64 of them), not at 100 ms: a probe that found no room
-//! ends as soon as that is known. A probe that finds a queue is undone, and the next waits twice as long as the last, up to 2 s: an endpoint at its
-//! concurrency is probed ever less often, so few answers wait behind a probe (in the spirit of
-//! BBR's bandwidth probing).
+//! few windows). Like a window that measures the no-load latency, the window that judges a
+//! probe counts only the answers to requests sent after it opened; it alone may close before
+//! 100 ms, once its answers show a queue (looked at after 8, 16, 32 and 64 of them): a probe
+//! that found no room ends once that is known. A probe that finds a queue is undone, and the
+//! next waits twice as long as the last, up to 2 s: an endpoint at its concurrency is probed
+//! ever less often, so few answers wait behind a probe (in the spirit of BBR's bandwidth
+//! probing).
 
 use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
 use std::time::Duration;
@@ -29,6 +30,8 @@ use tokio::time::Instant;
 
 /// Most samples a window holds: it closes when full, whatever its time.
 const WINDOW_SAMPLES: usize = 128;
+// A probe's window is looked at when its answers are a power of two, from `MIN_SAMPLES` up.
+const _: () = assert!(WINDOW_SAMPLES.is_power_of_two() && MIN_SAMPLES.is_power_of_two());
 /// Fewest samples a window needs to close (on time, or a probe's on a queue), and successes a
 /// measurement of the no-load latency needs: fewer say little of a mean.
 const MIN_SAMPLES: usize = 8;
@@ -279,10 +282,10 @@ impl Limit {
             self.window.successes.add(secs);
         }
         let samples = self.window.answers.count as usize;
-        // A probe that has found a queue has no more to learn: judged at once, it keeps the
-        // request it added waiting in the endpoint's queue for as few answers as that takes.
-        // Looked at only at 8, 16, 32 and 64 answers, so that looking more often does not turn
-        // noise into a queue that often (each look is a chance of a false one).
+        // A probe that has found a queue has no more to learn: its window closes then, so the
+        // request it added keeps answers waiting for as few of them as that takes. Looked at
+        // only at 8, 16, 32 and 64 answers (powers of two from `MIN_SAMPLES`, below
+        // `WINDOW_SAMPLES`), not at each: each look at noise is a chance of a false queue.
         let probe_judged = || {
             self.probing.is_some() && samples.is_power_of_two() && self.queued(&self.window.answers)
         };
@@ -311,7 +314,9 @@ impl Limit {
                 return;
             }
             Some(at) if now >= at => {
-                // A probe cut short by the measurement is undone: it was not judged.
+                // A probe whose window closes once the measurement is due is undone, its
+                // window's verdict not read: the limit the measurement returns to is one that
+                // was judged.
                 if let Some(before) = self.probing.take() {
                     self.limit = before;
                 }
@@ -510,7 +515,8 @@ mod tests {
         let mut now = Instant::now();
         closed_queue(&mut limit, &mut now, 8, 5 * MS, 0.0, 50);
         // Each probe of 9 is judged on the first 8 answers sent after it began (the answers
-        // before them are skipped: 8 more at most), not on a window of 128.
+        // before them are skipped: 8 more at most; 2 more for where the probe begins and ends
+        // between two answers), not on a window of 128.
         let (mut probes, mut above, mut last) = (0, 0, limit.current());
         let queue = (8, 5 * MS, 0.0);
         answer_closed_queue(&mut limit, &mut now, queue, 200 * WINDOW_SAMPLES, |limit| {
@@ -523,6 +529,22 @@ mod tests {
             above <= probes * (2 * MIN_SAMPLES + 2),
             "{above} answers in {probes} probes"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_whose_window_closes_once_the_measurement_is_due_is_undone() {
+        let config = AdaptiveConcurrency::new().probe_every(Duration::from_secs(1));
+        let (mut limit, mut now) = (Limit::new(config, Instant::now()), Instant::now());
+        closed_queue(&mut limit, &mut now, 200, 5 * MS, 0.0, 2);
+        // A probe under way (10 + 5) when the measurement falls due.
+        (limit.limit, limit.probing, limit.next_probe) = (15.0, Some(10.0), Some(now));
+        for _ in 0..MIN_SAMPLES {
+            now += 20 * MS;
+            limit.finished(Some(5 * MS), true, now);
+        }
+        assert_eq!(limit.current(), config.min, "measuring again, at the floor");
+        closed_queue(&mut limit, &mut now, 200, 5 * MS, 0.0, 1);
+        assert_eq!(limit.current(), 10, "back to the limit before the probe");
     }
 
     #[tokio::test(start_paused = true)]
