@@ -30,11 +30,11 @@ use tokio::time::Instant;
 
 /// Most samples a window holds: it closes when full, whatever its time.
 const WINDOW_SAMPLES: usize = 128;
-// A probe's window is looked at when its answers are a power of two, from `MIN_SAMPLES` up.
-const _: () = assert!(WINDOW_SAMPLES.is_power_of_two() && MIN_SAMPLES.is_power_of_two());
 /// Fewest samples a window needs to close (on time, or a probe's on a queue), and successes a
 /// measurement of the no-load latency needs: fewer say little of a mean.
 const MIN_SAMPLES: usize = 8;
+// A probe's window is looked at when its answers are a power of two, from `MIN_SAMPLES` up.
+const _: () = assert!(WINDOW_SAMPLES.is_power_of_two() && MIN_SAMPLES.is_power_of_two());
 
 /// The configuration of an adaptive limit on the requests in flight to each endpoint
 /// ([`PacingBuilder::adaptive_concurrency`](crate::pacing::PacingBuilder::adaptive_concurrency)).
@@ -78,8 +78,8 @@ impl Default for AdaptiveConcurrency {
 impl AdaptiveConcurrency {
     /// The defaults: a limit between 2 and 1,000, 10 once the no-load latency is first
     /// measured (a window at the floor); windows of at least 100 ms (but a probe's, which ends
-    /// once it shows a queue); any queue beyond a window's
-    /// noise counts (a tolerance of 1); the no-load latency measured again every 60 s.
+    /// once it shows a queue); any queue beyond a window's noise counts (a tolerance of 1); the
+    /// no-load latency measured again every 60 s.
     pub fn new() -> Self {
         Self::default()
     }
