@@ -826,9 +826,17 @@ async fn a_peers_success_brings_a_moved_backlog_back() {
     })
     .await;
     drop(worker_b);
+    // Which view missed what, should this fail: each one's health changes not written to the
+    // engine, and its calls to the engine's store that failed.
+    let health = |process: &Handle<_>| {
+        let health = process.health();
+        (health.unwritten(), health.store_errors())
+    };
+    let (health_a, health_b) = (health(&a), health(&b));
     let (a, b) = (a.stats(), b.stats());
-    assert!(delivered, "A {a:?}, B {b:?}");
-    assert!(b.resumed_in_bulk > 0, "A {a:?}, B {b:?}");
+    let views = format!("A {a:?}, health {health_a:?}; B {b:?}, health {health_b:?}");
+    assert!(delivered, "{views}");
+    assert!(b.resumed_in_bulk > 0, "{views}");
 }
 
 #[cfg(feature = "redis")]
