@@ -168,18 +168,21 @@ impl engines::EngineRun for Drain {
         }
         let running = engines::Workers::start(&outbox, &handles);
         let limit = up_at + Duration::from_secs_f64(3.0 * N as f64 / self.capacity + 60.0);
-        let trace_path = std::env::var("DRAIN_TRACE").ok();
+        // (its path, its lines) when asked for.
+        let mut trace = std::env::var("DRAIN_TRACE").ok().map(|path| {
+            let header = "since_return,mode,rate,waiting,handling,taken,delivered\n";
+            (path, header.to_owned())
+        });
         let authority = uri.authority().cloned();
-        let mut trace = String::from("since_return,mode,rate,waiting,handling,taken,delivered\n");
         while redelivery.stats().delivered < N as u64 && Instant::now() < limit {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            let pacing = trace_path
-                .as_ref()
-                .and_then(|_| retry.pacing_stats(authority.as_ref()));
-            if let Some(pacing) = pacing {
+            let Some((_, lines)) = trace.as_mut() else {
+                continue;
+            };
+            if let Some(pacing) = retry.pacing_stats(authority.as_ref()) {
                 let stats = redelivery.stats();
                 writeln!(
-                    trace,
+                    lines,
                     "{:.3},{:?},{:.0},{},{},{},{}",
                     since(up_at, Instant::now()),
                     pacing.mode,
@@ -193,8 +196,8 @@ impl engines::EngineRun for Drain {
             }
         }
         running.stop();
-        if let Some(path) = trace_path {
-            std::fs::write(&path, trace).expect("DRAIN_TRACE: a writable path");
+        if let Some((path, lines)) = trace {
+            std::fs::write(&path, lines).expect("DRAIN_TRACE: a writable path");
         }
 
         let endpoint = endpoint.lock().unwrap();

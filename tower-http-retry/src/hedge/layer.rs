@@ -178,8 +178,8 @@ pub struct HedgeLayerBuilder<C = HttpClassifier> {
     budget: Option<SharedBudget>,
     gates: Vec<Arc<dyn HedgeGate>>,
     max_endpoints: usize,
-    /// The retry layer whose pacer may keep the sketches.
-    pacer: Option<Arc<dyn HoldsPacer>>,
+    /// The retry layer above, whose pacer may keep the sketches.
+    retry: Option<Arc<dyn HoldsPacer>>,
 }
 
 impl Default for HedgeLayerBuilder {
@@ -197,7 +197,7 @@ impl Default for HedgeLayerBuilder {
             budget: None,
             gates: Vec::new(),
             max_endpoints: 256,
-            pacer: None,
+            retry: None,
         }
     }
 }
@@ -286,7 +286,7 @@ impl<C> HedgeLayerBuilder<C> {
         self.budget = shared.or(self.budget);
         let retry = Arc::new(retry.clone());
         self.gates.push(retry.clone());
-        self.pacer = Some(retry);
+        self.retry = Some(retry);
         self
     }
 
@@ -321,7 +321,7 @@ impl<C> HedgeLayerBuilder<C> {
             budget: self.budget,
             gates: self.gates,
             max_endpoints: self.max_endpoints,
-            pacer: self.pacer,
+            retry: self.retry,
         }
     }
 
@@ -380,7 +380,7 @@ impl<C> HedgeLayerBuilder<C> {
                 }),
                 gates: self.gates,
                 // A fixed delay reads no latencies: it leaves the pacer to a layer that does.
-                sketches: match self.pacer {
+                sketches: match self.retry {
                     Some(retry)
                         if self.delay.is_none()
                             && retry.pacer().is_some_and(Pacer::claim_for_hedging) =>
@@ -410,7 +410,7 @@ impl<C: fmt::Debug> fmt::Debug for HedgeLayerBuilder<C> {
             .field("budget", &self.budget)
             .field("gates", &self.gates)
             .field("max_endpoints", &self.max_endpoints)
-            .field("retry_layer", &self.pacer.is_some())
+            .field("retry_layer", &self.retry.is_some())
             .finish()
     }
 }

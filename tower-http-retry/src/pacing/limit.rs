@@ -332,7 +332,7 @@ impl Limit {
         let (no_load_mean, recent_mean) = (no_load.mean.as_secs_f64(), recent.mean.as_secs_f64());
         let probed = self.probing.take();
         let min = f64::from(self.config.min);
-        if self.queued(&window.answers) {
+        if self.shows_queue(no_load, recent) {
             // A queue of this limit's (not when the window left it unused): by Little's law the
             // endpoint serves `limit × no-load / recent` at once, `tolerance` times that with
             // the queue it allows.
@@ -365,12 +365,17 @@ impl Limit {
         self.limit = self.limit.clamp(min, f64::from(self.config.max));
     }
 
-    /// Whether `answers` show a queue: their mean exceeds `tolerance` times the no-load mean by
-    /// more than the noise of the two.
+    /// Whether `answers` show a queue against the no-load latency, once it is measured.
     fn queued(&self, answers: &Moments) -> bool {
         let (Some(no_load), Some(recent)) = (self.no_load, answers.latency()) else {
             return false;
         };
+        self.shows_queue(no_load, recent)
+    }
+
+    /// Whether `recent` shows a queue: its mean exceeds `tolerance` times the no-load mean by
+    /// more than the noise of the two.
+    fn shows_queue(&self, no_load: Latency, recent: Latency) -> bool {
         let no_load_mean = no_load.mean.as_secs_f64();
         let excess = recent.mean.as_secs_f64() - no_load_mean * self.config.tolerance;
         // Equal latencies (a paused clock's) differ by rounding only.
