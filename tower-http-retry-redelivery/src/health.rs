@@ -27,7 +27,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tower_http_retry::InvalidConfig;
@@ -248,8 +248,11 @@ struct Shared {
     /// Store calls that failed, stored values that could not be read, and changes dropped
     /// past [`MAX_PENDING`].
     errors: AtomicU64,
-    /// A flush is running: one at a time, so that changes are written in their order.
-    flushing: AtomicBool,
+    /// Held by the flush that runs: one at a time, so that changes are written in their order.
+    flushing: tokio::sync::Mutex<()>,
+    /// Flushes that stopped on a store error: one that failed while a caller waited is not
+    /// tried again at once by each waiting caller.
+    failed_flushes: AtomicU64,
     /// Changes written so far: a read that began before one was written is not adopted (the
     /// write is newer than what it read, and no longer pending).
     written: AtomicU64,
@@ -314,7 +317,8 @@ impl EndpointHealth {
                 pending: Mutex::default(),
                 read_at: Mutex::default(),
                 errors: AtomicU64::new(0),
-                flushing: AtomicBool::new(false),
+                flushing: tokio::sync::Mutex::new(()),
+                failed_flushes: AtomicU64::new(0),
                 written: AtomicU64::new(0),
             })),
             ..Self::new(rules)
@@ -397,7 +401,7 @@ impl EndpointHealth {
             .get(endpoint)
             .is_some_and(|at| at.elapsed() < REFRESH);
         // A flush running elsewhere keeps the view as it writes.
-        if fresh || shared.flushing.load(Ordering::Acquire) {
+        if fresh || shared.flushing.try_lock().is_err() {
             return;
         }
         let written = shared.written.load(Ordering::Acquire);
@@ -414,13 +418,21 @@ impl EndpointHealth {
 
     /// With a shared store: writes the changes made since the last flush, in their order, each
     /// applied to the stored state by compare-and-swap (a success elsewhere in the fleet ends a
-    /// failing run here too). One flush runs at a time; a call while another runs returns at
-    /// once. Without a store, nothing.
+    /// failing run here too). One flush runs at a time; a call while another runs waits for it,
+    /// so that when a call returns, the changes made before it are written, or the store failed
+    /// and they are kept for the next flush (a peer reads a failing run before this process acts
+    /// on it, as when it moves the endpoint's backlog). Without a store, nothing.
     pub async fn flush(&self) {
         let Some(shared) = &self.shared else {
             return;
         };
-        if shared.flushing.swap(true, Ordering::AcqRel) {
+        // A change leaves `pending` only once written.
+        if lock(&shared.pending).is_empty() {
+            return;
+        }
+        let failed_before = shared.failed_flushes.load(Ordering::Acquire);
+        let _flushing = shared.flushing.lock().await;
+        if shared.failed_flushes.load(Ordering::Acquire) != failed_before {
             return;
         }
         loop {
@@ -435,11 +447,11 @@ impl EndpointHealth {
                 }
                 Err(_) => {
                     shared.errors.fetch_add(1, Ordering::Relaxed);
+                    shared.failed_flushes.fetch_add(1, Ordering::Release);
                     break;
                 }
             }
         }
-        shared.flushing.store(false, Ordering::Release);
     }
 
     /// Calls to the shared store that failed, and stored values that could not be read (0
@@ -756,6 +768,94 @@ mod tests {
         fresh.sync("f").await;
         assert_eq!(fresh.disabled("e"), Some(DisableReason::Gone));
         assert_eq!(fresh.disabled("f"), Some(DisableReason::Gone));
+    }
+
+    /// A store whose writes wait until the test opens its gate.
+    #[derive(Clone)]
+    struct GatedStore {
+        store: MemoryStore,
+        gate: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl HealthStore for GatedStore {
+        fn get<'a>(&'a self, endpoint: &'a str) -> StoreFuture<'a, Option<String>> {
+            self.store.get(endpoint)
+        }
+
+        fn swap<'a>(
+            &'a self,
+            endpoint: &'a str,
+            expected: Option<&'a str>,
+            new: Option<&'a str>,
+        ) -> StoreFuture<'a, bool> {
+            Box::pin(async move {
+                let _open = self.gate.acquire().await;
+                self.store.swap(endpoint, expected, new).await
+            })
+        }
+    }
+
+    /// A view on a gated store, with a flush of a failure of `e` running: its write waits at
+    /// the gate; then a 410 of `f`, made while it waits.
+    async fn a_flush_waiting_at_the_gate(
+    ) -> (EndpointHealth, MemoryStore, Arc<tokio::sync::Semaphore>) {
+        let store = MemoryStore::default();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let gated = GatedStore {
+            store: store.clone(),
+            gate: Arc::clone(&gate),
+        };
+        let health = EndpointHealth::shared(HealthRules::new(), gated);
+        health.failed("e", SystemTime::now());
+        tokio::spawn({
+            let health = health.clone();
+            async move { health.flush().await }
+        });
+        let shared = health.shared.as_ref().unwrap();
+        for _ in 0..100 {
+            if shared.flushing.try_lock().is_err() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(shared.flushing.try_lock().is_err(), "the first flush runs");
+        health.gone("f");
+        (health, store, gate)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flush_beside_another_returns_once_its_changes_are_written() {
+        let (health, store, gate) = a_flush_waiting_at_the_gate().await;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            gate.add_permits(100);
+        });
+        // Returned at once before, the 410 not yet written: a process could move a backlog its
+        // peers never knew failing.
+        health.flush().await;
+        assert_eq!(health.unwritten(), 0);
+        let values = lock(&store.values);
+        assert!(values.contains_key("e") && values.contains_key("f"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flush_that_waited_for_one_that_failed_does_not_try_again() {
+        let (health, store, gate) = a_flush_waiting_at_the_gate().await;
+        tokio::spawn({
+            let store = store.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                store.fail.store(true, Ordering::Relaxed);
+                gate.add_permits(100);
+            }
+        });
+        health.flush().await;
+        assert_eq!(
+            health.store_errors(),
+            1,
+            "one failed call to the store, not one a caller"
+        );
+        assert_eq!(health.unwritten(), 2, "both kept for the next flush");
     }
 
     #[tokio::test]
