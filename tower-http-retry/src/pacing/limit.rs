@@ -12,7 +12,10 @@
 //! `L / C` times the no-load latency on average, and a median stays at the no-load latency until
 //! half the answers wait. A queue in a window that used the limit scales it to what the endpoint
 //! served, `L × tolerance × no-load / mean` (never below half), which is `tolerance × C`; a
-//! timed-out attempt is a sample at its timeout, not nothing.
+//! timed-out attempt is a sample at its timeout, not nothing. A window that still shows a queue
+//! right after such a cut shows latency that is not this limit's queue (an endpoint that slows
+//! as more of its own workers are busy reads faster at the floor than at its concurrency with
+//! nothing waiting): its successes become the no-load latency.
 //!
 //! Without a queue, a window that used the limit probes for room: the limit grows by a step
 //! that starts at one and doubles while each probe finds room (a large endpoint is found in a
@@ -163,6 +166,9 @@ pub(crate) struct Limit {
     window: Window,
     /// While a window judges a probe for room: the limit before it.
     probing: Option<f64>,
+    /// The last window cut the limit to what the endpoint served (a queue's cut, neither a
+    /// probe's undoing nor a halving): the next is judged with it in mind.
+    cut: bool,
     /// What the next probe for room adds, doubled by each probe that found room.
     step: f64,
     /// How long the limit holds after a probe found no room, doubled by each such probe.
@@ -204,6 +210,7 @@ impl Limit {
             no_load: None,
             window: Window::new(now),
             probing: None,
+            cut: false,
             step: 1.0,
             pause: config.window,
             grows_at: now,
@@ -331,15 +338,27 @@ impl Limit {
         let tolerance = self.config.tolerance;
         let (no_load_mean, recent_mean) = (no_load.mean.as_secs_f64(), recent.mean.as_secs_f64());
         let probed = self.probing.take();
+        let cut = std::mem::take(&mut self.cut);
         let min = f64::from(self.config.min);
         if self.shows_queue(no_load, recent) {
+            // Still a queue after a cut to what the endpoint served, which by Little's law
+            // leaves none: the latency is not this limit's queue (an endpoint that gets slower
+            // as more of its own workers are busy, or one that got slower), and its successes
+            // are the no-load latency from now on.
+            let enough = window.successes.count as usize >= MIN_SAMPLES;
+            if let Some(latency) = window.successes.latency().filter(|_| cut && enough) {
+                self.no_load = Some(latency);
+                return;
+            }
             // A queue of this limit's (not when the window left it unused): by Little's law the
             // endpoint serves `limit × no-load / recent` at once, `tolerance` times that with
             // the queue it allows.
             if !window.used && probed.is_none() {
                 return;
             }
-            let served = self.limit * (tolerance * no_load_mean / recent_mean).max(0.5);
+            let share = tolerance * no_load_mean / recent_mean;
+            let served = self.limit * share.max(0.5);
+            self.cut = probed.is_none() && share >= 0.5;
             // A probe that found no room is undone (unless the endpoint served more than the
             // limit before it), and the next waits twice as long.
             self.limit = probed.map_or(served, |before| served.max(before));
@@ -468,13 +487,29 @@ mod tests {
         now: &mut Instant,
         (workers, service, spread): (u32, Duration, f64),
         answers: usize,
+        each: impl FnMut(u32),
+    ) {
+        let mean =
+            |current: u32| service.mul_f64((f64::from(current) / f64::from(workers)).max(1.0));
+        answer_endpoint(limit, now, mean, spread, answers, each);
+    }
+
+    /// `limit` against an endpoint whose answers, with `n` in flight, take `mean(n)` on average,
+    /// spread by up to `spread` of it either way (seeded), for `answers`: `each` reads the limit
+    /// after each.
+    fn answer_endpoint(
+        limit: &mut Limit,
+        now: &mut Instant,
+        mean: impl Fn(u32) -> Duration,
+        spread: f64,
+        answers: usize,
         mut each: impl FnMut(u32),
     ) {
         use rand::{RngExt, SeedableRng};
         let mut random = rand::rngs::SmallRng::seed_from_u64(7);
         for _ in 0..answers {
             let current = limit.current().max(1);
-            let latency = service.mul_f64((f64::from(current) / f64::from(workers)).max(1.0));
+            let latency = mean(current);
             while limit.admits() {
                 limit.sent();
             }
@@ -562,6 +597,27 @@ mod tests {
         limits.sort_unstable();
         let (low, median) = (limits[limits.len() / 20], limits[limits.len() / 2]);
         assert!(low >= 7 && (8..=10).contains(&median), "{low}, {median}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_latency_that_grows_below_the_endpoints_concurrency_is_not_taken_for_a_queue() {
+        // 8 workers of 6 ms that slow one another by 1.25 % each beyond two (6.45 ms at 8, as
+        // a server's shared CPU or timers do), then queue: the no-load latency is measured at
+        // 2 in flight, below what 8 take with nothing waiting.
+        let mean = |n: u32| {
+            let busy = f64::from(n.min(8).saturating_sub(2));
+            (6 * MS).mul_f64((1.0 + 0.0125 * busy) * (f64::from(n) / 8.0).max(1.0))
+        };
+        let mut limit = Limit::new(AdaptiveConcurrency::new(), Instant::now());
+        let mut limits = Vec::new();
+        let answers = 400 * WINDOW_SAMPLES;
+        answer_endpoint(&mut limit, &mut Instant::now(), mean, 0.1, answers, |l| {
+            limits.push(l);
+        });
+        let mut settled = limits.split_off(50 * WINDOW_SAMPLES);
+        settled.sort_unstable();
+        let (low, median) = (settled[settled.len() / 20], settled[settled.len() / 2]);
+        assert!(low >= 7 && median == 8, "{low}, {median}");
     }
 
     #[tokio::test(start_paused = true)]
