@@ -273,9 +273,10 @@ impl Limit {
         let Some(latency) = latency else {
             return false;
         };
-        // A window that measures the no-load latency or judges a probe counts the answers to
-        // requests sent since it opened: the others went under the limit before.
-        let judging = self.next_probe.is_none() || self.probing.is_some();
+        // A window that measures the no-load latency, judges a probe or follows a cut counts
+        // the answers to requests sent since it opened: the others went under the limit before
+        // (after a cut, they queued under the higher limit).
+        let judging = self.next_probe.is_none() || self.probing.is_some() || self.cut;
         if judging
             && now
                 .checked_sub(latency)
@@ -738,6 +739,33 @@ mod tests {
             }
         }
         assert_eq!(instant.current(), 40);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_queued_before_a_cut_are_no_sample_of_the_window_after_it() {
+        let start = Instant::now();
+        let mut limit = Limit::new(AdaptiveConcurrency::new().initial(9), start);
+        let mut now = start;
+        let mut answer = |limit: &mut Limit, latency: Duration, after: Duration| {
+            for _ in 0..MIN_SAMPLES {
+                limit.sent();
+                now += after;
+                limit.finished(Some(latency), true, now);
+            }
+        };
+        answer(&mut limit, 5 * MS, 20 * MS);
+        assert_eq!(limit.no_load(), Some(5 * MS));
+        // A window at 9 over an endpoint of 8 (9/8 of 5 ms): cut to what it served.
+        while limit.admits() {
+            limit.sent();
+        }
+        answer(&mut limit, 5625 * MS / 1000, 20 * MS);
+        assert_eq!(limit.current(), 8);
+        // Answers that queued under 9 arrive just after the cut, then answers at 8: the window
+        // after the cut shows no queue, and the no-load latency stays.
+        answer(&mut limit, 5625 * MS / 1000, MS / 8);
+        answer(&mut limit, 5 * MS, 20 * MS);
+        assert_eq!(limit.no_load(), Some(5 * MS));
     }
 
     #[tokio::test(start_paused = true)]
