@@ -12,15 +12,17 @@
 //! `L / C` times the no-load latency on average, and a median stays at the no-load latency until
 //! half the answers wait. A queue in a window that used the limit scales it to what the endpoint
 //! served, `L × tolerance × no-load / mean` (never below half), which is `tolerance × C`; a
-//! timed-out attempt is a sample at its timeout, not nothing. A window that still shows a queue
-//! right after such a cut shows latency that is not this limit's queue (an endpoint that slows
-//! as more of its own workers are busy reads faster at the floor than at its concurrency with
-//! nothing waiting): its successes become the no-load latency.
+//! timed-out attempt is a sample at its timeout, not nothing. Such a cut leaves no queue beyond
+//! the tolerance: the window after it (counting only the answers to requests sent after the
+//! cut) that still shows one, with no failure among its answers, shows latency that is not this
+//! limit's queue (an endpoint that slows as more of its own workers are busy reads faster at the
+//! floor than at its concurrency with nothing waiting), and its mean over `tolerance` becomes
+//! the no-load latency, once a measurement.
 //!
 //! Without a queue, a window that used the limit probes for room: the limit grows by a step
 //! that starts at one and doubles while each probe finds room (a large endpoint is found in a
-//! few windows). Like a window that measures the no-load latency, the window that judges a
-//! probe counts only the answers to requests sent after it opened; it alone may close before
+//! few windows). Like a window that measures the no-load latency or follows a cut, the window
+//! that judges a probe counts only the answers to requests sent after it opened; it alone may close before
 //! 100 ms, once its answers show a queue (looked at after 8, 16, 32 and 64 of them): a probe
 //! that found no room ends once that is known. A probe that finds a queue is undone, and the
 //! next waits twice as long as the last, up to 2 s: an endpoint at its concurrency is probed
@@ -167,8 +169,11 @@ pub(crate) struct Limit {
     /// While a window judges a probe for room: the limit before it.
     probing: Option<f64>,
     /// The last window cut the limit to what the endpoint served (a queue's cut, neither a
-    /// probe's undoing nor a halving): the next is judged with it in mind.
+    /// probe's undoing, a halving nor a raise to the floor): the next is judged with it in mind.
     cut: bool,
+    /// The last measurement of the no-load latency was replaced by a window after a cut: at
+    /// most once a measurement, so that a correction never builds on one.
+    corrected: bool,
     /// What the next probe for room adds, doubled by each probe that found room.
     step: f64,
     /// How long the limit holds after a probe found no room, doubled by each such probe.
@@ -211,6 +216,7 @@ impl Limit {
             window: Window::new(now),
             probing: None,
             cut: false,
+            corrected: false,
             step: 1.0,
             pause: config.window,
             grows_at: now,
@@ -308,6 +314,7 @@ impl Limit {
 
     fn close_window(&mut self, now: Instant) {
         let window = std::mem::replace(&mut self.window, Window::new(now));
+        let cut = std::mem::take(&mut self.cut);
         match self.next_probe {
             // Measured again, from enough successes of a window with little in flight (none
             // yet: measured again at once).
@@ -319,6 +326,7 @@ impl Limit {
                     .filter(|_| enough)
                     .or(self.no_load);
                 self.next_probe = self.no_load.map(|_| now + self.config.probe_every);
+                self.corrected = false;
                 return;
             }
             Some(at) if now >= at => {
@@ -339,16 +347,20 @@ impl Limit {
         let tolerance = self.config.tolerance;
         let (no_load_mean, recent_mean) = (no_load.mean.as_secs_f64(), recent.mean.as_secs_f64());
         let probed = self.probing.take();
-        let cut = std::mem::take(&mut self.cut);
         let min = f64::from(self.config.min);
         if self.shows_queue(no_load, recent) {
             // Still a queue after a cut to what the endpoint served, which by Little's law
-            // leaves none: the latency is not this limit's queue (an endpoint that gets slower
-            // as more of its own workers are busy, or one that got slower), and its successes
-            // are the no-load latency from now on.
-            let enough = window.successes.count as usize >= MIN_SAMPLES;
-            if let Some(latency) = window.successes.latency().filter(|_| cut && enough) {
-                self.no_load = Some(latency);
+            // leaves none beyond the `tolerance` allowed: the latency is not this limit's queue
+            // (an endpoint that gets slower as more of its own workers are busy, or one that
+            // got slower), and the no-load latency is taken from it. Not from a window with a
+            // failure (a timeout is a sample at its timeout), and once a measurement.
+            let all_successes = window.successes.count == window.answers.count;
+            if cut && all_successes && !self.corrected {
+                self.no_load = Some(Latency {
+                    mean: recent.mean.div_f64(tolerance),
+                    error: recent.error / tolerance,
+                });
+                self.corrected = true;
                 return;
             }
             // A queue of this limit's (not when the window left it unused): by Little's law the
@@ -359,7 +371,7 @@ impl Limit {
             }
             let share = tolerance * no_load_mean / recent_mean;
             let served = self.limit * share.max(0.5);
-            self.cut = probed.is_none() && share >= 0.5;
+            self.cut = probed.is_none() && share >= 0.5 && served >= min;
             // A probe that found no room is undone (unless the endpoint served more than the
             // limit before it), and the next waits twice as long.
             self.limit = probed.map_or(served, |before| served.max(before));
@@ -609,7 +621,9 @@ mod tests {
             let busy = f64::from(n.min(8).saturating_sub(2));
             (6 * MS).mul_f64((1.0 + 0.0125 * busy) * (f64::from(n) / 8.0).max(1.0))
         };
-        let mut limit = Limit::new(AdaptiveConcurrency::new(), Instant::now());
+        // Measured again every 5 s: each measurement reads 6 ms again.
+        let config = AdaptiveConcurrency::new().probe_every(Duration::from_secs(5));
+        let mut limit = Limit::new(config, Instant::now());
         let mut limits = Vec::new();
         let answers = 400 * WINDOW_SAMPLES;
         answer_endpoint(&mut limit, &mut Instant::now(), mean, 0.1, answers, |l| {
@@ -766,6 +780,47 @@ mod tests {
         answer(&mut limit, 5625 * MS / 1000, MS / 8);
         answer(&mut limit, 5 * MS, 20 * MS);
         assert_eq!(limit.no_load(), Some(5 * MS));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_no_load_latency_is_corrected_from_successes_only_and_once_a_measurement() {
+        let config = AdaptiveConcurrency::new().initial(8);
+        let mut limit = Limit::new(config, Instant::now());
+        let mut now = Instant::now();
+        // A window of 8 answers, 20 ms apart, the first `failures` of them timed out at 20 ms.
+        let mut window = |limit: &mut Limit, latency: Duration, failures: usize| {
+            while limit.admits() {
+                limit.sent();
+            }
+            for i in 0..MIN_SAMPLES {
+                limit.sent();
+                now += 20 * MS;
+                let failed = i < failures;
+                limit.finished(Some(if failed { 20 * MS } else { latency }), !failed, now);
+            }
+        };
+        window(&mut limit, 5 * MS, 0);
+        assert_eq!(limit.no_load(), Some(5 * MS));
+        // Right after a cut, a window still queued with a timeout in it: cut again, no
+        // correction.
+        limit.cut = true;
+        window(&mut limit, 8 * MS, 1);
+        assert_eq!(limit.no_load(), Some(5 * MS));
+        assert!(limit.current() < 8, "cut");
+        // One of successes only: corrected; another after the next cut: not again.
+        limit.cut = true;
+        window(&mut limit, 6 * MS, 0);
+        assert_eq!(limit.no_load(), Some(6 * MS));
+        limit.cut = true;
+        window(&mut limit, 7 * MS, 0);
+        assert_eq!(limit.no_load(), Some(6 * MS));
+        // With a tolerance of 1.5, a window 1.5 times the no-load latency is no queue: the
+        // correction is a window's mean over it.
+        let mut tolerant = Limit::new(config.tolerance(1.5), Instant::now());
+        window(&mut tolerant, 5 * MS, 0);
+        tolerant.cut = true;
+        window(&mut tolerant, 9 * MS, 0);
+        assert_eq!(tolerant.no_load(), Some(6 * MS));
     }
 
     #[tokio::test(start_paused = true)]
