@@ -248,7 +248,8 @@ struct Shared {
     /// Store calls that failed, stored values that could not be read, and changes dropped
     /// past [`MAX_PENDING`].
     errors: AtomicU64,
-    /// Held by the flush that runs: one at a time, so that changes are written in their order.
+    /// Held while this view writes to the store: one flush at a time, so that changes are
+    /// written in their order.
     flushing: tokio::sync::Mutex<()>,
     /// Flushes that stopped on a store error: one that failed while a caller waited is not
     /// tried again at once by each waiting caller.
@@ -389,19 +390,24 @@ impl EndpointHealth {
     }
 
     /// With a shared store: writes the changes made since the last flush, then reads
-    /// `endpoint`'s state from the store unless it was read less than [`REFRESH`] ago. Without
-    /// one, nothing. A store that fails is counted ([`store_errors`](Self::store_errors)) and
-    /// the process goes on with its own view; the changes not written are tried again next time.
+    /// `endpoint`'s state from the store unless it was read less than [`REFRESH`] ago; while
+    /// this view writes elsewhere (a flush), nothing: that flush writes the changes, and a send
+    /// never waits for it. Without a store, nothing. A store that fails is counted
+    /// ([`store_errors`](Self::store_errors)) and the process goes on with its own view; the
+    /// changes not written are tried again next time.
     pub async fn sync(&self, endpoint: &str) {
         let Some(shared) = &self.shared else {
             return;
         };
-        self.flush().await;
+        let Ok(flushing) = shared.flushing.try_lock() else {
+            return;
+        };
+        self.write_pending(shared).await;
+        drop(flushing);
         let fresh = lock(&shared.read_at)
             .get(endpoint)
             .is_some_and(|at| at.elapsed() < REFRESH);
-        // A flush running elsewhere keeps the view as it writes.
-        if fresh || shared.flushing.try_lock().is_err() {
+        if fresh {
             return;
         }
         let written = shared.written.load(Ordering::Acquire);
@@ -419,9 +425,11 @@ impl EndpointHealth {
     /// With a shared store: writes the changes made since the last flush, in their order, each
     /// applied to the stored state by compare-and-swap (a success elsewhere in the fleet ends a
     /// failing run here too). One flush runs at a time; a call while another runs waits for it,
-    /// so that when a call returns, the changes made before it are written, or the store failed
-    /// and they are kept for the next flush (a peer reads a failing run before this process acts
-    /// on it, as when it moves the endpoint's backlog). Without a store, nothing.
+    /// so that when a call returns, the changes made before it are written (a peer reads a
+    /// failing run before this process acts on it, as when it moves the endpoint's backlog), or
+    /// the store failed, or did not answer within [`REFRESH`] of the wait: they are then kept
+    /// for the next flush (a store that hangs holds one flush, not every worker with a change).
+    /// Without a store, nothing.
     pub async fn flush(&self) {
         let Some(shared) = &self.shared else {
             return;
@@ -431,10 +439,18 @@ impl EndpointHealth {
             return;
         }
         let failed_before = shared.failed_flushes.load(Ordering::Acquire);
-        let _flushing = shared.flushing.lock().await;
+        let Ok(_flushing) = tokio::time::timeout(REFRESH, shared.flushing.lock()).await else {
+            return;
+        };
         if shared.failed_flushes.load(Ordering::Acquire) != failed_before {
             return;
         }
+        self.write_pending(shared).await;
+    }
+
+    /// Writes the pending changes in their order until none is left or the store fails; the
+    /// caller holds `flushing`.
+    async fn write_pending(&self, shared: &Shared) {
         loop {
             let Some((endpoint, change)) = lock(&shared.pending).front().cloned() else {
                 break;
@@ -827,7 +843,7 @@ mod tests {
     async fn a_flush_beside_another_returns_once_its_changes_are_written() {
         let (health, store, gate) = a_flush_waiting_at_the_gate().await;
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             gate.add_permits(100);
         });
         // Returned at once before, the 410 not yet written: a process could move a backlog its
@@ -839,12 +855,21 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_flush_waits_a_refresh_at_most_for_a_store_that_hangs() {
+        let (health, _store, _gate) = a_flush_waiting_at_the_gate().await;
+        let waited = tokio::time::Instant::now();
+        health.flush().await;
+        assert_eq!(waited.elapsed(), REFRESH);
+        assert_eq!(health.unwritten(), 2, "both kept for the next flush");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_flush_that_waited_for_one_that_failed_does_not_try_again() {
         let (health, store, gate) = a_flush_waiting_at_the_gate().await;
         tokio::spawn({
             let store = store.clone();
             async move {
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 store.fail.store(true, Ordering::Relaxed);
                 gate.add_permits(100);
             }
