@@ -27,7 +27,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tower_http_retry::InvalidConfig;
@@ -254,6 +254,9 @@ struct Shared {
     /// Flushes that stopped on a store error: one that failed while a caller waited is not
     /// tried again at once by each waiting caller.
     failed_flushes: AtomicU64,
+    /// A flush was waited for a whole [`REFRESH`] in vain: until a flush runs again, none is
+    /// waited for.
+    stalled: AtomicBool,
     /// Changes written so far: a read that began before one was written is not adopted (the
     /// write is newer than what it read, and no longer pending).
     written: AtomicU64,
@@ -320,6 +323,7 @@ impl EndpointHealth {
                 errors: AtomicU64::new(0),
                 flushing: tokio::sync::Mutex::new(()),
                 failed_flushes: AtomicU64::new(0),
+                stalled: AtomicBool::new(false),
                 written: AtomicU64::new(0),
             })),
             ..Self::new(rules)
@@ -389,21 +393,18 @@ impl EndpointHealth {
         self.change(endpoint, Change::Disable(reason))
     }
 
-    /// With a shared store: writes the changes made since the last flush, then reads
-    /// `endpoint`'s state from the store unless it was read less than [`REFRESH`] ago; while
-    /// this view writes elsewhere (a flush), nothing: that flush writes the changes, and a send
-    /// never waits for it. Without a store, nothing. A store that fails is counted
-    /// ([`store_errors`](Self::store_errors)) and the process goes on with its own view; the
-    /// changes not written are tried again next time.
+    /// With a shared store: writes the changes made since the last flush (unless a flush runs,
+    /// which writes them: a send never waits for it), then reads `endpoint`'s state from the
+    /// store unless it was read less than [`REFRESH`] ago. Without a store, nothing. A store
+    /// that fails is counted ([`store_errors`](Self::store_errors)) and the process goes on with
+    /// its own view; the changes not written are tried again next time.
     pub async fn sync(&self, endpoint: &str) {
         let Some(shared) = &self.shared else {
             return;
         };
-        let Ok(flushing) = shared.flushing.try_lock() else {
-            return;
-        };
-        self.write_pending(shared).await;
-        drop(flushing);
+        if let Ok(_flushing) = shared.flushing.try_lock() {
+            self.write_pending(shared).await;
+        }
         let fresh = lock(&shared.read_at)
             .get(endpoint)
             .is_some_and(|at| at.elapsed() < REFRESH);
@@ -427,9 +428,9 @@ impl EndpointHealth {
     /// failing run here too). One flush runs at a time; a call while another runs waits for it,
     /// so that when a call returns, the changes made before it are written (a peer reads a
     /// failing run before this process acts on it, as when it moves the endpoint's backlog), or
-    /// the store failed, or did not answer within [`REFRESH`] of the wait: they are then kept
-    /// for the next flush (a store that hangs holds one flush, not every worker with a change).
-    /// Without a store, nothing.
+    /// the store failed, or the running flush did not end within [`REFRESH`]: they are then kept
+    /// for the next flush. After such a wait, calls do not wait until that flush ends: a store
+    /// that hangs costs one wait, not one a delivery. Without a store, nothing.
     pub async fn flush(&self) {
         let Some(shared) = &self.shared else {
             return;
@@ -439,7 +440,15 @@ impl EndpointHealth {
             return;
         }
         let failed_before = shared.failed_flushes.load(Ordering::Acquire);
-        let Ok(_flushing) = tokio::time::timeout(REFRESH, shared.flushing.lock()).await else {
+        let flushing = if shared.stalled.load(Ordering::Acquire) {
+            shared.flushing.try_lock().ok()
+        } else {
+            tokio::time::timeout(REFRESH, shared.flushing.lock())
+                .await
+                .ok()
+        };
+        let Some(_flushing) = flushing else {
+            shared.stalled.store(true, Ordering::Release);
             return;
         };
         if shared.failed_flushes.load(Ordering::Acquire) != failed_before {
@@ -451,6 +460,7 @@ impl EndpointHealth {
     /// Writes the pending changes in their order until none is left or the store fails; the
     /// caller holds `flushing`.
     async fn write_pending(&self, shared: &Shared) {
+        shared.stalled.store(false, Ordering::Release);
         loop {
             let Some((endpoint, change)) = lock(&shared.pending).front().cloned() else {
                 break;
@@ -861,6 +871,18 @@ mod tests {
         health.flush().await;
         assert_eq!(waited.elapsed(), REFRESH);
         assert_eq!(health.unwritten(), 2, "both kept for the next flush");
+        // Until that flush ends, no call waits for it again.
+        let again = tokio::time::Instant::now();
+        health.flush().await;
+        assert_eq!(again.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_reads_while_a_flush_runs() {
+        let (health, store, _gate) = a_flush_waiting_at_the_gate().await;
+        lock(&store.values).insert("g".to_owned(), r#"{"disabled":"gone"}"#.to_owned());
+        health.sync("g").await;
+        assert_eq!(health.disabled("g"), Some(DisableReason::Gone));
     }
 
     #[tokio::test(start_paused = true)]

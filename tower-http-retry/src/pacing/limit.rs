@@ -12,18 +12,18 @@
 //! `L / C` times the no-load latency on average, and a median stays at the no-load latency until
 //! half the answers wait. A queue in a window that used the limit scales it to what the endpoint
 //! served, `L × tolerance × no-load / mean` (never below half), which is `tolerance × C`; a
-//! timed-out attempt is a sample at its timeout, not nothing. Such a cut leaves no queue beyond
-//! the tolerance: the window after it (counting only the answers to requests sent after the
-//! cut) that still shows one, with no failure among its answers, shows latency that is not this
-//! limit's queue (an endpoint that slows as more of its own workers are busy reads faster at the
-//! floor than at its concurrency with nothing waiting), and its mean over `tolerance` becomes
-//! the no-load latency, once a measurement.
+//! timed-out attempt is a sample at its timeout, not nothing. A cut to what was served (not a
+//! halving, nor one raised to the floor) leaves no queue beyond the tolerance: the window after
+//! it (counting only the answers to requests sent after the cut) that still shows one, with no
+//! failure among its answers, shows latency that is not this limit's queue (an endpoint that
+//! slows as more of its own workers are busy reads faster at the floor than at its concurrency
+//! with nothing waiting), and its mean over `tolerance` becomes the no-load latency.
 //!
 //! Without a queue, a window that used the limit probes for room: the limit grows by a step
 //! that starts at one and doubles while each probe finds room (a large endpoint is found in a
 //! few windows). Like a window that measures the no-load latency or follows a cut, the window
-//! that judges a probe counts only the answers to requests sent after it opened; it alone may close before
-//! 100 ms, once its answers show a queue (looked at after 8, 16, 32 and 64 of them): a probe
+//! that judges a probe counts only the answers to requests sent after it opened; it alone may
+//! close before 100 ms, once its answers show a queue (looked at after 8, 16, 32 and 64 of them): a probe
 //! that found no room ends once that is known. A probe that finds a queue is undone, and the
 //! next waits twice as long as the last, up to 2 s: an endpoint at its concurrency is probed
 //! ever less often, so few answers wait behind a probe (in the spirit of BBR's bandwidth
@@ -171,9 +171,6 @@ pub(crate) struct Limit {
     /// The last window cut the limit to what the endpoint served (a queue's cut, neither a
     /// probe's undoing, a halving nor a raise to the floor): the next is judged with it in mind.
     cut: bool,
-    /// The last measurement of the no-load latency was replaced by a window after a cut: at
-    /// most once a measurement, so that a correction never builds on one.
-    corrected: bool,
     /// What the next probe for room adds, doubled by each probe that found room.
     step: f64,
     /// How long the limit holds after a probe found no room, doubled by each such probe.
@@ -216,7 +213,6 @@ impl Limit {
             window: Window::new(now),
             probing: None,
             cut: false,
-            corrected: false,
             step: 1.0,
             pause: config.window,
             grows_at: now,
@@ -326,7 +322,6 @@ impl Limit {
                     .filter(|_| enough)
                     .or(self.no_load);
                 self.next_probe = self.no_load.map(|_| now + self.config.probe_every);
-                self.corrected = false;
                 return;
             }
             Some(at) if now >= at => {
@@ -352,15 +347,13 @@ impl Limit {
             // Still a queue after a cut to what the endpoint served, which by Little's law
             // leaves none beyond the `tolerance` allowed: the latency is not this limit's queue
             // (an endpoint that gets slower as more of its own workers are busy, or one that
-            // got slower), and the no-load latency is taken from it. Not from a window with a
-            // failure (a timeout is a sample at its timeout), and once a measurement.
-            let all_successes = window.successes.count == window.answers.count;
-            if cut && all_successes && !self.corrected {
+            // got slower), and the no-load latency is taken from it; not from a window with a
+            // failure (a timeout is a sample at its timeout).
+            if cut && window.successes.count == window.answers.count {
                 self.no_load = Some(Latency {
                     mean: recent.mean.div_f64(tolerance),
                     error: recent.error / tolerance,
                 });
-                self.corrected = true;
                 return;
             }
             // A queue of this limit's (not when the window left it unused): by Little's law the
@@ -621,18 +614,20 @@ mod tests {
             let busy = f64::from(n.min(8).saturating_sub(2));
             (6 * MS).mul_f64((1.0 + 0.0125 * busy) * (f64::from(n) / 8.0).max(1.0))
         };
-        // Measured again every 5 s: each measurement reads 6 ms again.
-        let config = AdaptiveConcurrency::new().probe_every(Duration::from_secs(5));
-        let mut limit = Limit::new(config, Instant::now());
-        let mut limits = Vec::new();
-        let answers = 400 * WINDOW_SAMPLES;
-        answer_endpoint(&mut limit, &mut Instant::now(), mean, 0.1, answers, |l| {
-            limits.push(l);
-        });
-        let mut settled = limits.split_off(50 * WINDOW_SAMPLES);
-        settled.sort_unstable();
-        let (low, median) = (settled[settled.len() / 20], settled[settled.len() / 2]);
-        assert!(low >= 7 && median == 8, "{low}, {median}");
+        // Measured again every 60 s (the default), and every 5 s: each reads 6 ms again.
+        for every in [60, 5].map(Duration::from_secs) {
+            let config = AdaptiveConcurrency::new().probe_every(every);
+            let mut limit = Limit::new(config, Instant::now());
+            let mut limits = Vec::new();
+            let answers = 400 * WINDOW_SAMPLES;
+            answer_endpoint(&mut limit, &mut Instant::now(), mean, 0.1, answers, |l| {
+                limits.push(l);
+            });
+            let mut settled = limits.split_off(50 * WINDOW_SAMPLES);
+            settled.sort_unstable();
+            let (low, median) = (settled[settled.len() / 20], settled[settled.len() / 2]);
+            assert!(low >= 7 && median == 8, "every {every:?}: {low}, {median}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -783,7 +778,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_no_load_latency_is_corrected_from_successes_only_and_once_a_measurement() {
+    async fn the_no_load_latency_is_corrected_from_successes_only_over_the_tolerance() {
         let config = AdaptiveConcurrency::new().initial(8);
         let mut limit = Limit::new(config, Instant::now());
         let mut now = Instant::now();
@@ -807,12 +802,9 @@ mod tests {
         window(&mut limit, 8 * MS, 1);
         assert_eq!(limit.no_load(), Some(5 * MS));
         assert!(limit.current() < 8, "cut");
-        // One of successes only: corrected; another after the next cut: not again.
+        // One of successes only: corrected.
         limit.cut = true;
         window(&mut limit, 6 * MS, 0);
-        assert_eq!(limit.no_load(), Some(6 * MS));
-        limit.cut = true;
-        window(&mut limit, 7 * MS, 0);
         assert_eq!(limit.no_load(), Some(6 * MS));
         // With a tolerance of 1.5, a window 1.5 times the no-load latency is no queue: the
         // correction is a window's mean over it.
