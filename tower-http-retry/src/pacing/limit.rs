@@ -17,7 +17,9 @@
 //! it (counting only the answers to requests sent after the cut) that still shows one, with no
 //! failure among its answers, shows latency that is not this limit's queue (an endpoint that
 //! slows as more of its own workers are busy reads faster at the floor than at its concurrency
-//! with nothing waiting), and its mean over `tolerance` becomes the no-load latency.
+//! with nothing waiting), and its mean over `tolerance` becomes the no-load latency. A window of
+//! successes faster than the no-load latency beyond their noise becomes it too (an endpoint that
+//! got faster, or a correction taken in a slow spell, is not held until the next measurement).
 //!
 //! Without a queue, a window that used the limit probes for room: the limit grows by a step
 //! that starts at one and doubles while each probe finds room (a large endpoint is found in a
@@ -336,9 +338,16 @@ impl Limit {
             }
             Some(_) => {}
         }
-        let (Some(no_load), Some(recent)) = (self.no_load, window.answers.latency()) else {
+        let (Some(mut no_load), Some(recent)) = (self.no_load, window.answers.latency()) else {
             return;
         };
+        let all_successes = window.successes.count == window.answers.count;
+        // Faster than the no-load latency beyond the noise: it is lower than believed (an
+        // endpoint that got faster, or a correction below taken in a slow spell).
+        let faster = no_load.mean.as_secs_f64() - recent.mean.as_secs_f64();
+        if all_successes && faster > recent.noise(&no_load) {
+            (no_load, self.no_load) = (recent, Some(recent));
+        }
         let tolerance = self.config.tolerance;
         let (no_load_mean, recent_mean) = (no_load.mean.as_secs_f64(), recent.mean.as_secs_f64());
         let probed = self.probing.take();
@@ -349,7 +358,7 @@ impl Limit {
             // (an endpoint that gets slower as more of its own workers are busy, or one that
             // got slower), and the no-load latency is taken from it; not from a window with a
             // failure (a timeout is a sample at its timeout).
-            if cut && window.successes.count == window.answers.count {
+            if cut && all_successes {
                 self.no_load = Some(Latency {
                     mean: recent.mean.div_f64(tolerance),
                     error: recent.error / tolerance,
@@ -698,6 +707,24 @@ mod tests {
         }
         assert_eq!(limit.current(), 10);
         assert_eq!(limit.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_endpoint_that_got_faster_is_believed_at_once() {
+        let (mut limit, mut now) = (
+            Limit::new(AdaptiveConcurrency::new(), Instant::now()),
+            Instant::now(),
+        );
+        closed_queue(&mut limit, &mut now, 8, 10 * MS, 0.0, 50);
+        assert_eq!(limit.no_load(), Some(10 * MS));
+        // Twice as fast, the same 8 workers: not believed only at the next measurement, 60 s
+        // on, with the limit grown meanwhile past windows that showed no queue.
+        let limits = closed_queue(&mut limit, &mut now, 8, 5 * MS, 0.0, 50);
+        assert_eq!(limit.no_load(), Some(5 * MS));
+        assert!(
+            limits[2..].iter().all(|l| (8..=9).contains(l)),
+            "{limits:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
