@@ -25,11 +25,11 @@
 //! that starts at one and doubles while each probe finds room (a large endpoint is found in a
 //! few windows). Like a window that measures the no-load latency or follows a cut, the window
 //! that judges a probe counts only the answers to requests sent after it opened; it alone may
-//! close before 100 ms, once its answers show a queue (looked at after 8, 16, 32 and 64 of them): a probe
-//! that found no room ends once that is known. A probe that finds a queue is undone, and the
-//! next waits twice as long as the last, up to 2 s: an endpoint at its concurrency is probed
-//! ever less often, so few answers wait behind a probe (in the spirit of BBR's bandwidth
-//! probing).
+//! close before 100 ms, once its answers show a queue (looked at after 8, 16, 32 and 64 of
+//! them): a probe that found no room ends once that is known. A probe that finds a queue is
+//! undone, and the next waits twice as long as the last, up to 2 s: an endpoint at its
+//! concurrency is probed ever less often, so few answers wait behind a probe (in the spirit of
+//! BBR's bandwidth probing).
 
 use crate::error::{at_least_one, in_range, positive_duration, InvalidConfig};
 use std::time::Duration;
@@ -313,37 +313,15 @@ impl Limit {
     fn close_window(&mut self, now: Instant) {
         let window = std::mem::replace(&mut self.window, Window::new(now));
         let cut = std::mem::take(&mut self.cut);
-        match self.next_probe {
-            // Measured again, from enough successes of a window with little in flight (none
-            // yet: measured again at once).
-            None => {
-                let enough = window.successes.count as usize >= MIN_SAMPLES;
-                self.no_load = window
-                    .successes
-                    .latency()
-                    .filter(|_| enough)
-                    .or(self.no_load);
-                self.next_probe = self.no_load.map(|_| now + self.config.probe_every);
-                return;
-            }
-            Some(at) if now >= at => {
-                // A probe whose window closes once the measurement is due is undone, its
-                // window's verdict not read: the limit the measurement returns to is one that
-                // was judged.
-                if let Some(before) = self.probing.take() {
-                    self.limit = before;
-                }
-                (self.next_probe, self.step) = (None, 1.0);
-                return;
-            }
-            Some(_) => {}
+        if self.close_measurement(&window, now) {
+            return;
         }
         let (Some(mut no_load), Some(recent)) = (self.no_load, window.answers.latency()) else {
             return;
         };
         let all_successes = window.successes.count == window.answers.count;
         // Faster than the no-load latency beyond the noise: it is lower than believed (an
-        // endpoint that got faster, or a correction below taken in a slow spell).
+        // endpoint that got faster, or a correction, below, taken in a slow spell).
         let faster = no_load.mean.as_secs_f64() - recent.mean.as_secs_f64();
         if all_successes && faster > recent.noise(&no_load) {
             (no_load, self.no_load) = (recent, Some(recent));
@@ -397,6 +375,36 @@ impl Limit {
             self.limit += self.step;
         }
         self.limit = self.limit.clamp(min, f64::from(self.config.max));
+    }
+
+    /// Ends a window that measured the no-load latency, or begins a measurement once one is
+    /// due; whether it did either (the window is then no verdict on the limit).
+    fn close_measurement(&mut self, window: &Window, now: Instant) -> bool {
+        match self.next_probe {
+            // Measured again, from enough successes of a window with little in flight (none
+            // yet: measured again at once).
+            None => {
+                let enough = window.successes.count as usize >= MIN_SAMPLES;
+                self.no_load = window
+                    .successes
+                    .latency()
+                    .filter(|_| enough)
+                    .or(self.no_load);
+                self.next_probe = self.no_load.map(|_| now + self.config.probe_every);
+                true
+            }
+            Some(at) if now >= at => {
+                // A probe whose window closes once the measurement is due is undone, its
+                // window's verdict not read: the limit the measurement returns to is one that
+                // was judged.
+                if let Some(before) = self.probing.take() {
+                    self.limit = before;
+                }
+                (self.next_probe, self.step) = (None, 1.0);
+                true
+            }
+            Some(_) => false,
+        }
     }
 
     /// Whether `answers` show a queue against the no-load latency, once it is measured.
@@ -717,8 +725,8 @@ mod tests {
         );
         closed_queue(&mut limit, &mut now, 8, 10 * MS, 0.0, 50);
         assert_eq!(limit.no_load(), Some(10 * MS));
-        // Twice as fast, the same 8 workers: not believed only at the next measurement, 60 s
-        // on, with the limit grown meanwhile past windows that showed no queue.
+        // Twice as fast, the same 8 workers: believed at once, not at the next measurement 60 s
+        // on (the limit would grow meanwhile, its windows showing no queue).
         let limits = closed_queue(&mut limit, &mut now, 8, 5 * MS, 0.0, 50);
         assert_eq!(limit.no_load(), Some(5 * MS));
         assert!(
