@@ -21,8 +21,12 @@
 //! sends is at most [`REFRESH`] old. A success writes only when it ends a failing run, so a
 //! healthy endpoint costs no write, and one read a second per process.
 
+mod rules;
+
+pub use rules::{DisableReason, HealthRules};
+
 use crate::schedule::unix_ms;
-use serde::{Deserialize, Serialize};
+use rules::{next, Change, State};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
@@ -30,163 +34,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use tower_http_retry::InvalidConfig;
-
-/// When an endpoint is disabled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HealthRules {
-    disable_after: Duration,
-    disable_on_gone: bool,
-    receiver_control: bool,
-}
-
-impl HealthRules {
-    /// Disabled after 5 days of failure, or at once on `410 Gone`.
-    pub fn new() -> Self {
-        Self {
-            disable_after: Duration::from_secs(5 * 24 * 3600),
-            disable_on_gone: true,
-            receiver_control: true,
-        }
-    }
-
-    /// How long an endpoint must fail every attempt before it is disabled.
-    pub fn disable_after(mut self, window: Duration) -> Result<Self, InvalidConfig> {
-        InvalidConfig::ensure_positive_duration("disable_after", window)?;
-        self.disable_after = window;
-        Ok(self)
-    }
-
-    /// Whether a `410 Gone` disables the endpoint at once (on by default); off, a 410 only
-    /// dead-letters its own delivery.
-    pub fn disable_on_gone(mut self, disable: bool) -> Self {
-        self.disable_on_gone = disable;
-        self
-    }
-
-    /// Whether the receiver steers its deliveries with the `webhook-delivery` response header,
-    /// Svix's convention (on by default): `abort-message` dead-letters that delivery at once
-    /// ([`DeadReason::Aborted`](crate::DeadReason::Aborted)), `disable` disables the endpoint as
-    /// a `410 Gone` does ([`DisableReason::ReceiverAsked`]). Off, the header is ignored.
-    pub fn receiver_control(mut self, honour: bool) -> Self {
-        self.receiver_control = honour;
-        self
-    }
-
-    /// Whether the receiver's `webhook-delivery` header is honoured.
-    pub fn honours_receiver_control(&self) -> bool {
-        self.receiver_control
-    }
-}
-
-impl Default for HealthRules {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Why an endpoint is disabled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DisableReason {
-    /// It answered `410 Gone`.
-    Gone,
-    /// It failed every attempt for the rules' window.
-    FailingFor(Duration),
-    /// It answered `webhook-delivery: disable` ([`HealthRules::receiver_control`]).
-    ReceiverAsked,
-}
-
-/// An endpoint's state, as stored (JSON) when the health is shared; no state is a healthy
-/// endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum State {
-    /// Failing continuously, with no success since.
-    Failing(Run),
-    Disabled(DisableReason),
-}
-
-/// A day of a failing run, in Unix milliseconds.
-const DAY_MS: u64 = 24 * 3600 * 1000;
-/// How far apart a day's failures must be for the run to go on into the next day.
-const DAY_SPAN_MS: u64 = DAY_MS / 2;
-
-/// A run of failures, counted in days from its first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Run {
-    /// The run's first failure.
-    since: u64,
-    /// The first and the last failure of the run's current day.
-    day_first: u64,
-    day_last: u64,
-}
-
-impl Run {
-    fn starting(at: u64) -> Self {
-        Run {
-            since: at,
-            day_first: at,
-            day_last: at,
-        }
-    }
-
-    /// The run after a failure at `at`: the same day, the next one when the current day's
-    /// failures spanned half a day, or a new run.
-    fn failed(self, at: u64) -> Self {
-        let day = |t: u64| t.saturating_sub(self.since) / DAY_MS;
-        let (current, next) = (day(self.day_last), day(at));
-        if at < self.day_last || next == current {
-            return Run {
-                day_last: self.day_last.max(at),
-                ..self
-            };
-        }
-        if next == current + 1 && self.day_last - self.day_first >= DAY_SPAN_MS {
-            return Run {
-                day_first: at,
-                day_last: at,
-                ..self
-            };
-        }
-        Run::starting(at)
-    }
-}
-
-/// What an endpoint's health learns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Change {
-    /// An attempt failed, at this Unix time in milliseconds.
-    Failed(u64),
-    Succeeded,
-    Disable(DisableReason),
-    Enable,
-}
-
-/// The state after `change`: the rules in one pure function, applied to the process's view and,
-/// when the health is shared, to the stored state in a compare-and-swap.
-fn next(state: Option<State>, change: Change, rules: &HealthRules) -> Option<State> {
-    match (state, change) {
-        (_, Change::Enable) => None,
-        (Some(State::Disabled(reason)), _) => Some(State::Disabled(reason)),
-        (_, Change::Disable(reason)) => Some(State::Disabled(reason)),
-        (_, Change::Succeeded) => None,
-        (Some(State::Failing(run)), Change::Failed(at)) => {
-            let run = run.failed(at);
-            let window = rules.disable_after.as_millis().min(u128::from(u64::MAX)) as u64;
-            Some(if at.saturating_sub(run.since) >= window {
-                State::Disabled(DisableReason::FailingFor(rules.disable_after))
-            } else {
-                State::Failing(run)
-            })
-        }
-        (None, Change::Failed(at)) => next(
-            Some(State::Failing(Run::starting(at))),
-            Change::Failed(at),
-            rules,
-        ),
-    }
-}
 
 /// The SQL engines' table of the endpoints' shared health (in SQLite's file, in Postgres's
 /// database), one row per endpoint, created when the outbox is opened.
@@ -658,10 +505,6 @@ mod tests {
             sparse.failed("e", start + HOUR * 24 * n);
             assert_eq!(sparse.failed("e", start + HOUR * (24 * n + 1)), None, "{n}");
         }
-        let gap = Run::starting(0).failed(DAY_SPAN_MS).failed(3 * DAY_MS);
-        assert_eq!(gap, Run::starting(3 * DAY_MS), "a day without a failure");
-        let on = Run::starting(0).failed(DAY_SPAN_MS).failed(DAY_MS + 1);
-        assert_eq!(on.since, 0, "a day spanned half a day: the run goes on");
     }
 
     #[test]
@@ -678,12 +521,14 @@ mod tests {
         assert_eq!(lenient.disabled("e"), None);
     }
 
-    /// A store in memory, as an engine's table would keep it; `fail` makes every call fail.
+    /// A store in memory, as an engine's table would keep it; `fail` makes every call fail;
+    /// with a `gate`, each write waits until the test opens it.
     #[derive(Clone, Default)]
     struct MemoryStore {
         values: Arc<Mutex<HashMap<String, String>>>,
         fail: Arc<std::sync::atomic::AtomicBool>,
         fail_writes: Arc<std::sync::atomic::AtomicBool>,
+        gate: Option<Arc<tokio::sync::Semaphore>>,
     }
 
     impl HealthStore for MemoryStore {
@@ -700,23 +545,25 @@ mod tests {
             expected: Option<&'a str>,
             new: Option<&'a str>,
         ) -> StoreFuture<'a, bool> {
-            let writes = if self.fail_writes.load(Ordering::Relaxed) {
-                Err("read-only".into())
-            } else {
-                Ok(())
-            };
-            let result = self.check().and(writes).map(|()| {
-                let mut values = lock(&self.values);
-                if values.get(endpoint).map(String::as_str) != expected {
-                    return false;
+            Box::pin(async move {
+                if let Some(gate) = &self.gate {
+                    let _open = gate.acquire().await;
                 }
-                match new {
-                    Some(new) => values.insert(endpoint.to_owned(), new.to_owned()),
-                    None => values.remove(endpoint),
-                };
-                true
-            });
-            Box::pin(async move { result })
+                if self.fail_writes.load(Ordering::Relaxed) {
+                    return Err("read-only".into());
+                }
+                self.check().map(|()| {
+                    let mut values = lock(&self.values);
+                    if values.get(endpoint).map(String::as_str) != expected {
+                        return false;
+                    }
+                    match new {
+                        Some(new) => values.insert(endpoint.to_owned(), new.to_owned()),
+                        None => values.remove(endpoint),
+                    };
+                    true
+                })
+            })
         }
     }
 
@@ -796,42 +643,16 @@ mod tests {
         assert_eq!(fresh.disabled("f"), Some(DisableReason::Gone));
     }
 
-    /// A store whose writes wait until the test opens its gate.
-    #[derive(Clone)]
-    struct GatedStore {
-        store: MemoryStore,
-        gate: Arc<tokio::sync::Semaphore>,
-    }
-
-    impl HealthStore for GatedStore {
-        fn get<'a>(&'a self, endpoint: &'a str) -> StoreFuture<'a, Option<String>> {
-            self.store.get(endpoint)
-        }
-
-        fn swap<'a>(
-            &'a self,
-            endpoint: &'a str,
-            expected: Option<&'a str>,
-            new: Option<&'a str>,
-        ) -> StoreFuture<'a, bool> {
-            Box::pin(async move {
-                let _open = self.gate.acquire().await;
-                self.store.swap(endpoint, expected, new).await
-            })
-        }
-    }
-
     /// A view on a gated store, with a flush of a failure of `e` running: its write waits at
     /// the gate; then a 410 of `f`, made while it waits.
     async fn a_flush_waiting_at_the_gate(
     ) -> (EndpointHealth, MemoryStore, Arc<tokio::sync::Semaphore>) {
-        let store = MemoryStore::default();
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let gated = GatedStore {
-            store: store.clone(),
-            gate: Arc::clone(&gate),
+        let store = MemoryStore {
+            gate: Some(Arc::clone(&gate)),
+            ..MemoryStore::default()
         };
-        let health = EndpointHealth::shared(HealthRules::new(), gated);
+        let health = EndpointHealth::shared(HealthRules::new(), store.clone());
         health.failed("e", SystemTime::now());
         tokio::spawn({
             let health = health.clone();
