@@ -17,7 +17,7 @@ use super::mode::{trace, PacingMode};
 use super::pass::{Pass, Release};
 use super::rules::PacingRules;
 use super::schedule::{Resend, Schedule};
-use super::shared::{Batch, Grant, Mode, Rules, SharedState, Signal};
+use super::shared::{Batch, Grant, Mode, Rules, SharedState, Signal, WAKE_SLACK};
 use super::store::Lease;
 use crate::random::uniform;
 use crate::telemetry::Labels;
@@ -58,6 +58,9 @@ pub(crate) struct EndpointState {
     /// RFC 6298, timed on answered requests only, as Karn's algorithm does), in nanoseconds:
     /// the releases made within one round trip after a cut met the load released before it.
     round_trip: Option<Nanos>,
+    /// Alone: when the head of the queue, told to wait, is woken on time at the latest (the
+    /// release it waits for and the timer's [`WAKE_SLACK`]), until it asks again.
+    woken_by: Option<Nanos>,
     /// With a store: what the process holds of the fleet's state beyond its replica.
     pub(crate) link: Option<Link>,
     /// The mode the paced endpoints' gauge counts this endpoint in (as its last settled
@@ -99,6 +102,7 @@ impl EndpointState {
             run: 0,
             horizon: now,
             round_trip: None,
+            woken_by: None,
             link,
             gauged: PacingMode::Open,
             labels,
@@ -366,9 +370,16 @@ impl EndpointState {
             self.at(self.queued_since)
         };
         let rng = &mut self.rng;
-        let batch = Batch::One { waiting_since };
+        let slipped = (self.woken_by.take()).map_or(0, |on_time| at.saturating_sub(on_time));
+        let batch = Batch::One {
+            waiting_since,
+            slipped,
+        };
         let grant = self.shared.release(&rules, 0, batch, at, || rng.random());
         self.settle();
+        if let Grant::At(t) = grant {
+            self.woken_by = Some(t.saturating_add(WAKE_SLACK));
+        }
         match grant {
             Grant::Unpaced | Grant::Slots { .. } => Release::Now(Pass::Paced { released: at }),
             Grant::At(t) => Release::At(self.clock.to_local(t)),
