@@ -9,7 +9,10 @@
 //! ```
 //!
 //! The first argument is the engine (as for `durable_throughput`), the second the capacity C
-//! per second (1,000 by default). One process, 4 workers on threads of their own (batches of
+//! per second (1,000 by default), the third the pacer's
+//! [`loss_threshold`](tower_http_retry::pacing::PacingBuilder::loss_threshold) (its default,
+//! 0.05, when left out: the share of an interval's attempts that may fail before the rate is
+//! cut, which sets what the pacer's probing of a hard limit costs). One process, 4 workers on threads of their own (batches of
 //! 10, the default) sharing one client, so one retry layer and one pacer, as a sender's
 //! process would; the Standard Webhooks schedule, unscaled: a delivery that fails its slot
 //! waits 5 s, then 5 min. With `DRAIN_ARRIVALS=<file>`, every arrival at the endpoint is
@@ -42,13 +45,26 @@ async fn main() {
     let capacity: f64 = std::env::args()
         .nth(2)
         .map_or(1_000.0, |c| c.parse().expect("the capacity: a number"));
-    let drain = engines::on_engine(BATCH, Drain { capacity }).await;
+    let loss_threshold: Option<f64> = std::env::args()
+        .nth(3)
+        .map(|t| t.parse().expect("the loss threshold: a number"));
+    let drain = engines::on_engine(
+        BATCH,
+        Drain {
+            capacity,
+            loss_threshold,
+        },
+    )
+    .await;
     let slack = N as f64 / capacity + 2.0;
     let target = |met: bool| if met { "met" } else { "missed" };
     println!(
         "N {N}, C {capacity}/s, down {} s, {WORKERS} workers sharing one pacer",
         OUTAGE.as_secs()
     );
+    if let Some(threshold) = loss_threshold {
+        println!("the pacer's loss threshold     {threshold:>6}   (not the default)");
+    }
     println!(
         "attempts while down          {:>8}",
         drain.attempts_while_down
@@ -80,6 +96,8 @@ async fn main() {
 
 struct Drain {
     capacity: f64,
+    /// The pacer's loss threshold, if not its default.
+    loss_threshold: Option<f64>,
 }
 
 struct Drained {
@@ -155,7 +173,15 @@ impl engines::EngineRun for Drain {
         }
 
         let schedule = Schedule::standard_webhooks();
-        let retry = demo::durable::retry_layer(&schedule);
+        let retry = match self.loss_threshold {
+            None => demo::durable::retry_layer(&schedule),
+            Some(threshold) => {
+                let pacing = schedule.pacing().loss_threshold(threshold).build();
+                let pacing = pacing.expect("the loss threshold: between 0 and 1");
+                let layer = schedule.retry_layer().pacing(pacing).build();
+                layer.expect("the preset's layer builds")
+            }
+        };
         let client = demo::durable::client_over(retry.clone(), &schedule);
         let redelivery: demo::durable::Worker<O> =
             Redelivery::new(client, outbox.clone(), schedule);
