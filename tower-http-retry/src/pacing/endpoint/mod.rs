@@ -17,7 +17,7 @@ use super::mode::{trace, PacingMode};
 use super::pass::{Pass, Release};
 use super::rules::PacingRules;
 use super::schedule::{Resend, Schedule};
-use super::shared::{Batch, Grant, Mode, Rules, SharedState, Signal, WAKE_SLACK};
+use super::shared::{Batch, Grant, Mode, Rules, SharedState, Signal};
 use super::store::Lease;
 use crate::random::uniform;
 use crate::telemetry::Labels;
@@ -27,6 +27,11 @@ use std::collections::VecDeque;
 use std::task::Waker;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// How late the head of a queue may ask for its release and still be on time: the timer's
+/// resolution (1 ms) and as long again for the woken task to run. A later head owes the slots of
+/// this slack, not of the spell past it.
+const WAKE_SLACK: Nanos = 2_000_000;
 
 pub(crate) struct Waiter {
     pub(crate) id: u64,
@@ -58,8 +63,9 @@ pub(crate) struct EndpointState {
     /// RFC 6298, timed on answered requests only, as Karn's algorithm does), in nanoseconds:
     /// the releases made within one round trip after a cut met the load released before it.
     round_trip: Option<Nanos>,
-    /// Alone: when the head of the queue, told to wait, is woken on time at the latest (the
-    /// release it waits for and the timer's [`WAKE_SLACK`]), until it asks again.
+    /// Alone: the latest the head of the queue asks on time, if it was told when (the release
+    /// it waits for, or now for the next head after a release, and [`WAKE_SLACK`]). Any next
+    /// call takes it; one that finds nobody waiting owes nothing anyway.
     woken_by: Option<Nanos>,
     /// With a store: what the process holds of the fleet's state beyond its replica.
     pub(crate) link: Option<Link>,
@@ -364,22 +370,29 @@ impl EndpointState {
         let at = self.at(now);
         self.shared.advance(&rules, self.queue.len() > 1, at);
         self.settle();
-        let waiting_since = if self.queue.is_empty() {
+        let mut waiting_since = if self.queue.is_empty() {
             at
         } else {
             self.at(self.queued_since)
         };
+        // A head that asks later than it was due to be woken: the process did not run
+        // meanwhile (its threads, or the machine's cores, were busy). The slots of that spell
+        // are not owed: sent at once, they would reach the receiver as a burst past its own
+        // limit, whose refusals would read as a capacity the endpoint is not at.
+        if self.woken_by.take().is_some_and(|on_time| at > on_time) {
+            waiting_since = waiting_since.max(at.saturating_sub(WAKE_SLACK));
+        }
         let rng = &mut self.rng;
-        let slipped = (self.woken_by.take()).map_or(0, |on_time| at.saturating_sub(on_time));
-        let batch = Batch::One {
-            waiting_since,
-            slipped,
-        };
+        let batch = Batch::One { waiting_since };
         let grant = self.shared.release(&rules, 0, batch, at, || rng.random());
         self.settle();
-        if let Grant::At(t) = grant {
-            self.woken_by = Some(t.saturating_add(WAKE_SLACK));
+        self.woken_by = match grant {
+            Grant::At(t) => Some(t),
+            // The next head is woken now.
+            Grant::Slots { .. } if self.queue.len() > 1 => Some(at),
+            _ => None,
         }
+        .map(|t| t.saturating_add(WAKE_SLACK));
         match grant {
             Grant::Unpaced | Grant::Slots { .. } => Release::Now(Pass::Paced { released: at }),
             Grant::At(t) => Release::At(self.clock.to_local(t)),

@@ -36,7 +36,7 @@ mod tests;
 pub(crate) use entered::Entered;
 pub(crate) use op::Op;
 pub(crate) use peer::{Peer, MAX_PEERS};
-pub(crate) use release::{Batch, Grant, WAKE_SLACK};
+pub(crate) use release::{Batch, Grant};
 
 use super::clock::{nanos, Nanos};
 use super::mode::PacingMode;

@@ -10,14 +10,9 @@ use std::time::Duration;
 
 /// How far behind its schedule a ramp may release at once: a timer wakes the queue at most once
 /// a millisecond, so a rate above 1,000/s needs a few releases per wake. Only slots that passed
-/// while requests waited are owed: an idle moment saves up no burst at all, and neither does a
-/// spell the process did not run ([`WAKE_SLACK`]).
+/// while requests waited are owed: an idle moment saves up no burst at all (and a process alone
+/// owes none of a spell it did not run: `EndpointState::release`).
 const BURST_WINDOW: Nanos = 10_000_000;
-/// How late past the time it asked for the head of a queue may be woken and still be on time:
-/// the timer's resolution (1 ms) and as long again for the woken task to run. A later wake is
-/// a spell the process did not run (its threads, or the machine's cores, were busy), and the
-/// schedule slips by it ([`Batch::One`]).
-pub(crate) const WAKE_SLACK: Nanos = 2_000_000;
 /// A fleet's release batch aims at this many slots, so that a process calls the store about
 /// once per this many releases.
 pub(crate) const SLOTS_PER_CALL: u64 = 16;
@@ -38,14 +33,8 @@ pub(crate) const PEER_TTL: Nanos = 10_000_000_000;
 pub(crate) enum Batch {
     /// The head of the queue of a process pacing alone: one, now or not yet. Requests have
     /// waited since `waiting_since` (now, for one that finds nobody waiting): no slot before
-    /// it is owed to them. The head was woken `slipped` after the time it asked for and the
-    /// [`WAKE_SLACK`]: the slots of that spell are not owed either (sent at once, they would
-    /// reach the receiver as a burst beyond its own limit, whose refusals would read as a
-    /// capacity the endpoint is not at), so the schedule moves on by it.
-    One {
-        waiting_since: Nanos,
-        slipped: Nanos,
-    },
+    /// it is owed to them.
+    One { waiting_since: Nanos },
     /// A process of a fleet with `want` requests waiting: up to its fair share of a window of
     /// slots ahead, granted whole.
     Fleet { want: u32 },
@@ -135,13 +124,7 @@ impl SharedState {
             Mode::Ramping { ramp, .. } => {
                 let gap = gap(ramp.rate(&rules.pacing.rate));
                 match batch {
-                    Batch::One {
-                        waiting_since,
-                        slipped,
-                    } => {
-                        self.last_slot = self.last_slot.saturating_add(slipped);
-                        self.release_one(gap, waiting_since, now)
-                    }
+                    Batch::One { waiting_since } => self.release_one(gap, waiting_since, now),
                     Batch::Fleet { want } => {
                         self.release_batch(rules, holder, &ramp, gap, want, now)
                     }
