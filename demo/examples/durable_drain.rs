@@ -9,10 +9,9 @@
 //! ```
 //!
 //! The first argument is the engine (as for `durable_throughput`), the second the capacity C
-//! per second (1,000 by default), the third the pacer's
-//! [`loss_threshold`](tower_http_retry::pacing::PacingBuilder::loss_threshold) (its default,
-//! 0.05, when left out: the share of an interval's attempts that may fail before the rate is
-//! cut, which sets what the pacer's probing of a hard limit costs). One process, 4 workers on threads of their own (batches of
+//! per second (1,000 by default), the third the pacer's `loss_threshold` (0.05 when left out:
+//! the share of an interval's outcomes that, with at least 3 losses, cuts the rate; it sets
+//! what the pacer's probing of a hard limit costs). One process, 4 workers on threads of their own (batches of
 //! 10, the default) sharing one client, so one retry layer and one pacer, as a sender's
 //! process would; the Standard Webhooks schedule, unscaled: a delivery that fails its slot
 //! waits 5 s, then 5 min. With `DRAIN_ARRIVALS=<file>`, every arrival at the endpoint is
@@ -28,6 +27,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_support::{Reply, TestServer};
+use tower_http_retry::pacing::Pacing;
 use tower_http_retry_redelivery::{RecordRules, Redelivery, Schedule};
 
 mod engines;
@@ -48,14 +48,13 @@ async fn main() {
     let loss_threshold: Option<f64> = std::env::args()
         .nth(3)
         .map(|t| t.parse().expect("the loss threshold: a number"));
-    let drain = engines::on_engine(
-        BATCH,
-        Drain {
-            capacity,
-            loss_threshold,
-        },
-    )
-    .await;
+    // Checked before anything is stored.
+    let pacing = loss_threshold.map(|threshold| {
+        let pacing = Schedule::standard_webhooks().pacing();
+        let pacing = pacing.loss_threshold(threshold).build();
+        pacing.expect("the loss threshold: a share, from 0 to 1")
+    });
+    let drain = engines::on_engine(BATCH, Drain { capacity, pacing }).await;
     let slack = N as f64 / capacity + 2.0;
     let target = |met: bool| if met { "met" } else { "missed" };
     println!(
@@ -63,7 +62,7 @@ async fn main() {
         OUTAGE.as_secs()
     );
     if let Some(threshold) = loss_threshold {
-        println!("the pacer's loss threshold     {threshold:>6}   (not the default)");
+        println!("the pacer's loss threshold   {threshold:>8}");
     }
     println!(
         "attempts while down          {:>8}",
@@ -96,8 +95,8 @@ async fn main() {
 
 struct Drain {
     capacity: f64,
-    /// The pacer's loss threshold, if not its default.
-    loss_threshold: Option<f64>,
+    /// The pacer with the loss threshold asked for, if one was.
+    pacing: Option<Pacing>,
 }
 
 struct Drained {
@@ -173,13 +172,10 @@ impl engines::EngineRun for Drain {
         }
 
         let schedule = Schedule::standard_webhooks();
-        let retry = match self.loss_threshold {
+        let retry = match self.pacing {
             None => demo::durable::retry_layer(&schedule),
-            Some(threshold) => {
-                let pacing = schedule.pacing().loss_threshold(threshold).build();
-                let pacing = pacing.expect("the loss threshold: between 0 and 1");
-                let layer = schedule.retry_layer().pacing(pacing).build();
-                layer.expect("the preset's layer builds")
+            Some(pacing) => {
+                (schedule.retry_layer().pacing(pacing).build()).expect("the preset's layer builds")
             }
         };
         let client = demo::durable::client_over(retry.clone(), &schedule);
