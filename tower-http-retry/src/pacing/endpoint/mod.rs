@@ -333,7 +333,9 @@ impl EndpointState {
             return self.release(config, now);
         };
         if !limit.admits() {
-            // Blocked until a request in flight finishes: its outcome wakes the head.
+            // Blocked until a request in flight finishes: its outcome wakes the head, which
+            // then owes the slots the limit held, not a spell the process did not run.
+            self.woken_by = None;
             return Release::Blocked;
         }
         let release = self.release(config, now);
