@@ -11,9 +11,9 @@
 //! The first argument is the engine (as for `durable_throughput`), the second the capacity C
 //! per second (1,000 by default), the third the pacer's `loss_threshold` (0.05 when left out:
 //! the share of an interval's outcomes that, with at least 3 losses, cuts the rate; it sets
-//! what the pacer's probing of a hard limit costs). One process, 4 workers on threads of their own (batches of
-//! 10, the default) sharing one client, so one retry layer and one pacer, as a sender's
-//! process would; the Standard Webhooks schedule, unscaled: a delivery that fails its slot
+//! what the pacer's probing of a hard limit costs). One process, 4 workers on threads of their
+//! own (batches of 10, the default) sharing one client, so one retry layer and one pacer, as a
+//! sender's process would; the Standard Webhooks schedule, unscaled: a delivery that fails its slot
 //! waits 5 s, then 5 min. With `DRAIN_ARRIVALS=<file>`, every arrival at the endpoint is
 //! written there as `seconds since its return,status` (negative while down): where the 503s
 //! fall, and what came just before them. With `DRAIN_TRACE=<file>`, every 20 ms the pacer's
@@ -175,7 +175,8 @@ impl engines::EngineRun for Drain {
         let retry = match self.pacing {
             None => demo::durable::retry_layer(&schedule),
             Some(pacing) => {
-                (schedule.retry_layer().pacing(pacing).build()).expect("the preset's layer builds")
+                let layer = schedule.retry_layer().pacing(pacing).build();
+                layer.expect("the preset's layer builds")
             }
         };
         let client = demo::durable::client_over(retry.clone(), &schedule);
