@@ -334,7 +334,8 @@ impl EndpointState {
         };
         if !limit.admits() {
             // Blocked until a request in flight finishes: its outcome wakes the head, which
-            // then owes the slots the limit held, not a spell the process did not run.
+            // then owes the slots the limit held (up to the burst window), as a head woken by
+            // anything but its own timer does.
             self.woken_by = None;
             return Release::Blocked;
         }
@@ -377,10 +378,11 @@ impl EndpointState {
         } else {
             self.at(self.queued_since)
         };
-        // A head that asks later than it was due to be woken: the process did not run
-        // meanwhile (its threads, or the machine's cores, were busy). The slots of that spell
-        // are not owed: sent at once, they would reach the receiver as a burst past its own
-        // limit, whose refusals would read as a capacity the endpoint is not at.
+        // A head that asks more than the slack after it was due to be woken: the process did
+        // not run meanwhile (its threads, or the machine's cores, were busy). The slots of that
+        // spell are not owed: sent at once, they would reach the receiver as a burst past its
+        // own limit, whose refusals would read as a capacity the endpoint is not at. The
+        // schedule moves on by the spell past the slack, as after an idle moment.
         if self.woken_by.take().is_some_and(|on_time| at > on_time) {
             waiting_since = waiting_since.max(at.saturating_sub(WAKE_SLACK));
         }
